@@ -1,0 +1,84 @@
+//! The response body type of the gateway: either bytes mcpgate made, the upstream's body
+//! streamed through untouched, or a rewriting stream (tools/list over SSE). An enum rather
+//! than a boxed trait object so the common pass-through case costs no allocation.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::time::Sleep;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body error raised when an upstream's answer outlives its request deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream deadline passed")]
+pub struct DeadlineExceeded;
+
+pub enum GateBody {
+    Empty,
+    Full(Option<Bytes>),
+    /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
+    Upstream {
+        body: hyper::body::Incoming,
+        deadline: Option<Pin<Box<Sleep>>>,
+    },
+    Stream(UnsyncBoxBody<Bytes, BoxError>),
+}
+
+impl GateBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        GateBody::Full(Some(bytes.into()))
+    }
+}
+
+impl Body for GateBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            GateBody::Empty => Poll::Ready(None),
+            GateBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            GateBody::Upstream { body, deadline } => {
+                if let Poll::Ready(frame) = Pin::new(body).poll_frame(cx) {
+                    return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+                }
+                if deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+                {
+                    *deadline = None;
+                    return Poll::Ready(Some(Err(Box::new(DeadlineExceeded))));
+                }
+                Poll::Pending
+            }
+            GateBody::Stream(inner) => Pin::new(inner).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            GateBody::Empty => true,
+            GateBody::Full(bytes) => bytes.is_none(),
+            GateBody::Upstream { body, .. } => body.is_end_stream(),
+            GateBody::Stream(inner) => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            GateBody::Empty => SizeHint::with_exact(0),
+            GateBody::Full(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            GateBody::Upstream { body, .. } => body.size_hint(),
+            GateBody::Stream(inner) => inner.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,891 @@
+//! Validation and compilation of a `RawConfig` into a `Snapshot`: every reference resolved
+//! (listener, upstream, profile names), every secret read, routes indexed for lookup,
+//! tokens in a map keyed by their 32-byte hash, patterns compiled. A `Snapshot` is never
+//! changed after it is built; the request path only reads it. Errors carry the position
+//! of the offending value so `mcpgate check` can print `FILE:LINE:COL: message`.
+
+use super::glob::Matcher;
+use super::raw::{self, RawConfig, S};
+use super::units::{parse_duration, parse_size, parse_time, resolve_secrets};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+pub const DEFAULT_DENY_CODE: i64 = -32602;
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A configuration error with its position in the file, when there is one.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub file: String,
+    pub position: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => write!(f, "{}:{}:{}: {}", self.file, line, col, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+pub type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+pub struct Upstream {
+    pub name: String,
+    pub url: Uri,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    /// Configured headers with secrets resolved. Never printed.
+    pub headers: HeaderMap,
+    pub client: UpstreamClient,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("headers", &"<redacted>")
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub struct Profile {
+    pub name: String,
+    pub upstream: Arc<Upstream>,
+    pub allow: Matcher,
+    pub deny: Matcher,
+    /// `None`: every method may be sent.
+    pub methods: Option<Matcher>,
+}
+
+impl Profile {
+    /// Whether this profile may call `tool`, before the global hidden list.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.allow.matches(tool) && !self.deny.matches(tool)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    /// The token is the `{token}` segment of the path; a bad one answers 404.
+    Path,
+    /// `Authorization: Bearer <token>`; a bad one answers 401.
+    Bearer,
+    /// No token: anyone who reaches the listener.
+    None,
+}
+
+#[derive(Debug)]
+pub struct Route {
+    pub listener: String,
+    /// The path template, as written; what logs show instead of the request path.
+    pub template: String,
+    pub profile: Arc<Profile>,
+    pub auth: Auth,
+}
+
+#[derive(Debug)]
+enum Segment {
+    Literal(String),
+    Token,
+}
+
+#[derive(Debug, Default)]
+struct RouteTable {
+    exact: HashMap<String, usize>,
+    templated: Vec<(Vec<Segment>, usize)>,
+}
+
+#[derive(Debug)]
+pub struct Listener {
+    pub name: String,
+    pub addr: SocketAddr,
+    table: RouteTable,
+}
+
+/// A registered token. The token itself is never stored, only its hash (the map key).
+pub struct TokenEntry {
+    pub id: String,
+    pub profiles: Vec<String>,
+    pub not_before: Option<SystemTime>,
+    pub not_after: Option<SystemTime>,
+}
+
+impl fmt::Debug for TokenEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenEntry")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenEntry {
+    pub fn valid_at(&self, now: SystemTime) -> bool {
+        self.not_before.is_none_or(|t| now >= t) && self.not_after.is_none_or(|t| now < t)
+    }
+}
+
+/// The result of matching a request path on a listener.
+pub struct RouteMatch<'a, 'p> {
+    pub route: &'a Arc<Route>,
+    /// The `{token}` segment, if the template has one.
+    pub path_token: Option<&'p str>,
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub source: String,
+    pub listeners: Vec<Listener>,
+    pub routes: Vec<Arc<Route>>,
+    pub upstreams: BTreeMap<String, Arc<Upstream>>,
+    pub profiles: BTreeMap<String, Arc<Profile>>,
+    pub tokens: HashMap<[u8; 32], TokenEntry>,
+    pub hidden: Matcher,
+    pub deny_code: i64,
+    pub max_body: u64,
+    /// Things `check` should tell the operator that are not errors.
+    pub warnings: Vec<String>,
+}
+
+impl Snapshot {
+    pub fn listener(&self, name: &str) -> Option<&Listener> {
+        self.listeners.iter().find(|l| l.name == name)
+    }
+
+    /// Exact match of `path` against the listener's templates. The query string must
+    /// already be removed.
+    pub fn match_route<'a, 'p>(
+        &'a self,
+        listener: usize,
+        path: &'p str,
+    ) -> Option<RouteMatch<'a, 'p>> {
+        let table = &self.listeners.get(listener)?.table;
+        if let Some(&i) = table.exact.get(path) {
+            return Some(RouteMatch {
+                route: &self.routes[i],
+                path_token: None,
+            });
+        }
+        'templates: for (segments, i) in &table.templated {
+            let mut token = None;
+            let mut parts = path.split('/');
+            for seg in segments {
+                let Some(part) = parts.next() else {
+                    continue 'templates;
+                };
+                match seg {
+                    Segment::Literal(lit) if lit == part => {}
+                    Segment::Literal(_) => continue 'templates,
+                    Segment::Token if !part.is_empty() => token = Some(part),
+                    Segment::Token => continue 'templates,
+                }
+            }
+            if parts.next().is_none() {
+                return Some(RouteMatch {
+                    route: &self.routes[*i],
+                    path_token: token,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether any profile names `tool` in its allow or deny list, so a refusal can say
+    /// "not allowed" for names the configuration knows and "unknown" for the rest.
+    pub fn knows_tool(&self, tool: &str) -> bool {
+        self.profiles
+            .values()
+            .any(|p| p.allow.matches(tool) || p.deny.matches(tool))
+    }
+
+    /// The effective table printed by `mcpgate check`. Holds no secret: token hashes and
+    /// upstream header values are left out.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "configuration {} is valid", self.source);
+        let _ = writeln!(out, "\nlisteners:");
+        for l in &self.listeners {
+            let _ = writeln!(out, "  {:<12} http://{}", l.name, l.addr);
+        }
+        let _ = writeln!(out, "\nroutes:");
+        for r in &self.routes {
+            let auth = match r.auth {
+                Auth::Path => "path token",
+                Auth::Bearer => "bearer token",
+                Auth::None => "no auth",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<28} -> profile {:<12} -> upstream {} ({auth})",
+                r.listener, r.template, r.profile.name, r.profile.upstream.name
+            );
+        }
+        let _ = writeln!(out, "\nupstreams:");
+        for u in self.upstreams.values() {
+            let mut names: Vec<&str> = u.headers.keys().map(HeaderName::as_str).collect();
+            names.dedup();
+            let _ = writeln!(
+                out,
+                "  {:<12} {} connect_timeout={} timeout={} headers=[{}]",
+                u.name,
+                u.url,
+                humantime::format_duration(u.connect_timeout),
+                humantime::format_duration(u.timeout),
+                names.join(", ")
+            );
+        }
+        let _ = writeln!(out, "\nprofiles:");
+        for p in self.profiles.values() {
+            let _ = writeln!(out, "  {:<12} upstream={}", p.name, p.upstream.name);
+            let _ = writeln!(out, "    allow:   {}", p.allow.patterns().join(", "));
+            if !p.deny.is_empty() {
+                let _ = writeln!(out, "    deny:    {}", p.deny.patterns().join(", "));
+            }
+            if let Some(m) = &p.methods {
+                let _ = writeln!(out, "    methods: {}", m.patterns().join(", "));
+            }
+        }
+        let _ = writeln!(out, "\ntokens:");
+        let mut tokens: Vec<&TokenEntry> = self.tokens.values().collect();
+        tokens.sort_by(|a, b| a.id.cmp(&b.id));
+        for t in tokens {
+            let when = |t: Option<SystemTime>| {
+                t.map_or("-".to_string(), |t| {
+                    humantime::format_rfc3339_seconds(t).to_string()
+                })
+            };
+            let _ = writeln!(
+                out,
+                "  {:<16} profiles=[{}] not_before={} not_after={}",
+                t.id,
+                t.profiles.join(", "),
+                when(t.not_before),
+                when(t.not_after)
+            );
+        }
+        let _ = writeln!(out, "\ntools:");
+        let _ = writeln!(out, "  hidden:    {}", self.hidden.patterns().join(", "));
+        let _ = writeln!(out, "  deny_code: {}", self.deny_code);
+        let _ = writeln!(out, "\nlimits:");
+        let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        for w in &self.warnings {
+            let _ = writeln!(out, "\nwarning: {w}");
+        }
+        out
+    }
+}
+
+/// Reads and compiles the file at `path`.
+pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        position: None,
+        message: format!("cannot read configuration: {e}"),
+    })?;
+    load_str(&text, &file)
+}
+
+/// Compiles configuration text; `file` names it in errors.
+pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
+    let located = |span: Option<Range<usize>>, message: String| ConfigError {
+        file: file.to_string(),
+        position: span.map(|s| line_col(text, s.start)),
+        message,
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let message = e.message().trim_end().replace('\n', " ");
+        located(e.span(), message)
+    })?;
+    Compiler { source: file }
+        .compile(raw)
+        .map_err(|(span, message)| located(Some(span), message))
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+type Fail = (Range<usize>, String);
+
+fn fail<T>(span: Range<usize>, message: impl Into<String>) -> Result<T, Fail> {
+    Err((span, message.into()))
+}
+
+/// Wraps a value-parsing error with the span of the value.
+fn at<T, U>(v: &S<T>, r: Result<U, String>) -> Result<U, Fail> {
+    r.map_err(|m| (v.span(), m))
+}
+
+fn not_yet<T>(v: &Option<S<T>>, what: &str) -> Result<(), Fail> {
+    match v {
+        Some(v) => fail(
+            v.span(),
+            format!("{what} is not supported yet in this version of mcpgate"),
+        ),
+        None => Ok(()),
+    }
+}
+
+struct Compiler<'a> {
+    source: &'a str,
+}
+
+impl Compiler<'_> {
+    fn compile(&self, raw: RawConfig) -> Result<Snapshot, Fail> {
+        not_yet(&raw.admin, "[admin]")?;
+        not_yet(&raw.audit, "[audit]")?;
+        let mut warnings = Vec::new();
+
+        let listeners = self.listeners(&raw.listen)?;
+        let upstreams = self.upstreams(&raw.upstreams)?;
+        let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
+
+        let (hidden, deny_code) = match &raw.tools {
+            Some(t) => {
+                let t = t.get_ref();
+                check_patterns(&t.hidden)?;
+                let hidden = Matcher::new(t.hidden.iter().map(|s| s.get_ref().as_str()));
+                (
+                    hidden,
+                    t.deny_code
+                        .as_ref()
+                        .map_or(DEFAULT_DENY_CODE, |c| *c.get_ref()),
+                )
+            }
+            None => (Matcher::default(), DEFAULT_DENY_CODE),
+        };
+
+        let max_body = match &raw.limits {
+            Some(l) => {
+                let l = l.get_ref();
+                not_yet(&l.rate, "limits.rate")?;
+                not_yet(&l.concurrency, "limits.concurrency")?;
+                not_yet(&l.timeouts, "limits.timeouts")?;
+                match &l.max_body {
+                    Some(v) => at(v, parse_size(v.get_ref()))?,
+                    None => DEFAULT_MAX_BODY,
+                }
+            }
+            None => DEFAULT_MAX_BODY,
+        };
+
+        let mut listeners = listeners;
+        let routes = self.routes(&raw.routes, &mut listeners, &profiles, &mut warnings)?;
+        let tokens = self.tokens(&raw.tokens, &profiles)?;
+
+        Ok(Snapshot {
+            source: self.source.to_string(),
+            listeners,
+            routes,
+            upstreams,
+            profiles,
+            tokens,
+            hidden,
+            deny_code,
+            max_body,
+            warnings,
+        })
+    }
+
+    fn listeners(&self, raw: &[S<raw::RawListen>]) -> Result<Vec<Listener>, Fail> {
+        let mut out: Vec<Listener> = Vec::new();
+        for l in raw {
+            let span = l.span();
+            let l = l.get_ref();
+            not_yet(&l.tls, "listen.tls")?;
+            let name = l.name.get_ref();
+            if out.iter().any(|o| &o.name == name) {
+                return fail(l.name.span(), format!("duplicate listener name {name:?}"));
+            }
+            let addr: SocketAddr = at(
+                &l.addr,
+                l.addr.get_ref().parse().map_err(|_| {
+                    format!(
+                        "bad listen address {:?}; write IP:PORT, e.g. \"127.0.0.1:8001\"",
+                        l.addr.get_ref()
+                    )
+                }),
+            )?;
+            if addr.port() != 0 && out.iter().any(|o| o.addr == addr) {
+                return fail(
+                    l.addr.span(),
+                    format!("address {addr} is used by two listeners"),
+                );
+            }
+            let _ = span;
+            out.push(Listener {
+                name: name.clone(),
+                addr,
+                table: RouteTable::default(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn upstreams(
+        &self,
+        raw: &BTreeMap<String, S<raw::RawUpstream>>,
+    ) -> Result<BTreeMap<String, Arc<Upstream>>, Fail> {
+        let mut out = BTreeMap::new();
+        for (name, u) in raw {
+            let u = u.get_ref();
+            let url: Uri = at(
+                &u.url,
+                u.url
+                    .get_ref()
+                    .parse()
+                    .map_err(|e| format!("bad upstream url: {e}")),
+            )?;
+            match url.scheme_str() {
+                Some("http") => {}
+                Some("https") => {
+                    return fail(
+                        u.url.span(),
+                        "https upstreams are not supported yet in this version of mcpgate",
+                    );
+                }
+                _ => return fail(u.url.span(), "upstream url must start with http://"),
+            }
+            if url.authority().is_none() {
+                return fail(u.url.span(), "upstream url needs a host and port");
+            }
+            let connect_timeout = match &u.connect_timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_CONNECT_TIMEOUT,
+            };
+            let timeout = match &u.timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_TIMEOUT,
+            };
+            let mut headers = HeaderMap::new();
+            for (k, v) in &u.headers {
+                let hname = HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|_| (v.span(), format!("bad header name {k:?}")))?;
+                if crate::pipeline::forward::is_managed_header(&hname) {
+                    return fail(
+                        v.span(),
+                        format!("header {k:?} is set by mcpgate and cannot be configured"),
+                    );
+                }
+                let value = at(v, resolve_secrets(v.get_ref()))?;
+                let hvalue = HeaderValue::from_str(&value).map_err(|_| {
+                    (
+                        v.span(),
+                        format!("header {k:?}: value is not a valid header value"),
+                    )
+                })?;
+                headers.append(hname, hvalue);
+            }
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(connect_timeout));
+            connector.set_nodelay(true);
+            let client = Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector);
+            out.insert(
+                name.clone(),
+                Arc::new(Upstream {
+                    name: name.clone(),
+                    url,
+                    connect_timeout,
+                    timeout,
+                    headers,
+                    client,
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    fn profiles(
+        &self,
+        raw: &BTreeMap<String, S<raw::RawProfile>>,
+        upstreams: &BTreeMap<String, Arc<Upstream>>,
+        warnings: &mut Vec<String>,
+    ) -> Result<BTreeMap<String, Arc<Profile>>, Fail> {
+        let mut out = BTreeMap::new();
+        for (name, p) in raw {
+            let p = p.get_ref();
+            let upstream = upstreams.get(p.upstream.get_ref()).ok_or_else(|| {
+                (
+                    p.upstream.span(),
+                    format!(
+                        "profile {name:?}: no upstream named {:?}",
+                        p.upstream.get_ref()
+                    ),
+                )
+            })?;
+            check_patterns(&p.allow)?;
+            check_patterns(&p.deny)?;
+            let allow = Matcher::new(p.allow.iter().map(|s| s.get_ref().as_str()));
+            if allow.is_empty() {
+                warnings.push(format!("profile {name:?} allows no tool (allow is empty)"));
+            }
+            let methods = match &p.methods {
+                Some(list) => {
+                    check_patterns(list)?;
+                    let m = Matcher::new(list.iter().map(|s| s.get_ref().as_str()));
+                    if !m.matches("initialize") {
+                        warnings.push(format!(
+                            "profile {name:?}: methods does not include \"initialize\"; MCP clients cannot connect"
+                        ));
+                    }
+                    Some(m)
+                }
+                None => None,
+            };
+            out.insert(
+                name.clone(),
+                Arc::new(Profile {
+                    name: name.clone(),
+                    upstream: upstream.clone(),
+                    allow,
+                    deny: Matcher::new(p.deny.iter().map(|s| s.get_ref().as_str())),
+                    methods,
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    fn routes(
+        &self,
+        raw: &[S<raw::RawRoute>],
+        listeners: &mut [Listener],
+        profiles: &BTreeMap<String, Arc<Profile>>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<Arc<Route>>, Fail> {
+        let mut out = Vec::new();
+        for r in raw {
+            let r = r.get_ref();
+            let listener = listeners
+                .iter_mut()
+                .find(|l| &l.name == r.listen.get_ref())
+                .ok_or_else(|| {
+                    (
+                        r.listen.span(),
+                        format!("no listener named {:?}", r.listen.get_ref()),
+                    )
+                })?;
+            let profile = profiles.get(r.profile.get_ref()).ok_or_else(|| {
+                (
+                    r.profile.span(),
+                    format!("no profile named {:?}", r.profile.get_ref()),
+                )
+            })?;
+            let template = r.path.get_ref();
+            let segments = at(&r.path, parse_template(template))?;
+            let has_token = segments.iter().any(|s| matches!(s, Segment::Token));
+            let auth = match r.auth.as_ref().map(|a| a.get_ref().as_str()) {
+                None if has_token => Auth::Path,
+                None => Auth::Bearer,
+                Some("path") => Auth::Path,
+                Some("bearer") => Auth::Bearer,
+                Some("none") => Auth::None,
+                Some(other) => {
+                    return fail(
+                        r.auth.as_ref().map(S::span).unwrap_or_default(),
+                        format!("unknown auth {other:?}; use \"path\", \"bearer\" or \"none\""),
+                    );
+                }
+            };
+            let auth_span = r.auth.as_ref().map_or(r.path.span(), S::span);
+            if auth == Auth::Path && !has_token {
+                return fail(
+                    auth_span,
+                    "auth = \"path\" needs a {token} segment in the path",
+                );
+            }
+            if auth != Auth::Path && has_token {
+                return fail(auth_span, "a path with {token} must use auth = \"path\"");
+            }
+            if auth == Auth::None && !listener.addr.ip().is_loopback() {
+                warnings.push(format!(
+                    "route {template} on listener {:?} has auth = \"none\" on a non-loopback address {}",
+                    listener.name, listener.addr
+                ));
+            }
+            let index = out.len();
+            let duplicate = if has_token {
+                let dup = listener
+                    .table
+                    .templated
+                    .iter()
+                    .any(|(s, _)| same_template(s, &segments));
+                listener.table.templated.push((segments, index));
+                dup
+            } else {
+                listener
+                    .table
+                    .exact
+                    .insert(template.clone(), index)
+                    .is_some()
+            };
+            if duplicate {
+                return fail(
+                    r.path.span(),
+                    format!(
+                        "listener {:?} already has a route {template}",
+                        listener.name
+                    ),
+                );
+            }
+            out.push(Arc::new(Route {
+                listener: listener.name.clone(),
+                template: template.clone(),
+                profile: profile.clone(),
+                auth,
+            }));
+        }
+        Ok(out)
+    }
+
+    fn tokens(
+        &self,
+        raw: &[S<raw::RawToken>],
+        profiles: &BTreeMap<String, Arc<Profile>>,
+    ) -> Result<HashMap<[u8; 32], TokenEntry>, Fail> {
+        let mut out: HashMap<[u8; 32], TokenEntry> = HashMap::with_capacity(raw.len());
+        for t in raw {
+            let t = t.get_ref();
+            let id = t.id.get_ref();
+            if id.is_empty()
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return fail(
+                    t.id.span(),
+                    "token id must be non-empty and use only letters, digits, '-', '_' and '.'",
+                );
+            }
+            if out.values().any(|e| &e.id == id) {
+                return fail(t.id.span(), format!("duplicate token id {id:?}"));
+            }
+            let hash = at(&t.sha256, crate::token::parse_hex32(t.sha256.get_ref()))?;
+            for p in t.profiles.get_ref() {
+                if !profiles.contains_key(p) {
+                    return fail(
+                        t.profiles.span(),
+                        format!("token {id:?}: no profile named {p:?}"),
+                    );
+                }
+            }
+            let not_before = t
+                .not_before
+                .as_ref()
+                .map(|v| at(v, parse_time(v.get_ref())))
+                .transpose()?;
+            let not_after = t
+                .not_after
+                .as_ref()
+                .map(|v| at(v, parse_time(v.get_ref())))
+                .transpose()?;
+            if let (Some(b), Some(a), Some(span)) =
+                (not_before, not_after, t.not_after.as_ref().map(S::span))
+            {
+                if a <= b {
+                    return fail(span, "not_after must be later than not_before");
+                }
+            }
+            let entry = TokenEntry {
+                id: id.clone(),
+                profiles: t.profiles.get_ref().clone(),
+                not_before,
+                not_after,
+            };
+            if out.insert(hash, entry).is_some() {
+                return fail(
+                    t.sha256.span(),
+                    format!("token {id:?}: the same sha256 is registered twice"),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn check_patterns(list: &[S<String>]) -> Result<(), Fail> {
+    for p in list {
+        if p.get_ref().is_empty() {
+            return fail(p.span(), "empty name in list");
+        }
+    }
+    Ok(())
+}
+
+fn parse_template(path: &str) -> Result<Vec<Segment>, String> {
+    if !path.starts_with('/') {
+        return Err(format!("route path {path:?} must start with '/'"));
+    }
+    if path.contains(['?', '#']) {
+        return Err(format!("route path {path:?} must not contain '?' or '#'"));
+    }
+    let mut segments = Vec::new();
+    let mut tokens = 0;
+    for part in path.split('/') {
+        if part == "{token}" {
+            tokens += 1;
+            segments.push(Segment::Token);
+        } else if part.contains(['{', '}']) {
+            return Err(format!(
+                "route path {path:?}: the only placeholder is a whole {{token}} segment"
+            ));
+        } else {
+            segments.push(Segment::Literal(part.to_string()));
+        }
+    }
+    if tokens > 1 {
+        return Err(format!("route path {path:?} has more than one {{token}}"));
+    }
+    Ok(segments)
+}
+
+fn same_template(a: &[Segment], b: &[Segment]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Segment::Token, Segment::Token) => true,
+            (Segment::Literal(p), Segment::Literal(q)) => p == q,
+            _ => false,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.docs]
+url = "http://127.0.0.1:9/mcp"
+
+[profiles.gpt]
+upstream = "docs"
+allow = ["get_document", "delete_*"]
+
+[[routes]]
+listen = "main"
+path = "/gpt-mcp/{token}/mcp"
+profile = "gpt"
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "gpt"
+
+[[tokens]]
+id = "t1"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000001"
+profiles = ["gpt"]
+"#;
+
+    fn err(text: &str) -> String {
+        load_str(text, "f.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn routes_match_exactly() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let m = s.match_route(0, "/gpt-mcp/abc/mcp").unwrap();
+        assert_eq!(m.path_token, Some("abc"));
+        assert_eq!(m.route.auth, Auth::Path);
+        assert!(s.match_route(0, "/gpt-mcp//mcp").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc/mcp/").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc/def/mcp").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc").is_none());
+        let m = s.match_route(0, "/mcp").unwrap();
+        assert_eq!(m.route.auth, Auth::Bearer);
+        assert!(s.match_route(0, "/mcp/").is_none());
+        assert!(s.match_route(0, "/MCP").is_none());
+    }
+
+    #[test]
+    fn unknown_key_has_position() {
+        let e = err(&format!("{BASE}\n[tools]\nhiden = [\"x\"]\n"));
+        assert!(e.starts_with("f.toml:"), "{e}");
+        assert!(e.contains("hiden"), "{e}");
+        let line: usize = e.split(':').nth(1).unwrap().parse().unwrap();
+        assert_eq!(line, BASE.lines().count() + 3);
+    }
+
+    #[test]
+    fn later_sections_are_refused_clearly() {
+        assert!(
+            err(&format!("{BASE}\n[audit]\npath = \"/tmp/a\"\n"))
+                .contains("[audit] is not supported yet")
+        );
+        assert!(
+            err(&format!("{BASE}\n[admin]\naddr = \"127.0.0.1:1\"\n"))
+                .contains("not supported yet")
+        );
+        assert!(
+            err(&format!("{BASE}\n[limits]\nrate = []\n"))
+                .contains("limits.rate is not supported yet")
+        );
+    }
+
+    #[test]
+    fn references_are_checked() {
+        assert!(
+            err(&BASE.replace(
+                "profile = \"gpt\"\n\n[[tokens]]",
+                "profile = \"nope\"\n\n[[tokens]]"
+            ))
+            .contains("no profile named \"nope\"")
+        );
+        assert!(
+            err(&BASE.replace("upstream = \"docs\"", "upstream = \"x\""))
+                .contains("no upstream named")
+        );
+        assert!(
+            err(&BASE.replace("profiles = [\"gpt\"]", "profiles = [\"gpx\"]"))
+                .contains("no profile named \"gpx\"")
+        );
+        assert!(err(&BASE.replace("000000001\"", "00000001\"")).contains("64 hex"));
+    }
+
+    #[test]
+    fn missing_secret_is_named() {
+        let text = BASE.replace(
+            "url = \"http://127.0.0.1:9/mcp\"",
+            "url = \"http://127.0.0.1:9/mcp\"\nheaders = { \"X-API-Key\" = \"${env:MCPGATE_UNIT_MISSING}\" }",
+        );
+        let e = err(&text);
+        assert!(e.contains("MCPGATE_UNIT_MISSING"), "{e}");
+        assert!(e.starts_with("f.toml:8:"), "{e}");
+    }
+
+    #[test]
+    fn describe_hides_secrets() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let d = s.describe();
+        assert!(d.contains("/gpt-mcp/{token}/mcp"));
+        assert!(!d.contains("0000000000000000000000000000000000000000000000000000000000000001"));
+    }
+}

@@ -1,0 +1,12 @@
+//! Configuration: the TOML file (`raw`), its value languages (`units`), name patterns
+//! (`glob`) and the compiled, immutable `Snapshot` the request path reads (`compile`).
+
+pub mod compile;
+pub mod glob;
+pub mod raw;
+pub mod units;
+
+pub use compile::{
+    Auth, ConfigError, Listener, Profile, Route, RouteMatch, Snapshot, TokenEntry, Upstream, load,
+    load_str,
+};

@@ -1,0 +1,116 @@
+//! The configuration file as serde types, one struct per TOML table. These mirror the file
+//! exactly (unknown keys are errors) and carry spans so that `compile` can point at the
+//! line of a bad value. Nothing on the request path reads these types.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+pub type S<T> = Spanned<T>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Listeners: where mcpgate accepts connections.
+    #[serde(default)]
+    pub listen: Vec<S<RawListen>>,
+    /// Admin listener (operations issue): rejected until implemented.
+    pub admin: Option<S<toml::Value>>,
+    /// MCP servers to forward to, by name.
+    #[serde(default)]
+    pub upstreams: BTreeMap<String, S<RawUpstream>>,
+    /// Global tool rules.
+    #[serde(default)]
+    pub tools: Option<S<RawTools>>,
+    /// Sets of rights, by name.
+    #[serde(default)]
+    pub profiles: BTreeMap<String, S<RawProfile>>,
+    /// Listener + path → profile.
+    #[serde(default)]
+    pub routes: Vec<S<RawRoute>>,
+    /// Token hashes and the profiles each may use.
+    #[serde(default)]
+    pub tokens: Vec<S<RawToken>>,
+    pub limits: Option<S<RawLimits>>,
+    /// Audit trail (audit issue): rejected until implemented.
+    pub audit: Option<S<toml::Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    pub name: S<String>,
+    /// `IP:PORT`, e.g. `127.0.0.1:8001`.
+    pub addr: S<String>,
+    /// TLS (operations issue): rejected until implemented.
+    pub tls: Option<S<toml::Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// `http://host:port/path` of the MCP endpoint.
+    pub url: S<String>,
+    /// Default `5s`.
+    pub connect_timeout: Option<S<String>>,
+    /// Deadline of one request; default `60s`.
+    pub timeout: Option<S<String>>,
+    /// Headers added to every upstream request; values may hold `${env:NAME}` / `${file:PATH}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, S<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTools {
+    /// Tools gone from every tools/list and refused as unknown; names or `*` globs.
+    #[serde(default)]
+    pub hidden: Vec<S<String>>,
+    /// JSON-RPC code of a refused tools/call; default -32602.
+    pub deny_code: Option<S<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProfile {
+    pub upstream: S<String>,
+    #[serde(default)]
+    pub allow: Vec<S<String>>,
+    #[serde(default)]
+    pub deny: Vec<S<String>>,
+    /// JSON-RPC methods this profile may send; default all.
+    pub methods: Option<Vec<S<String>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub listen: S<String>,
+    pub path: S<String>,
+    pub profile: S<String>,
+    /// `path` (default when the path has `{token}`), `bearer` (default otherwise) or `none`.
+    pub auth: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    pub id: S<String>,
+    pub sha256: S<String>,
+    pub profiles: S<Vec<String>>,
+    pub not_before: Option<S<String>>,
+    pub not_after: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest request body accepted; default `1MiB`.
+    pub max_body: Option<S<String>>,
+    /// Rate limits (limits issue): rejected until implemented.
+    pub rate: Option<S<toml::Value>>,
+    /// Concurrency caps (limits issue): rejected until implemented.
+    pub concurrency: Option<S<toml::Value>>,
+    /// Per-tool deadlines (limits issue): rejected until implemented.
+    pub timeouts: Option<S<toml::Value>>,
+}

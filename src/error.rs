@@ -1,0 +1,122 @@
+//! The one error type of the request path, and the three methods that say how each case
+//! is answered (HTTP status, JSON-RPC code, which side caused it). The SPEC's error table
+//! (§6) reads straight off `status` and `rpc_code`. Turning an error into bytes happens in
+//! `pipeline::respond`, nowhere else.
+
+use http::StatusCode;
+
+/// JSON-RPC codes mcpgate answers with itself (SPEC §6).
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const UNAUTHORIZED: i64 = -32001;
+    pub const UPSTREAM: i64 = -32002;
+    pub const UPSTREAM_TIMEOUT: i64 = -32004;
+}
+
+/// Who caused an error; also the label of the error metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("Not found")]
+    NoRoute,
+    /// A path-token route whose token is wrong answers exactly like a missing route, so a
+    /// guessed URL teaches nothing.
+    #[error("Not found")]
+    BadPathToken,
+    #[error("Unauthorized: a valid bearer token is required")]
+    Unauthorized,
+    #[error("Method not allowed: use POST, GET or DELETE")]
+    MethodNotAllowed,
+    #[error("Body too large: the limit is {limit} bytes")]
+    BodyTooLarge { limit: u64 },
+    #[error("Unsupported media type: {0}")]
+    UnsupportedMediaType(&'static str),
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String),
+    /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
+    /// request element, already built by the policy stage.
+    #[error("refused by policy")]
+    Refused(Vec<crate::pipeline::policy::Refusal>),
+    #[error("Upstream unreachable: {0}")]
+    UpstreamUnreachable(String),
+    #[error("Upstream error: {0}")]
+    UpstreamBadResponse(String),
+    #[error("Upstream timeout: no complete answer within the deadline")]
+    UpstreamTimeout,
+    #[error("Internal error")]
+    Internal(String),
+}
+
+impl GateError {
+    pub fn status(&self) -> StatusCode {
+        use GateError::*;
+        match self {
+            NoRoute | BadPathToken => StatusCode::NOT_FOUND,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Parse(_) | InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Refused(_) => StatusCode::OK,
+            UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
+            UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON-RPC code of the envelope. `Refused` carries one code per element instead.
+    pub fn rpc_code(&self) -> i64 {
+        use GateError::*;
+        match self {
+            NoRoute | BadPathToken | Unauthorized => code::UNAUTHORIZED,
+            Parse(_) => code::PARSE_ERROR,
+            MethodNotAllowed
+            | BodyTooLarge { .. }
+            | UnsupportedMediaType(_)
+            | InvalidRequest(_) => code::INVALID_REQUEST,
+            Refused(_) => code::INVALID_REQUEST,
+            UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
+            UpstreamTimeout => code::UPSTREAM_TIMEOUT,
+            Internal(_) => -32603,
+        }
+    }
+
+    pub fn side(&self) -> Side {
+        use GateError::*;
+        match self {
+            UpstreamUnreachable(_) | UpstreamBadResponse(_) | UpstreamTimeout => Side::Upstream,
+            Internal(_) => Side::Internal,
+            _ => Side::Downstream,
+        }
+    }
+
+    /// A short stable name for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        use GateError::*;
+        match self {
+            NoRoute => "no_route",
+            BadPathToken => "bad_path_token",
+            Unauthorized => "unauthorized",
+            MethodNotAllowed => "method_not_allowed",
+            BodyTooLarge { .. } => "body_too_large",
+            UnsupportedMediaType(_) => "unsupported_media_type",
+            Parse(_) => "parse_error",
+            InvalidRequest(_) => "invalid_request",
+            Refused(_) => "policy",
+            UpstreamUnreachable(_) => "upstream_unreachable",
+            UpstreamBadResponse(_) => "upstream_bad_response",
+            UpstreamTimeout => "upstream_timeout",
+            Internal(_) => "internal",
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! mcpgate: a reverse proxy for MCP servers (Streamable HTTP) that reads the JSON-RPC
+//! traffic so it can decide per token and per tool. The binary in `main.rs` is only the
+//! command line; everything it runs lives here so tests and the demo share one code path.
+#![forbid(unsafe_code)]
+
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod pipeline;
+pub mod sample;
+pub mod server;
+pub mod token;
+pub mod tools_list;
+pub mod transport;

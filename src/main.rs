@@ -1,0 +1,159 @@
+//! The `mcpgate` command line: parses arguments, sets up logging and the runtime, and
+//! calls into the library. No request logic lives here.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use mcpgate::{config, demo, server, token};
+use std::io::{IsTerminal, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(
+    name = "mcpgate",
+    version,
+    about = "A gateway for MCP servers: per-token profiles, tool policy, JSON/SSE"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve with a configuration file.
+    Run {
+        /// Config file [default: $MCPGATE_CONFIG, then config/mcpgate.toml]
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration file and print the effective table (like `nginx -t`).
+    Check {
+        /// Config file [default: $MCPGATE_CONFIG, then config/mcpgate.toml]
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Make or hash tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Start a sample MCP server and the gateway in front of it, and print curl commands.
+    Demo {
+        /// Where the gateway listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a new random token (256 bits, URL-safe) and the TOML that registers its hash.
+    New {
+        /// The id logs and metrics will show for this token.
+        #[arg(long)]
+        id: Option<String>,
+        /// A profile the token may use (repeatable).
+        #[arg(long = "profile")]
+        profiles: Vec<String>,
+    },
+    /// Read a token on stdin and print its SHA-256 (the `sha256` of `[[tokens]]`).
+    Hash,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = dispatch(cli.command) {
+        eprintln!("mcpgate: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Check { config } => {
+            let snapshot = config::load(&config_path(config))?;
+            print!("{}", snapshot.describe());
+            Ok(())
+        }
+        Command::Run { config } => {
+            let path = config_path(config);
+            init_logging();
+            let snapshot = Arc::new(config::load(&path)?);
+            for w in &snapshot.warnings {
+                tracing::warn!("{w}");
+            }
+            runtime()?.block_on(async {
+                let bound = server::bind(&snapshot).await?;
+                server::serve(snapshot, bound, shutdown_signal()).await;
+                tracing::info!("stopped");
+                Ok(())
+            })
+        }
+        Command::Demo { listen } => {
+            init_logging();
+            runtime()?.block_on(demo::run(listen, shutdown_signal()))?;
+            Ok(())
+        }
+        Command::Token(TokenCommand::New { id, profiles }) => {
+            let secret = token::generate().context("reading random bytes from the OS")?;
+            let hash = token::Secret(&secret).hash();
+            let id = id.unwrap_or_else(|| format!("token-{}", &token::to_hex(&hash)[..8]));
+            println!("token: {secret}\n\n# add to the configuration (only the hash is stored):");
+            print!("{}", token::toml_entry(&id, &hash, &profiles));
+            Ok(())
+        }
+        Command::Token(TokenCommand::Hash) => {
+            let mut input = String::new();
+            std::io::stdin()
+                .read_to_string(&mut input)
+                .context("reading the token from stdin")?;
+            let secret = input.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                bail!("no token on stdin");
+            }
+            println!("{}", token::to_hex(&token::Secret(secret).hash()));
+            Ok(())
+        }
+    }
+}
+
+fn config_path(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| std::env::var_os("MCPGATE_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("config/mcpgate.toml"))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("mcpgate-worker")
+        .build()
+        .context("starting the async runtime")
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

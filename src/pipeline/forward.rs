@@ -1,0 +1,198 @@
+//! Sends an admitted request to its upstream over a pooled keep-alive connection, with the
+//! header hygiene of SPEC §5: the client's credentials (`Authorization`, `Cookie`) and
+//! hop-by-hop headers stay here, configured upstream headers are added, `X-Forwarded-*`
+//! and `X-Request-Id` are set, everything else (all `Mcp-*` headers included) passes.
+//! It returns the upstream's response head; the body is streamed by `respond`.
+
+use crate::config::Upstream;
+use crate::error::GateError;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use tokio::time::Sleep;
+
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Headers mcpgate sets or strips itself; an upstream's `headers` table may not name them.
+pub fn is_managed_header(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+        || matches!(
+            name.as_str(),
+            "host"
+                | "content-length"
+                | "content-type"
+                | "accept"
+                | "accept-encoding"
+                | "x-forwarded-for"
+                | "x-forwarded-proto"
+                | "x-forwarded-host"
+                | "x-request-id"
+                | "mcp-session-id"
+                | "mcp-protocol-version"
+        )
+}
+
+/// Removes hop-by-hop headers, including any the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+pub struct Outgoing<'a> {
+    pub method: Method,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    pub peer: SocketAddr,
+    pub request_id: &'a str,
+}
+
+/// The upstream's response head and, for a POST, what is left of the request deadline
+/// (the body must finish within it too). GET streams have no deadline after their head.
+pub struct Answer {
+    pub response: Response<Incoming>,
+    pub deadline: Option<Pin<Box<Sleep>>>,
+}
+
+pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
+    let uri = upstream_uri(&upstream.url, out.query)?;
+    let mut headers = out.headers.clone();
+    strip_hop_by_hop(&mut headers);
+    for name in [
+        header::HOST,
+        header::AUTHORIZATION,
+        header::COOKIE,
+        header::CONTENT_LENGTH,
+        header::ACCEPT_ENCODING,
+        HeaderName::from_static("x-forwarded-for"),
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderName::from_static("x-forwarded-host"),
+    ] {
+        headers.remove(name);
+    }
+    if let Some(host) = out.headers.get(header::HOST) {
+        headers.insert("x-forwarded-host", host.clone());
+    }
+    headers.insert("x-forwarded-for", header_value(&out.peer.ip().to_string()));
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert("x-request-id", header_value(out.request_id));
+    if out.method == Method::POST {
+        // SDK servers answer 406 unless both are acceptable; the gateway converts later.
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+    for (name, value) in &upstream.headers {
+        headers.insert(name, value.clone());
+    }
+
+    let is_post = out.method == Method::POST;
+    let mut request = Request::new(Full::new(out.body));
+    *request.method_mut() = out.method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+
+    let mut deadline = Box::pin(tokio::time::sleep(upstream.timeout));
+    let response = tokio::select! {
+        r = upstream.client.request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
+    };
+    Ok(Answer {
+        response,
+        deadline: is_post.then_some(deadline),
+    })
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+fn upstream_uri(base: &Uri, query: Option<&str>) -> Result<Uri, GateError> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(base.clone());
+    };
+    let path = base.path();
+    let joined = match base.query() {
+        Some(q) => format!("{path}?{q}&{query}"),
+        None => format!("{path}?{query}"),
+    };
+    let mut parts = base.clone().into_parts();
+    parts.path_and_query = Some(
+        joined
+            .parse()
+            .map_err(|_| GateError::InvalidRequest("bad query string".into()))?,
+    );
+    Uri::from_parts(parts).map_err(|_| GateError::InvalidRequest("bad query string".into()))
+}
+
+/// Names the kind of failure for the client; the detail goes to the log only.
+fn upstream_error(upstream: &str, e: hyper_util::client::legacy::Error) -> GateError {
+    let kind = if e.is_connect() {
+        "connection failed"
+    } else {
+        "connection closed before a complete answer"
+    };
+    tracing::warn!(upstream, error = %e, detail = ?std::error::Error::source(&e), "upstream request failed");
+    GateError::UpstreamUnreachable(kind.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_is_appended() {
+        let base: Uri = "http://127.0.0.1:8000/mcp".parse().unwrap();
+        assert_eq!(upstream_uri(&base, None).unwrap(), base);
+        assert_eq!(
+            upstream_uri(&base, Some("a=1")).unwrap().to_string(),
+            "http://127.0.0.1:8000/mcp?a=1"
+        );
+        let base: Uri = "http://127.0.0.1:8000/mcp?k=v".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&base, Some("a=1")).unwrap().to_string(),
+            "http://127.0.0.1:8000/mcp?k=v&a=1"
+        );
+    }
+
+    #[test]
+    fn connection_listed_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, X-Secret-Hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("mcp-session-id", HeaderValue::from_static("s"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("mcp-session-id"));
+    }
+}

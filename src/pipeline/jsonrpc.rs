@@ -1,0 +1,424 @@
+//! Reads a POST body as JSON-RPC without building a value tree: the envelope of each
+//! message is parsed into borrowed slices of the original bytes (the bytes that will be
+//! forwarded), strings are decoded once (so `"n\u0061me"` is compared as `name`), and a
+//! repeated key in an envelope or in a request's params is refused, because two parsers
+//! can disagree on which copy wins and the upstream must run exactly what was checked.
+
+use crate::error::GateError;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// A JSON string, borrowed from the body when it has no escapes, decoded otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+/// The keys of one JSON object that mcpgate looks at, as raw slices; every other key is
+/// skipped. Refuses an object that repeats any key.
+struct Fields<'a, const N: usize> {
+    found: [Option<&'a RawValue>; N],
+    /// Whether a key outside `wanted` appeared that the caller asked to note.
+    noted: bool,
+}
+
+struct FieldsSeed<const N: usize> {
+    wanted: [&'static str; N],
+    note: &'static [&'static str],
+}
+
+impl<'de, const N: usize> de::DeserializeSeed<'de> for FieldsSeed<N> {
+    type Value = Fields<'de, N>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for FieldsSeed<N> {
+    type Value = Fields<'de, N>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Fields {
+            found: [None; N],
+            noted: false,
+        };
+        // Most envelopes have 3–4 keys: a linear scan beats hashing.
+        let mut seen: Vec<Cow<'de, str>> = Vec::with_capacity(6);
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            if seen.contains(&key) {
+                return Err(de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            match self.wanted.iter().position(|w| *w == key) {
+                Some(i) => out.found[i] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    out.noted |= self.note.contains(&&*key);
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            seen.push(key);
+        }
+        Ok(out)
+    }
+}
+
+fn object_fields<'a, const N: usize>(
+    json: &'a str,
+    wanted: [&'static str; N],
+    note: &'static [&'static str],
+) -> Result<Fields<'a, N>, serde_json::Error> {
+    let mut d = serde_json::Deserializer::from_str(json);
+    let f = de::DeserializeSeed::deserialize(FieldsSeed { wanted, note }, &mut d)?;
+    d.end()?;
+    Ok(f)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    /// A response (or error) from the client to a server-initiated request.
+    Response,
+}
+
+/// `params.name` of a tools/call, as the policy needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolName<'a> {
+    Missing,
+    NotString,
+    Name(Cow<'a, str>),
+}
+
+#[derive(Debug)]
+pub struct Message<'a> {
+    pub kind: Kind,
+    pub id: Option<&'a RawValue>,
+    pub method: Option<Cow<'a, str>>,
+    /// Set for tools/call requests.
+    pub tool: Option<ToolName<'a>>,
+    /// `params.name`, else `params.uri`, when a string: what an `Mcp-Name` header mirrors.
+    pub mcp_name: Option<Cow<'a, str>>,
+}
+
+impl Message<'_> {
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
+    /// The id as raw JSON text, for matching responses and for error envelopes.
+    pub fn id_text(&self) -> Option<&str> {
+        self.id.map(|v| v.get().trim())
+    }
+}
+
+#[derive(Debug)]
+pub enum Payload<'a> {
+    Single(Message<'a>),
+    Batch(Vec<Message<'a>>),
+}
+
+impl<'a> Payload<'a> {
+    pub fn messages(&self) -> &[Message<'a>] {
+        match self {
+            Payload::Single(m) => std::slice::from_ref(m),
+            Payload::Batch(v) => v,
+        }
+    }
+
+    pub fn is_batch(&self) -> bool {
+        matches!(self, Payload::Batch(_))
+    }
+
+    /// Whether the upstream owes an answer with a body (some element is a request).
+    pub fn has_requests(&self) -> bool {
+        self.messages().iter().any(|m| m.kind == Kind::Request)
+    }
+
+    /// The ids of tools/list requests, whose responses must be filtered.
+    pub fn tools_list_ids(&self) -> Vec<Box<str>> {
+        self.messages()
+            .iter()
+            .filter(|m| m.kind == Kind::Request && m.method() == Some("tools/list"))
+            .filter_map(|m| m.id_text().map(Into::into))
+            .collect()
+    }
+}
+
+fn classify(e: serde_json::Error) -> GateError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => GateError::Parse(e.to_string()),
+        Category::Data => GateError::InvalidRequest(e.to_string()),
+    }
+}
+
+/// Parses a request body. Malformed JSON → `Parse` (-32700); well-formed JSON that is not
+/// a JSON-RPC message or batch → `InvalidRequest` (-32600).
+pub fn parse(body: &[u8]) -> Result<Payload<'_>, GateError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| GateError::Parse(format!("body is not UTF-8: {e}")))?;
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => Ok(Payload::Single(message(text)?)),
+        Some(b'[') => {
+            let items: Vec<&RawValue> = serde_json::from_str(text).map_err(classify)?;
+            if items.is_empty() {
+                return Err(GateError::InvalidRequest("empty batch".into()));
+            }
+            let messages = items
+                .into_iter()
+                .enumerate()
+                .map(|(i, raw)| {
+                    message(raw.get()).map_err(|e| match e {
+                        GateError::InvalidRequest(m) => {
+                            GateError::InvalidRequest(format!("batch element {i}: {m}"))
+                        }
+                        other => other,
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Payload::Batch(messages))
+        }
+        _ => {
+            // Tell "not JSON" from "JSON, but not an object or array".
+            serde_json::from_str::<IgnoredAny>(text).map_err(classify)?;
+            Err(GateError::InvalidRequest(
+                "expected a JSON-RPC object or batch array".into(),
+            ))
+        }
+    }
+}
+
+fn message(json: &str) -> Result<Message<'_>, GateError> {
+    let f = object_fields(
+        json,
+        ["jsonrpc", "id", "method", "params"],
+        &["result", "error"],
+    )
+    .map_err(classify)?;
+    let [jsonrpc, id, method, params] = f.found;
+    let invalid = |m: &str| GateError::InvalidRequest(m.to_string());
+
+    match jsonrpc.map(|v| serde_json::from_str::<Text>(v.get())) {
+        Some(Ok(Text(v))) if v == "2.0" => {}
+        _ => return Err(invalid("\"jsonrpc\" must be \"2.0\"")),
+    }
+    if let Some(id) = id {
+        match id.get().trim().as_bytes().first() {
+            Some(b'"' | b'-' | b'0'..=b'9' | b'n') => {}
+            _ => return Err(invalid("\"id\" must be a string, a number or null")),
+        }
+    }
+    let Some(method) = method else {
+        if !f.noted || id.is_none() {
+            return Err(invalid(
+                "a message needs \"method\", or \"id\" with \"result\" or \"error\"",
+            ));
+        }
+        return Ok(Message {
+            kind: Kind::Response,
+            id,
+            method: None,
+            tool: None,
+            mcp_name: None,
+        });
+    };
+    let Text(method) = serde_json::from_str::<Text>(method.get())
+        .map_err(|_| invalid("\"method\" must be a string"))?;
+    let kind = if id.is_some() {
+        Kind::Request
+    } else {
+        Kind::Notification
+    };
+
+    let (mut tool, mut mcp_name) = (None, None);
+    if let Some(params) = params.filter(|p| p.get().trim_start().starts_with('{')) {
+        let p = object_fields(params.get(), ["name", "uri"], &[])
+            .map_err(|e| invalid(&format!("params: {e}")))?;
+        let [name, uri] = p.found;
+        let name_text = as_text(name);
+        if method == "tools/call" {
+            tool = Some(match (&name_text, name) {
+                (Some(Text(n)), _) => ToolName::Name(n.clone()),
+                (None, Some(_)) => ToolName::NotString,
+                (None, None) => ToolName::Missing,
+            });
+        }
+        mcp_name = name_text.or_else(|| as_text(uri)).map(|t| t.0);
+    } else if method == "tools/call" {
+        tool = Some(ToolName::Missing);
+    }
+    Ok(Message {
+        kind,
+        id,
+        method: Some(method),
+        tool,
+        mcp_name,
+    })
+}
+
+/// The decoded string, if `v` is a JSON string.
+fn as_text(v: Option<&RawValue>) -> Option<Text<'_>> {
+    v.and_then(|v| serde_json::from_str::<Text>(v.get()).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(s: &str) -> Message<'_> {
+        match parse(s.as_bytes()).unwrap() {
+            Payload::Single(m) => m,
+            Payload::Batch(_) => panic!("batch"),
+        }
+    }
+
+    fn code(s: &str) -> i64 {
+        parse(s.as_bytes()).unwrap_err().rpc_code()
+    }
+
+    #[test]
+    fn kinds() {
+        let m = single(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert_eq!(
+            (m.kind, m.id_text(), m.method()),
+            (Kind::Request, Some("1"), Some("tools/list"))
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).kind,
+            Kind::Notification
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).kind,
+            Kind::Response
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}}"#).kind,
+            Kind::Response
+        );
+    }
+
+    #[test]
+    fn escaped_names_are_decoded() {
+        let m = single(
+            r#"{"jsonrpc":"2.0","id":1,"m\u0065thod":"tools/call","params":{"n\u0061me":"move_\u0064ocument"}}"#,
+        );
+        assert_eq!(m.method(), Some("tools/call"));
+        assert_eq!(m.tool, Some(ToolName::Name("move_document".into())));
+    }
+
+    #[test]
+    fn tool_name_shapes() {
+        let t = |p: &str| {
+            single(&format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call"{p}}}"#
+            ))
+            .tool
+            .unwrap()
+        };
+        assert_eq!(t(""), ToolName::Missing);
+        assert_eq!(t(r#","params":{}"#), ToolName::Missing);
+        assert_eq!(t(r#","params":[1]"#), ToolName::Missing);
+        assert_eq!(t(r#","params":{"name":7}"#), ToolName::NotString);
+        assert_eq!(t(r#","params":{"name":null}"#), ToolName::NotString);
+        assert_eq!(
+            t(r#","params":{"name":"x","arguments":{"name":"y"}}"#),
+            ToolName::Name("x".into())
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}"#),
+            -32600
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"x","x":1,"x":2}"#),
+            -32600
+        );
+        // Same key once plain and once escaped is still a repeat.
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","n\u0061me":"b"}}"#
+            ),
+            -32600
+        );
+        // Nested objects may repeat keys of the envelope.
+        single(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"id":1,"name":2}}}"#,
+        );
+    }
+
+    #[test]
+    fn malformed_and_invalid() {
+        assert_eq!(code("{"), -32700);
+        assert_eq!(code("{\"jsonrpc\":\"2.0\",}"), -32700);
+        assert_eq!(code("nope"), -32700);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"ping"} trailing"#),
+            -32700
+        );
+        assert_eq!(code("\u{feff}"), -32700);
+        assert_eq!(code("42"), -32600);
+        assert_eq!(code("[]"), -32600);
+        assert_eq!(code("[1]"), -32600);
+        assert_eq!(code(r#"{"id":1,"method":"ping"}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":5}"#), -32600);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1}"#), -32600);
+        assert_eq!(parse(b"\xff\xfe").unwrap_err().rpc_code(), -32700);
+    }
+
+    #[test]
+    fn batches() {
+        let p = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":"x","method":"tools/list"}]"#).unwrap();
+        assert!(p.is_batch());
+        assert_eq!(
+            p.tools_list_ids(),
+            vec!["1".into(), "\"x\"".into()] as Vec<Box<str>>
+        );
+        assert!(p.has_requests());
+    }
+
+    #[test]
+    fn mcp_name_mirrors_name_or_uri() {
+        assert_eq!(
+            single(
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///a"}}"#
+            )
+            .mcp_name
+            .as_deref(),
+            Some("file:///a")
+        );
+        assert_eq!(
+            single(r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"p"}}"#)
+                .mcp_name
+                .as_deref(),
+            Some("p")
+        );
+    }
+}

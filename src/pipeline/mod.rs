@@ -1,0 +1,332 @@
+//! The request path, one stage per module, called in order from `handle`:
+//! route (the snapshot's route index) → `auth` → body limits → `jsonrpc` → `policy` →
+//! `forward` → `respond`. `handle` carries a small per-request context and turns any
+//! error into an answer in exactly one place.
+
+pub mod auth;
+pub mod forward;
+pub mod jsonrpc;
+pub mod policy;
+pub mod respond;
+
+use crate::body::GateBody;
+use crate::config::{Profile, Route, Snapshot};
+use crate::error::GateError;
+use crate::tools_list::ToolFilter;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::value::RawValue;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime};
+use tracing::Instrument;
+
+/// What one request has learned about itself so far; logged when it ends.
+struct Ctx {
+    request_id: String,
+    route: Option<Arc<Route>>,
+    token_id: Option<String>,
+    /// The JSON-RPC id of a single-message request, for error envelopes.
+    rpc_id: Option<Box<RawValue>>,
+    rpc_method: Option<String>,
+    tool: Option<String>,
+}
+
+/// Serves one HTTP request that arrived on listener number `listener` of `snapshot`.
+pub async fn handle(
+    snapshot: Arc<Snapshot>,
+    listener: usize,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<GateBody> {
+    let started = Instant::now();
+    let mut ctx = Ctx {
+        request_id: request_id(req.headers()),
+        route: None,
+        token_id: None,
+        rpc_id: None,
+        rpc_method: None,
+        tool: None,
+    };
+    let http_method = req.method().clone();
+    let span = tracing::info_span!("request", request_id = %ctx.request_id);
+    let result = run(&snapshot, listener, peer, req, &mut ctx)
+        .instrument(span.clone())
+        .await;
+    let (response, reason) = match result {
+        Ok(r) => (r, None),
+        Err(e) => {
+            let r = respond::error(&e, ctx.rpc_id.as_deref(), &ctx.request_id);
+            (r, Some(e))
+        }
+    };
+    let _entered = span.enter();
+    let route = ctx.route.as_ref().map_or("-", |r| r.template.as_str());
+    let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let status = response.status().as_u16();
+    match &reason {
+        Some(e) if e.side() != crate::error::Side::Downstream => tracing::warn!(
+            method = %http_method, route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
+            rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
+            status, reason = e.reason(), error = %e, ms = elapsed_ms, "request failed"),
+        _ => tracing::info!(
+            method = %http_method, route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
+            rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
+            status, reason = reason.as_ref().map_or("-", GateError::reason), ms = elapsed_ms, "request"),
+    }
+    response
+}
+
+async fn run(
+    snapshot: &Arc<Snapshot>,
+    listener: usize,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+    ctx: &mut Ctx,
+) -> Result<Response<GateBody>, GateError> {
+    let route = {
+        let m = snapshot
+            .match_route(listener, req.uri().path())
+            .ok_or(GateError::NoRoute)?;
+        let route = m.route.clone();
+        ctx.route = Some(route.clone());
+        let token = auth::authenticate(
+            snapshot,
+            &route,
+            m.path_token,
+            req.headers(),
+            SystemTime::now(),
+        )?;
+        ctx.token_id = token.map(|t| t.id.clone());
+        route
+    };
+    let profile = route.profile.clone();
+    match *req.method() {
+        Method::POST => post(snapshot, &profile, peer, req, ctx).await,
+        Method::GET | Method::DELETE => {
+            let (parts, _) = req.into_parts();
+            let answer = forward::send(
+                &profile.upstream,
+                forward::Outgoing {
+                    method: parts.method,
+                    query: parts.uri.query(),
+                    headers: &parts.headers,
+                    body: Bytes::new(),
+                    peer,
+                    request_id: &ctx.request_id,
+                },
+            )
+            .await?;
+            let shaping = respond::Shaping {
+                tools_list: None,
+                expects_rpc: false,
+            };
+            respond::upstream(answer, shaping, &ctx.request_id).await
+        }
+        _ => Err(GateError::MethodNotAllowed),
+    }
+}
+
+async fn post(
+    snapshot: &Arc<Snapshot>,
+    profile: &Arc<Profile>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+    ctx: &mut Ctx,
+) -> Result<Response<GateBody>, GateError> {
+    let (parts, body) = req.into_parts();
+    check_content_headers(&parts.headers)?;
+    let limit = snapshot.max_body;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(GateError::BodyTooLarge { limit });
+    }
+    let bytes = Limited::new(body, limit as usize)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                GateError::BodyTooLarge { limit }
+            } else {
+                GateError::InvalidRequest("the request body could not be read".into())
+            }
+        })?
+        .to_bytes();
+
+    let payload = jsonrpc::parse(&bytes)?;
+    if let jsonrpc::Payload::Single(m) = &payload {
+        ctx.rpc_id = m.id.map(ToOwned::to_owned);
+        ctx.rpc_method = m.method.as_deref().map(str::to_string);
+        if let Some(jsonrpc::ToolName::Name(t)) = &m.tool {
+            ctx.tool = Some(t.to_string());
+        }
+    } else {
+        ctx.rpc_method = Some("(batch)".into());
+    }
+    check_mcp_headers(&parts.headers, &payload)?;
+
+    match policy::check(snapshot, profile, &payload) {
+        policy::Verdict::Forward => {}
+        policy::Verdict::Refuse { refusals, batch } => {
+            for r in &refusals {
+                tracing::info!(tool = r.tool.as_deref().unwrap_or("-"), why = %r.message, "refused by policy");
+            }
+            return Ok(respond::refused(&refusals, batch, &ctx.request_id));
+        }
+        policy::Verdict::Swallow => {
+            tracing::info!("notification refused by policy and not forwarded");
+            return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+        }
+    }
+
+    let ids = payload.tools_list_ids();
+    let shaping = respond::Shaping {
+        tools_list: (!ids.is_empty())
+            .then(|| (ids, ToolFilter::new(snapshot.clone(), profile.clone()))),
+        expects_rpc: payload.has_requests(),
+    };
+    drop(payload);
+    let answer = forward::send(
+        &profile.upstream,
+        forward::Outgoing {
+            method: Method::POST,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body: bytes,
+            peer,
+            request_id: &ctx.request_id,
+        },
+    )
+    .await?;
+    respond::upstream(answer, shaping, &ctx.request_id).await
+}
+
+/// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body
+/// mcpgate did not inspect is never forwarded.
+fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
+        return Err(GateError::UnsupportedMediaType(
+            "Content-Type must be application/json",
+        ));
+    }
+    for v in headers.get_all(header::CONTENT_ENCODING) {
+        let ok = v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .all(|e| e.trim().is_empty() || e.trim().eq_ignore_ascii_case("identity"))
+        });
+        if !ok {
+            return Err(GateError::UnsupportedMediaType(
+                "Content-Encoding is not supported; send the body uncompressed",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
+/// intermediary routing on the header and the server reading the body would disagree.
+fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<(), GateError> {
+    let method = headers.get("mcp-method");
+    let name = headers.get("mcp-name");
+    if method.is_none() && name.is_none() {
+        return Ok(());
+    }
+    let jsonrpc::Payload::Single(m) = payload else {
+        return Err(GateError::InvalidRequest(
+            "Mcp-Method / Mcp-Name headers cannot describe a batch".into(),
+        ));
+    };
+    if let Some(h) = method {
+        if m.method().map(str::as_bytes) != Some(h.as_bytes()) {
+            return Err(GateError::InvalidRequest(
+                "the Mcp-Method header does not match the body's method".into(),
+            ));
+        }
+    }
+    if let Some(h) = name {
+        if m.mcp_name.as_deref().map(str::as_bytes) != Some(h.as_bytes()) {
+            return Err(GateError::InvalidRequest(
+                "the Mcp-Name header does not match the body's params".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so
+/// it is safe in logs and headers); otherwise makes one: a per-process random prefix and
+/// a counter, unique without a syscall per request.
+fn request_id(headers: &HeaderMap) -> String {
+    if let Some(v) = headers.get("x-request-id") {
+        let b = v.as_bytes();
+        if (1..=128).contains(&b.len())
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"._:-".contains(c))
+        {
+            return String::from_utf8_lossy(b).into_owned();
+        }
+    }
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        let mut b = [0u8; 8];
+        let _ = getrandom::fill(&mut b);
+        u64::from_le_bytes(b)
+    });
+    format!(
+        "{prefix:016x}{:016x}",
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn request_ids() {
+        let mut h = HeaderMap::new();
+        let a = request_id(&h);
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, request_id(&h));
+        h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
+        assert_eq!(request_id(&h), "abc-1.2:3");
+        h.insert(
+            "x-request-id",
+            HeaderValue::from_static("bad id\twith spaces"),
+        );
+        assert_eq!(request_id(&h).len(), 32);
+    }
+
+    #[test]
+    fn content_headers() {
+        let mut h = HeaderMap::new();
+        assert!(check_content_headers(&h).is_err());
+        h.insert(
+            "content-type",
+            HeaderValue::from_static("Application/JSON; charset=utf-8"),
+        );
+        assert!(check_content_headers(&h).is_ok());
+        h.insert("content-encoding", HeaderValue::from_static("identity"));
+        assert!(check_content_headers(&h).is_ok());
+        h.insert("content-encoding", HeaderValue::from_static("gzip"));
+        assert_eq!(check_content_headers(&h).unwrap_err().status(), 415);
+        h.remove("content-encoding");
+        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        assert_eq!(check_content_headers(&h).unwrap_err().status(), 415);
+    }
+}

@@ -1,0 +1,144 @@
+//! What a profile may do with a parsed payload: which methods it may send and which tools
+//! it may call. Decides only; building the answer is `respond`'s job. A batch is judged
+//! whole: if any element would be refused, nothing is forwarded, so an upstream never
+//! runs half of what a client sent.
+
+use super::jsonrpc::{Kind, Payload, ToolName};
+use crate::config::{Profile, Snapshot};
+use crate::error::code;
+use serde_json::value::RawValue;
+
+/// One JSON-RPC error answer mcpgate owes a request element.
+#[derive(Debug)]
+pub struct Refusal {
+    pub id: Option<Box<RawValue>>,
+    pub code: i64,
+    pub message: String,
+    /// The tool named by a refused tools/call, for logs.
+    pub tool: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum Verdict {
+    Forward,
+    /// Answer these errors (one per request element) and forward nothing.
+    Refuse {
+        refusals: Vec<Refusal>,
+        batch: bool,
+    },
+    /// Only refused notifications or responses: there is nobody to answer, forward nothing.
+    Swallow,
+}
+
+/// Names in messages are cut so a hostile name cannot bloat an error or a log line.
+fn shown(name: &str) -> String {
+    const MAX: usize = 128;
+    match name.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &name[..i]),
+        None => name.to_string(),
+    }
+}
+
+pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdict {
+    let messages = payload.messages();
+    let mut problems: Vec<Option<(i64, String, Option<String>)>> =
+        Vec::with_capacity(messages.len());
+    let mut any = false;
+    for m in messages {
+        let problem = match (m.kind, m.method()) {
+            (Kind::Response, _) | (_, None) => None,
+            (_, Some(method)) => {
+                if profile
+                    .methods
+                    .as_ref()
+                    .is_some_and(|allowed| !allowed.matches(method))
+                {
+                    Some((
+                        code::METHOD_NOT_FOUND,
+                        format!("Method not allowed: {}", shown(method)),
+                        None,
+                    ))
+                } else {
+                    m.tool
+                        .as_ref()
+                        .and_then(|t| tool_problem(snapshot, profile, t))
+                }
+            }
+        };
+        any |= problem.is_some();
+        problems.push(problem);
+    }
+    if !any {
+        return Verdict::Forward;
+    }
+    let refusals: Vec<Refusal> = messages
+        .iter()
+        .zip(problems)
+        .filter(|(m, _)| m.kind == Kind::Request)
+        .map(|(m, p)| {
+            let (code, message, tool) = p.unwrap_or_else(|| {
+                (
+                    snapshot.deny_code,
+                    "Batch not forwarded: another request in it was refused".to_string(),
+                    None,
+                )
+            });
+            Refusal {
+                id: m.id.map(ToOwned::to_owned),
+                code,
+                message,
+                tool,
+            }
+        })
+        .collect();
+    if refusals.is_empty() {
+        Verdict::Swallow
+    } else {
+        Verdict::Refuse {
+            refusals,
+            batch: payload.is_batch(),
+        }
+    }
+}
+
+fn tool_problem(
+    snapshot: &Snapshot,
+    profile: &Profile,
+    tool: &ToolName,
+) -> Option<(i64, String, Option<String>)> {
+    let deny = snapshot.deny_code;
+    let name = match tool {
+        ToolName::Missing => {
+            return Some((deny, "Unknown tool: (params.name is missing)".into(), None));
+        }
+        ToolName::NotString => {
+            return Some((
+                deny,
+                "Unknown tool: (params.name is not a string)".into(),
+                None,
+            ));
+        }
+        ToolName::Name(n) => n,
+    };
+    // Hidden tools must look exactly like tools that do not exist.
+    if snapshot.hidden.matches(name) {
+        return Some((
+            deny,
+            format!("Unknown tool: {}", shown(name)),
+            Some(name.to_string()),
+        ));
+    }
+    if profile.allows_tool(name) {
+        return None;
+    }
+    let message = if snapshot.knows_tool(name) {
+        "Tool not allowed"
+    } else {
+        "Unknown tool"
+    };
+    Some((
+        deny,
+        format!("{message}: {}", shown(name)),
+        Some(name.to_string()),
+    ))
+}

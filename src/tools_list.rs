@@ -1,0 +1,332 @@
+//! The tools/list rewrite. A response to a tools/list request loses the tools its profile
+//! may not call; everything else stays as the upstream wrote it. The rewrite splices raw
+//! JSON: the kept tools are copied byte for byte into a new `tools` array, which replaces
+//! the old one at its offset in the body, so unknown fields, `nextCursor` and `_meta`
+//! survive untouched. Works on a JSON body (one response or a batch) and, through
+//! `SseRewrite`, on each event of an SSE body.
+
+use crate::body::{BoxError, GateBody};
+use crate::config::{Profile, Snapshot};
+use crate::pipeline::jsonrpc::Text;
+use crate::transport::sse;
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Largest SSE event or JSON body held for a rewrite; past it the answer fails closed.
+pub const MAX_REWRITE_BYTES: usize = 32 << 20;
+
+/// What a profile may see: the global hidden list and the profile's allow/deny.
+#[derive(Clone)]
+pub struct ToolFilter {
+    snapshot: Arc<Snapshot>,
+    profile: Arc<Profile>,
+}
+
+impl ToolFilter {
+    pub fn new(snapshot: Arc<Snapshot>, profile: Arc<Profile>) -> Self {
+        ToolFilter { snapshot, profile }
+    }
+
+    pub fn keeps(&self, tool: &str) -> bool {
+        !self.snapshot.hidden.matches(tool) && self.profile.allows_tool(tool)
+    }
+
+    /// A list that depends on the caller's profile must not be shared by caches.
+    fn restricts(&self) -> bool {
+        !(self.snapshot.hidden.is_empty()
+            && self.profile.allow.matches_everything()
+            && self.profile.deny.is_empty())
+    }
+}
+
+#[derive(Deserialize)]
+struct Response<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ListResult<'a> {
+    #[serde(borrow)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    cache_scope: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Tool<'a> {
+    #[serde(borrow)]
+    name: Option<Text<'a>>,
+}
+
+/// Where `part` (a slice of `whole`) sits in `whole`.
+fn span_in(whole: &str, part: &str) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// Rewrites the tools/list responses (those whose id is in `ids`) found in `text`, a JSON
+/// response or batch of responses. `Ok(None)`: nothing to change, forward the original.
+pub fn rewrite(
+    text: &str,
+    ids: &[Box<str>],
+    filter: &ToolFilter,
+) -> Result<Option<String>, String> {
+    let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+    if text.trim_start().starts_with('[') {
+        let items: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        for item in items {
+            edits_for(text, item.get(), ids, filter, &mut edits)?;
+        }
+    } else {
+        edits_for(text, text, ids, filter, &mut edits)?;
+    }
+    if edits.is_empty() {
+        return Ok(None);
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (range, replacement) in edits {
+        out.push_str(&text[at..range.start]);
+        out.push_str(&replacement);
+        at = range.end;
+    }
+    out.push_str(&text[at..]);
+    Ok(Some(out))
+}
+
+fn edits_for(
+    whole: &str,
+    message: &str,
+    ids: &[Box<str>],
+    filter: &ToolFilter,
+    edits: &mut Vec<(Range<usize>, String)>,
+) -> Result<(), String> {
+    if !message.trim_start().starts_with('{') {
+        return Ok(());
+    }
+    let r: Response = serde_json::from_str(message).map_err(|e| e.to_string())?;
+    let (Some(id), Some(result)) = (r.id, r.result) else {
+        return Ok(());
+    };
+    if !ids.iter().any(|i| **i == *id.get().trim()) {
+        return Ok(());
+    }
+    let list: ListResult =
+        serde_json::from_str(result.get()).map_err(|e| format!("tools/list result: {e}"))?;
+    let Some(tools) = list.tools else {
+        return Err("tools/list result has no \"tools\" array".into());
+    };
+    let all: Vec<&RawValue> =
+        serde_json::from_str(tools.get()).map_err(|e| format!("tools/list tools: {e}"))?;
+    let mut kept = String::with_capacity(tools.get().len());
+    kept.push('[');
+    let mut removed = false;
+    for tool in all {
+        // A tool whose name cannot be read cannot be shown to be allowed: drop it.
+        let keep = serde_json::from_str::<Tool>(tool.get())
+            .ok()
+            .and_then(|t| t.name)
+            .is_some_and(|Text(name)| filter.keeps(&name));
+        if keep {
+            if kept.len() > 1 {
+                kept.push(',');
+            }
+            kept.push_str(tool.get());
+        } else {
+            removed = true;
+        }
+    }
+    kept.push(']');
+    if removed {
+        edits.push((span_in(whole, tools.get()), kept));
+    }
+    if let Some(scope) = list.cache_scope {
+        if filter.restricts() {
+            edits.push((span_in(whole, scope.get()), "\"private\"".to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// An SSE response body whose tools/list events are rewritten as they arrive; every other
+/// event is passed on byte for byte as soon as its blank line is read.
+pub struct SseRewrite {
+    inner: GateBody,
+    decoder: sse::Decoder,
+    ids: Vec<Box<str>>,
+    filter: ToolFilter,
+    out: VecDeque<Bytes>,
+    done: bool,
+}
+
+impl SseRewrite {
+    pub fn new(inner: GateBody, ids: Vec<Box<str>>, filter: ToolFilter) -> Self {
+        SseRewrite {
+            inner,
+            decoder: sse::Decoder::new(),
+            ids,
+            filter,
+            out: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    fn process(&self, ev: sse::Event) -> Result<Bytes, BoxError> {
+        let Some(data) = ev
+            .data
+            .as_deref()
+            .filter(|d| d.trim_start().starts_with(['{', '[']))
+        else {
+            return Ok(ev.raw);
+        };
+        match rewrite(data, &self.ids, &self.filter) {
+            Ok(None) => Ok(ev.raw),
+            Ok(Some(new)) => Ok(sse::encode_event(&ev, &new)),
+            Err(e) => {
+                Err(format!("cannot filter a tools/list event from the upstream: {e}").into())
+            }
+        }
+    }
+}
+
+impl Body for SseRewrite {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        loop {
+            if let Some(b) = this.out.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    this.done = true;
+                    if let Some(rest) = this.decoder.finish() {
+                        this.out.push_back(rest);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    this.decoder.feed(&data);
+                    while let Some(ev) = this.decoder.next_event() {
+                        match this.process(ev) {
+                            Ok(b) => this.out.push_back(b),
+                            Err(e) => {
+                                this.done = true;
+                                return Poll::Ready(Some(Err(e)));
+                            }
+                        }
+                    }
+                    if this.decoder.pending() > MAX_REWRITE_BYTES {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(
+                            "SSE event from the upstream is too large to filter".into(),
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+
+    fn filter(allow: &str, hidden: &str) -> ToolFilter {
+        let text = format!(
+            "[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[tools]\nhidden = [{hidden}]\n[profiles.p]\nupstream = \"u\"\nallow = [{allow}]\n"
+        );
+        let s = Arc::new(load_str(&text, "t.toml").unwrap());
+        let p = s.profiles["p"].clone();
+        ToolFilter::new(s, p)
+    }
+
+    const LIST: &str = r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[ {"name":"a","x":{"name":"z"}} , {"name":"b"},{"name":"m\u006fve"},{"nope":1} ],"nextCursor":"c2","_meta":{"k":[1]},"cacheScope":"public","extra":true}}"#;
+
+    #[test]
+    fn keeps_allowed_tools_byte_for_byte() {
+        let out = rewrite(LIST, &["3".into()], &filter("\"a\", \"move\"", "\"move\""))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a","x":{"name":"z"}}],"nextCursor":"c2","_meta":{"k":[1]},"cacheScope":"private","extra":true}}"#
+        );
+    }
+
+    #[test]
+    fn other_ids_and_unfiltered_lists_are_untouched() {
+        assert_eq!(
+            rewrite(LIST, &["4".into()], &filter("\"*\"", "")).unwrap(),
+            None
+        );
+        // Allow-all with nothing hidden: no tool removed, cacheScope kept, and the tool
+        // without a name is the only casualty of a restricted profile.
+        let none_removed =
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a"}],"cacheScope":"public"}}"#;
+        assert_eq!(
+            rewrite(none_removed, &["3".into()], &filter("\"*\"", "")).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn batches_are_rewritten_per_element() {
+        let batch = format!(r#"[{{"jsonrpc":"2.0","id":1,"result":{{}}}}, {LIST}]"#);
+        let out = rewrite(&batch, &["3".into()], &filter("\"b\"", ""))
+            .unwrap()
+            .unwrap();
+        assert!(out.starts_with(r#"[{"jsonrpc":"2.0","id":1,"result":{}}, {"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"b"}]"#), "{out}");
+    }
+
+    #[test]
+    fn malformed_lists_fail_closed() {
+        let f = filter("\"a\"", "");
+        assert!(
+            rewrite(
+                r#"{"jsonrpc":"2.0","id":3,"result":{"tools":{}}}"#,
+                &["3".into()],
+                &f
+            )
+            .is_err()
+        );
+        assert!(rewrite(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#, &["3".into()], &f).is_err());
+        // An error response to tools/list passes.
+        assert_eq!(
+            rewrite(
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"}}"#,
+                &["3".into()],
+                &f
+            )
+            .unwrap(),
+            None
+        );
+    }
+}

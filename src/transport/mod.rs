@@ -1,0 +1,4 @@
+//! Wire formats between mcpgate and its peers. `sse` decodes and encodes Server-Sent
+//! Events incrementally; nothing here knows about policy.
+
+pub mod sse;

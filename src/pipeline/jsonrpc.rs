@@ -331,13 +331,14 @@ mod tests {
 
     #[test]
     fn tool_name_shapes() {
-        let t = |p: &str| {
-            single(&format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call"{p}}}"#
-            ))
-            .tool
-            .unwrap()
-        };
+        fn t(p: &str) -> ToolName<'static> {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call"{p}}}"#);
+            match single(&body).tool.unwrap() {
+                ToolName::Name(n) => ToolName::Name(n.into_owned().into()),
+                ToolName::Missing => ToolName::Missing,
+                ToolName::NotString => ToolName::NotString,
+            }
+        }
         assert_eq!(t(""), ToolName::Missing);
         assert_eq!(t(r#","params":{}"#), ToolName::Missing);
         assert_eq!(t(r#","params":[1]"#), ToolName::Missing);

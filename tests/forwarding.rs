@@ -1,0 +1,217 @@
+//! What crosses the gateway: headers in both directions, sessions, notifications, GET and
+//! DELETE, and the answers when the upstream is down or too slow.
+
+mod support;
+
+use http::Method;
+use mcpgate::sample;
+use std::time::{Duration, Instant};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_hygiene_towards_the_upstream() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let auth = bearer(READONLY);
+    let r = send(
+        Method::POST,
+        &gw.url("/mcp-readonly?trace=1"),
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+            ("authorization", &auth),
+            ("cookie", "session=secret-cookie"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "must-not-pass"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-api-key", "client-tries-its-own"),
+            ("mcp-session-id", "sess-1"),
+            ("mcp-protocol-version", "2025-06-18"),
+            ("mcp-custom-thing", "kept"),
+            ("user-agent", "test-client/1"),
+            ("accept-encoding", "gzip"),
+        ],
+        list(1),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = &up.received()[0];
+    let h = &got.headers;
+    assert_eq!(got.uri, "/mcp?trace=1");
+    assert_eq!(h.get("authorization"), None);
+    assert_eq!(h.get("cookie"), None);
+    assert_eq!(h.get("x-hop"), None);
+    assert_eq!(h.get("accept-encoding"), None);
+    assert_eq!(
+        h["x-api-key"], API_KEY,
+        "configured header wins and its secret is resolved"
+    );
+    assert_eq!(h["accept"], "application/json, text/event-stream");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["x-forwarded-host"], gw.listeners["main"].to_string());
+    assert_eq!(h["x-request-id"], r.header("x-request-id"));
+    assert_eq!(h["mcp-session-id"], "sess-1");
+    assert_eq!(h["mcp-protocol-version"], "2025-06-18");
+    assert_eq!(h["mcp-custom-thing"], "kept");
+    assert_eq!(h["user-agent"], "test-client/1");
+    // The body is forwarded as sent.
+    assert_eq!(got.body, list(1).as_bytes());
+    // The upstream API key never shows in the log.
+    assert!(!gw.log().contains(API_KEY));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_notifications_and_responses_pass() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let r = post(&url, &[], init).await;
+    assert_eq!(r.status, 200);
+    let session = r.header("mcp-session-id").to_string();
+    assert!(
+        session.starts_with("sample-"),
+        "session id passes back: {:?}",
+        r.headers
+    );
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25");
+
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let r = post(&url, &[("mcp-session-id", &session)], note).await;
+    assert_eq!(r.status, 202, "the upstream's status");
+    assert!(r.body.is_empty());
+
+    let reply = r#"{"jsonrpc":"2.0","id":"srv-1","result":{"action":"accept"}}"#;
+    assert_eq!(
+        post(&url, &[("mcp-session-id", &session)], reply)
+            .await
+            .status,
+        202
+    );
+    let unknown = r#"{"jsonrpc":"2.0","id":9,"method":"server/discover"}"#;
+    let r = post(&url, &[], unknown).await;
+    assert_eq!(
+        r.json()["error"]["code"],
+        -32601,
+        "unknown methods are the upstream's business"
+    );
+
+    let got = up.received();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[1].headers["mcp-session-id"], session.as_str());
+    assert_eq!(got[2].body, reply.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_delete_are_authenticated_then_forwarded() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    let r = send(Method::GET, &url, &[("accept", "text/event-stream")], "").await;
+    assert_eq!(r.status, 405, "the upstream's own answer");
+    assert_eq!(r.header("allow"), "POST, DELETE");
+    let r = send(Method::DELETE, &url, &[("mcp-session-id", "sample-1")], "").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        send(Method::GET, &gw.url("/gpt-mcp/bad/mcp"), &[], "")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        send(Method::DELETE, &gw.url("/mcp-readonly"), &[], "")
+            .await
+            .status,
+        401
+    );
+    let got = up.received();
+    assert_eq!(
+        got.iter().map(|r| r.method.clone()).collect::<Vec<_>>(),
+        [Method::GET, Method::DELETE]
+    );
+    assert_eq!(got[1].headers["mcp-session-id"], "sample-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_is_502() {
+    // Bind and drop a socket to get a port where nothing listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gw = Gateway::start(&config(&format!("http://127.0.0.1:{port}/mcp"), "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(11, "get_document")).await;
+    assert_eq!(r.status, 502);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], -32002);
+    assert_eq!(v["id"], 11);
+    assert!(
+        !r.body.contains(&port.to_string()),
+        "no internal address in the answer"
+    );
+    assert!(gw.log().contains("upstream_unreachable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_past_its_deadline_is_504() {
+    let up = upstream(sample::Options {
+        call_delay: Some(Duration::from_secs(5)),
+        ..Default::default()
+    })
+    .await;
+    let gw = Gateway::start(&config(&up.url(), "300ms"));
+    let started = Instant::now();
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(12, "get_document")).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.json()["error"]["code"], -32004);
+    assert_eq!(r.json()["id"], 12);
+    // Not a timing assertion on speed: only that the gateway did not wait for the upstream.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Requests that are not slow still pass on the same upstream.
+    assert_eq!(
+        post(&gw.url("/mcp-gpt-full"), &[], &list(13)).await.status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_kept_or_made() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    let r = post(&url, &[("x-request-id", "client-chosen-1")], &list(1)).await;
+    assert_eq!(r.header("x-request-id"), "client-chosen-1");
+    assert_eq!(up.received()[0].headers["x-request-id"], "client-chosen-1");
+    let r = post(
+        &url,
+        &[("x-request-id", "has spaces and \"quotes\"")],
+        &list(2),
+    )
+    .await;
+    let made = r.header("x-request-id");
+    assert_eq!(made.len(), 32);
+    assert!(gw.log().contains(made), "the request id is in the log line");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_is_served() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    use http_body_util::{BodyExt, Full};
+    let client: hyper_util::client::legacy::Client<_, Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::post(gw.url(&format!("/gpt-mcp/{GPT}/mcp")))
+        .header("content-type", "application/json")
+        .header("accept", SDK_ACCEPT)
+        .body(Full::new(bytes::Bytes::from(list(1))))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 9);
+}

@@ -1,0 +1,301 @@
+//! Bad input gets a clear, spec-shaped error and changes nothing: every case here checks
+//! the status, the JSON-RPC envelope, and that the upstream received nothing.
+
+mod support;
+
+use http::Method;
+use serde_json::Value;
+use support::*;
+
+fn assert_envelope(r: &Reply, status: u16, code: i64) -> Value {
+    assert_eq!(r.status, status, "{}", r.body);
+    assert_eq!(r.header("content-type"), "application/json");
+    let v = r.json();
+    assert_eq!(v["jsonrpc"], "2.0");
+    assert_eq!(v["error"]["code"], code, "{v}");
+    assert_eq!(v["error"]["data"]["request_id"], r.header("x-request-id"));
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    for (body, code) in [
+        ("{", -32700),
+        ("not json", -32700),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ping"}{}"#, -32700),
+        ("", -32700),
+        ("[]", -32600),
+        ("17", -32600),
+        (r#"{"jsonrpc":"2.0","id":1}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#, -32600),
+        (r#"{"id":1,"method":"ping"}"#, -32600),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#, -32600),
+    ] {
+        let r = post(&url, &[], body).await;
+        let v = assert_envelope(&r, 400, code);
+        assert_eq!(v["id"], Value::Null, "{body}");
+    }
+    let r = send(
+        Method::POST,
+        &url,
+        &[("content-type", "application/json")],
+        &b"\xff\xfe{}"[..],
+    )
+    .await;
+    assert_envelope(&r, 400, -32700);
+    assert!(up.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_keys_are_refused() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    for body in [
+        // Which method runs depends on the parser: never forward it.
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"move_document"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_document","name":"delete_document"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_document","n\u0061me":"move_document"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping","params":{},"params":{}}]"#,
+    ] {
+        let r = post(&url, &[], body).await;
+        assert_envelope(&r, 400, -32600);
+        assert!(
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("duplicate key"),
+            "{}",
+            r.body
+        );
+    }
+    assert!(up.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_type_and_encoding() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    let body = list(1);
+    for headers in [
+        vec![("content-type", "text/plain")],
+        vec![("content-type", "application/x-www-form-urlencoded")],
+        vec![],
+        vec![
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ],
+        vec![
+            ("content-type", "application/json"),
+            ("content-encoding", "identity, br"),
+        ],
+    ] {
+        let r = send(Method::POST, &url, &headers, body.clone()).await;
+        assert_envelope(&r, 415, -32600);
+    }
+    // A gzip body that really is gzip is refused too: it was not inspected.
+    let gz =
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\xae\x05\x00\x43\xbf\xa6\xa3\x02\x00\x00\x00";
+    let r = send(
+        Method::POST,
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ],
+        &gz[..],
+    )
+    .await;
+    assert_envelope(&r, 415, -32600);
+    // Parameters and case do not matter.
+    let r = send(
+        Method::POST,
+        &url,
+        &[
+            ("content-type", "Application/JSON; charset=utf-8"),
+            ("accept", SDK_ACCEPT),
+        ],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(up.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_bodies_are_refused_before_forwarding() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"upload_document","arguments":{{"content":"{}"}}}}}}"#,
+        "x".repeat(70 * 1024)
+    );
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &big).await;
+    let v = assert_envelope(&r, 413, -32600);
+    assert!(v["error"]["message"].as_str().unwrap().contains("65536"));
+
+    // Without Content-Length (chunked), the limit holds while reading.
+    let addr = gw.listeners["main"];
+    let mut req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{big}\r\n0\r\n\r\n",
+        big.len()
+    );
+    req.push_str("");
+    let answer = raw(addr, req.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    // Just under the limit passes.
+    let fits = big.replace(&"x".repeat(70 * 1024), &"x".repeat(60 * 1024));
+    assert_eq!(post(&gw.url("/mcp-gpt-full"), &[], &fits).await.status, 200);
+    assert_eq!(up.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_headers_must_match_the_body() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    let body = call(1, "get_document");
+    for headers in [
+        vec![("mcp-method", "tools/list")],
+        vec![
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "search_knowledge"),
+        ],
+        vec![("mcp-name", "move_document")],
+    ] {
+        let r = post(&url, &headers, &body).await;
+        assert_envelope(&r, 400, -32600);
+    }
+    let batch = format!("[{body}]");
+    assert_envelope(
+        &post(&url, &[("mcp-method", "tools/call")], &batch).await,
+        400,
+        -32600,
+    );
+    assert!(up.received().is_empty());
+
+    let r = post(
+        &url,
+        &[("mcp-method", "tools/call"), ("mcp-name", "get_document")],
+        &body,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let read =
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"doc://welcome"}}"#;
+    let r = post(
+        &url,
+        &[
+            ("mcp-method", "resources/read"),
+            ("mcp-name", "doc://welcome"),
+        ],
+        read,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(up.received().len(), 2);
+    // The headers reach the upstream as sent.
+    assert_eq!(up.received()[0].headers["mcp-name"], "get_document");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_and_routes() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let body = list(1);
+
+    // Path-token routes: every bad token looks exactly like a missing route.
+    let no_route = post(&gw.url("/nowhere"), &[], &body).await;
+    let v = assert_envelope(&no_route, 404, -32001);
+    for token in [
+        "wrong",
+        EXPIRED,
+        FUTURE,
+        READONLY,
+        &GPT[..GPT.len() - 1],
+        &format!("{GPT}x"),
+    ] {
+        let r = post(&gw.url(&format!("/gpt-mcp/{token}/mcp")), &[], &body).await;
+        let w = assert_envelope(&r, 404, -32001);
+        assert_eq!(w["error"]["message"], v["error"]["message"]);
+        assert_eq!(r.headers.get("www-authenticate"), None);
+    }
+    // Near misses of the template are no route.
+    for path in [
+        format!("/gpt-mcp/{GPT}/mcp/"),
+        format!("/gpt-mcp/{GPT}"),
+        "/gpt-mcp//mcp".to_string(),
+        format!("/GPT-MCP/{GPT}/mcp"),
+    ] {
+        assert_envelope(&post(&gw.url(&path), &[], &body).await, 404, -32001);
+    }
+
+    // Bearer routes: 401 with a challenge.
+    for auth in [
+        None,
+        Some("Bearer wrong".to_string()),
+        Some(bearer(GPT)),
+        Some(format!("Basic {READONLY}")),
+        Some(bearer(EXPIRED)),
+    ] {
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("authorization", a)])
+            .unwrap_or_default();
+        let r = post(&gw.url("/mcp-readonly"), &headers, &body).await;
+        assert_envelope(&r, 401, -32001);
+        assert_eq!(r.header("www-authenticate"), "Bearer realm=\"mcpgate\"");
+    }
+    assert!(up.received().is_empty());
+
+    // Tokens never appear in the log, not even the bad ones or the path.
+    let log = gw.log();
+    for t in ALL_TOKENS {
+        assert!(!log.contains(t), "token in log");
+    }
+    assert!(log.contains("route=\"/gpt-mcp/{token}/mcp\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_methods() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    for method in [Method::PUT, Method::PATCH, Method::OPTIONS, Method::HEAD] {
+        let r = send(method.clone(), &gw.url("/mcp-gpt-full"), &[], "").await;
+        assert_eq!(r.status, 405, "{method}");
+        assert_eq!(r.header("allow"), "POST, GET, DELETE");
+        if method != Method::HEAD {
+            assert_eq!(r.json()["error"]["code"], -32600);
+        }
+    }
+    // A wrong token still answers 404 first: the method reveals nothing.
+    let r = send(Method::PUT, &gw.url("/gpt-mcp/wrong/mcp"), &[], "").await;
+    assert_eq!(r.status, 404);
+    assert!(up.received().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_socket_does_not_hurt_the_gateway() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let addr = gw.listeners["main"];
+    for junk in [
+        &b"\x00\x01\x02garbage\r\n\r\n"[..],
+        b"GET / HTTP/9.9\r\n\r\n",
+        b"POST /mcp-gpt-full HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+    ] {
+        let answer = raw(addr, junk).await;
+        assert!(!answer.contains(" 500 "), "{answer}");
+    }
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+    assert_eq!(r.status, 200);
+}

@@ -1,0 +1,364 @@
+//! Tool policy and the tools/list rewrite, end to end: real gateway process, sample
+//! upstream in JSON and SSE modes, assertions on what the client got and what the
+//! upstream received.
+
+mod support;
+
+use mcpgate::sample::{self, Mode};
+use serde_json::Value;
+use support::*;
+
+async fn tools_list_is_filtered(mode: Mode) {
+    let up = upstream(sample::Options {
+        mode,
+        ..Default::default()
+    })
+    .await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+
+    let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.tool_names(), GPT_TOOLS);
+
+    let auth = bearer(READONLY);
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth)],
+        &list(2),
+    )
+    .await;
+    assert_eq!(
+        r.tool_names(),
+        READONLY_TOOLS,
+        "get_* allowed, get_document_for_rewrite denied"
+    );
+
+    // Allow-all still loses the hidden tool.
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &list(3)).await;
+    let names = r.tool_names();
+    assert_eq!(names.len(), sample::TOOLS.len() - 1);
+    assert!(!names.contains(&"move_document".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_is_filtered_from_a_json_upstream() {
+    tools_list_is_filtered(Mode::Json).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_is_filtered_from_an_sse_upstream() {
+    tools_list_is_filtered(Mode::Sse).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_tools_and_other_fields_are_byte_for_byte() {
+    let up = upstream(sample::Options {
+        cache_scope: true,
+        ..Default::default()
+    })
+    .await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let direct = post(&up.url(), &[], &list(1)).await;
+    let through = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(1)).await;
+
+    // Every kept tool appears in the gateway's body exactly as the upstream wrote it.
+    let raw: Value = direct.json();
+    for tool in raw["result"]["tools"].as_array().unwrap() {
+        let text = tool.to_string(); // the sample writes compact JSON with sorted keys
+        assert!(direct.body.contains(&text));
+        let kept = tool["name"] != "move_document";
+        assert_eq!(through.body.contains(&text), kept, "{}", tool["name"]);
+    }
+    let (d, t) = (direct.json(), through.json());
+    assert_eq!(t["result"]["_meta"], d["result"]["_meta"]);
+    assert_eq!(t["id"], d["id"]);
+    assert_eq!(d["result"]["cacheScope"], "public");
+    assert_eq!(
+        t["result"]["cacheScope"], "private",
+        "a filtered list must not be shared"
+    );
+    assert_eq!(
+        through.header("content-length"),
+        through.body.len().to_string()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_of_a_paginated_list_is_filtered() {
+    for mode in [Mode::Json, Mode::Sse] {
+        let up = upstream(sample::Options {
+            mode,
+            page_size: Some(3),
+            ..Default::default()
+        })
+        .await;
+        let gw = Gateway::start(&config(&up.url(), "10s"));
+        let auth = bearer(READONLY);
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let body = match &cursor {
+                Some(c) => format!(
+                    r#"{{"jsonrpc":"2.0","id":{pages},"method":"tools/list","params":{{"cursor":"{c}"}}}}"#
+                ),
+                None => list(pages),
+            };
+            let r = post(&gw.url("/mcp-readonly"), &[("authorization", &auth)], &body).await;
+            let m = r
+                .messages()
+                .into_iter()
+                .find(|m| m.get("result").is_some())
+                .unwrap();
+            assert_eq!(m["result"]["_meta"]["sample/page"], pages, "{mode:?}");
+            seen.extend(r.tool_names());
+            pages += 1;
+            match m["result"]["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 4, "{mode:?}: 10 tools in pages of 3");
+        assert_eq!(seen, READONLY_TOOLS, "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_events_other_than_the_list_pass_unchanged() {
+    let up = sse_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(7)).await;
+    assert_eq!(r.header("content-type"), "text/event-stream");
+    // The priming event (an id and empty data) comes first, byte for byte.
+    assert!(
+        r.body.starts_with("id: ") && r.body.contains("\ndata: \n\n"),
+        "{}",
+        r.body
+    );
+    // A tools/call answer is an untouched pass-through, notification included.
+    let direct = post(&up.url(), &[], &call(8, "get_document")).await;
+    let through = post(
+        &gw.url(&format!("/gpt-mcp/{GPT}/mcp")),
+        &[],
+        &call(8, "get_document"),
+    )
+    .await;
+    assert_eq!(direct.messages(), through.messages());
+    assert_eq!(through.messages().len(), 2, "log notification and result");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_calls_never_reach_the_upstream() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let auth = bearer(READONLY);
+
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth), ("x-request-id", "req-42")],
+        &call(5, "delete_document"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["id"], 5);
+    assert_eq!(v["error"]["code"], -32602);
+    assert_eq!(v["error"]["message"], "Tool not allowed: delete_document");
+    assert_eq!(v["error"]["data"]["request_id"], "req-42");
+    assert_eq!(r.header("x-request-id"), "req-42");
+
+    // Denied by the profile's deny list, though allow's glob matches.
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth)],
+        &call(6, "get_document_for_rewrite"),
+    )
+    .await;
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Tool not allowed: get_document_for_rewrite"
+    );
+
+    // Hidden: unknown, even for allow-all.
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(7, "move_document")).await;
+    assert_eq!(r.json()["error"]["message"], "Unknown tool: move_document");
+    assert_eq!(r.json()["id"], 7);
+
+    // Allowed calls arrive.
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth)],
+        &call(8, "get_document"),
+    )
+    .await;
+    assert_eq!(r.json()["result"]["isError"], false, "{}", r.body);
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(9, "delete_document")).await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "deleted welcome");
+
+    assert_eq!(up.called_tools(), ["get_document", "delete_document"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_unknown_to_the_configuration_are_unknown_tools() {
+    let up = json_upstream().await;
+    // Without an allow-all profile, a name no profile mentions is "unknown".
+    let text = config(&up.url(), "10s").replace(
+        "[profiles.gpt-full]\nupstream = \"docs\"\nallow = [\"*\"]",
+        "[profiles.gpt-full]\nupstream = \"docs\"\nallow = [\"list_*\"]",
+    );
+    let text = text.replace(
+        "[profiles.limited]\nupstream = \"docs\"\nallow = [\"*\"]",
+        "[profiles.limited]\nupstream = \"docs\"\nallow = [\"list_*\"]",
+    );
+    let gw = Gateway::start(&text);
+    let r = post(
+        &gw.url(&format!("/gpt-mcp/{GPT}/mcp")),
+        &[],
+        &call(1, "format_disk"),
+    )
+    .await;
+    assert_eq!(r.json()["error"]["message"], "Unknown tool: format_disk");
+    assert!(up.called_tools().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_list_limits_what_a_profile_sends() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let auth = bearer(LIMITED);
+    let h = [("authorization", auth.as_str())];
+    let r = post(&gw.url("/mcp-limited"), &h, &call(1, "get_document")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["error"]["code"], -32601);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Method not allowed: tools/call"
+    );
+    let r = post(&gw.url("/mcp-limited"), &h, &list(2)).await;
+    assert_eq!(r.tool_names().len(), 9);
+    // A refused notification is not forwarded; there is nobody to answer.
+    let r = post(
+        &gw.url("/mcp-limited"),
+        &h,
+        r#"{"jsonrpc":"2.0","method":"resources/subscribe_later"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 202);
+    assert!(r.body.is_empty());
+    let methods: Vec<Value> = up
+        .received()
+        .iter()
+        .map(|r| r.json()["method"].clone())
+        .collect();
+    assert_eq!(methods, [Value::from("tools/list")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_batches_are_refused_whole() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let auth = bearer(READONLY);
+    let batch = format!(
+        r#"[{},{{"jsonrpc":"2.0","method":"notifications/progress","params":{{}}}},{},{}]"#,
+        call(1, "get_document"),
+        call(2, "delete_document"),
+        list(3)
+    );
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth)],
+        &batch,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    let items = v.as_array().unwrap();
+    assert_eq!(items.len(), 3, "one error per request element: {v}");
+    assert_eq!(items[0]["id"], 1);
+    assert_eq!(
+        items[0]["error"]["message"],
+        "Batch not forwarded: another request in it was refused"
+    );
+    assert_eq!(items[1]["id"], 2);
+    assert_eq!(
+        items[1]["error"]["message"],
+        "Tool not allowed: delete_document"
+    );
+    assert_eq!(items[2]["id"], 3);
+    assert!(
+        up.received().is_empty(),
+        "nothing of a refused batch is forwarded"
+    );
+
+    // An acceptable batch is forwarded, and its tools/list element is filtered.
+    let batch = format!("[{},{}]", call(4, "get_document"), list(5));
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &auth)],
+        &batch,
+    )
+    .await;
+    let v = r.json();
+    assert_eq!(v[0]["result"]["isError"], false, "{v}");
+    let names: Vec<&str> = v[1]["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, READONLY_TOOLS);
+    assert_eq!(up.received().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaped_names_are_judged_after_decoding() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    let hidden = r#"{"jsonrpc":"2.0","id":1,"method":"tools/c\u0061ll","params":{"n\u0061me":"m\u006fve_document","arguments":{}}}"#;
+    let r = post(&url, &[], hidden).await;
+    assert_eq!(r.json()["error"]["message"], "Unknown tool: move_document");
+    // An allowed name written with escapes is forwarded as the original bytes.
+    let allowed = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_\u0064ocument","arguments":{"id":"welcome"}}}"#;
+    let r = post(&url, &[], allowed).await;
+    assert_eq!(r.json()["result"]["isError"], false, "{}", r.body);
+    let got = up.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, allowed.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_non_string_tool_names_are_refused() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    for (params, message) in [
+        (
+            r#""params":{"arguments":{}}"#,
+            "Unknown tool: (params.name is missing)",
+        ),
+        (
+            r#""params":{"name":["move_document"]}"#,
+            "Unknown tool: (params.name is not a string)",
+        ),
+        (
+            r#""params":{"name":null}"#,
+            "Unknown tool: (params.name is not a string)",
+        ),
+        (
+            r#""params":"move_document""#,
+            "Unknown tool: (params.name is missing)",
+        ),
+    ] {
+        let r = post(
+            &url,
+            &[],
+            &format!(r#"{{"jsonrpc":"2.0","id":"x","method":"tools/call",{params}}}"#),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["error"]["message"], message);
+        assert_eq!(r.json()["id"], "x");
+    }
+    assert!(up.received().is_empty());
+}

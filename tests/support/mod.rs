@@ -1,0 +1,374 @@
+//! Test support: starts the real `mcpgate` binary on 127.0.0.1 with a config written for
+//! the test, the sample MCP server in-process (so a test can read what it received), and
+//! offers a small HTTP client over real sockets.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use mcpgate::sample::{self, SampleServer};
+use mcpgate::token::{Secret, to_hex};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+pub const GPT: &str = "tok-gpt-5Qd8xJv2LmN4pR7sT9uW1yZ3aB6cE0fH";
+pub const READONLY: &str = "tok-readonly-Hk2Jm4Np6Qr8St0Uv2Wx4Yz6Ab8Cd0Ef";
+pub const EXPIRED: &str = "tok-expired-Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2Rr1Qq0Pp";
+pub const FUTURE: &str = "tok-future-Aa1Bb2Cc3Dd4Ee5Ff6Gg7Hh8Ii9Jj0Kk";
+pub const LIMITED: &str = "tok-limited-Mm1Nn2Oo3Pp4Qq5Rr6Ss7Tt8Uu9Vv0Ww";
+pub const API_KEY: &str = "upstream-api-key-from-env";
+pub const ALL_TOKENS: [&str; 5] = [GPT, READONLY, EXPIRED, FUTURE, LIMITED];
+
+pub const GPT_TOOLS: [&str; 9] = [
+    "search_knowledge",
+    "list_documents",
+    "get_document",
+    "get_document_for_rewrite",
+    "batch_read",
+    "upload_document",
+    "update_document",
+    "patch_document",
+    "delete_document",
+];
+pub const READONLY_TOOLS: [&str; 4] = [
+    "search_knowledge",
+    "list_documents",
+    "get_document",
+    "batch_read",
+];
+
+pub fn hash(token: &str) -> String {
+    to_hex(&Secret(token).hash())
+}
+
+/// The test deployment: SPEC §2's profiles plus one with a `methods` list.
+pub fn config(upstream_url: &str, timeout: &str) -> String {
+    format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.docs]
+url = "{upstream_url}"
+connect_timeout = "1s"
+timeout = "{timeout}"
+headers = {{ "X-API-Key" = "${{env:MCPGATE_TEST_API_KEY}}" }}
+
+[tools]
+hidden = ["move_document"]
+deny_code = -32602
+
+[profiles.gpt]
+upstream = "docs"
+allow = ["search_knowledge", "list_documents", "get_document", "get_document_for_rewrite",
+         "batch_read", "upload_document", "update_document", "patch_document", "delete_document"]
+
+[profiles.gpt-full]
+upstream = "docs"
+allow = ["*"]
+
+[profiles.readonly]
+upstream = "docs"
+allow = ["search_knowledge", "list_documents", "get_*", "batch_read"]
+deny = ["get_document_for_rewrite"]
+
+[profiles.limited]
+upstream = "docs"
+allow = ["*"]
+methods = ["initialize", "ping", "notifications/*", "tools/list"]
+
+[[routes]]
+listen = "main"
+path = "/gpt-mcp/{{token}}/mcp"
+profile = "gpt"
+
+[[routes]]
+listen = "main"
+path = "/mcp-readonly"
+profile = "readonly"
+
+[[routes]]
+listen = "main"
+path = "/mcp-gpt-full"
+profile = "gpt-full"
+auth = "none"
+
+[[routes]]
+listen = "main"
+path = "/mcp-limited"
+profile = "limited"
+
+[[tokens]]
+id = "chatgpt-app"
+sha256 = "{gpt}"
+profiles = ["gpt"]
+not_after = "2999-01-01T00:00:00Z"
+
+[[tokens]]
+id = "reader"
+sha256 = "{readonly}"
+profiles = ["readonly"]
+
+[[tokens]]
+id = "old-token"
+sha256 = "{expired}"
+profiles = ["gpt"]
+not_after = "2020-01-01T00:00:00Z"
+
+[[tokens]]
+id = "next-token"
+sha256 = "{future}"
+profiles = ["gpt"]
+not_before = "2999-01-01T00:00:00Z"
+
+[[tokens]]
+id = "limited"
+sha256 = "{limited}"
+profiles = ["limited"]
+
+[limits]
+max_body = "64KiB"
+"#,
+        gpt = hash(GPT),
+        readonly = hash(READONLY),
+        expired = hash(EXPIRED),
+        future = hash(FUTURE),
+        limited = hash(LIMITED),
+    )
+}
+
+/// A running `mcpgate run` process. Killed on drop.
+pub struct Gateway {
+    child: Child,
+    pub listeners: HashMap<String, SocketAddr>,
+    log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    pub fn start(config_text: &str) -> Gateway {
+        Self::try_start(config_text)
+            .unwrap_or_else(|(code, log)| panic!("mcpgate exited ({code:?}):\n{log}"))
+    }
+
+    /// Starts the gateway; on early exit returns its exit code and stderr.
+    pub fn try_start(config_text: &str) -> Result<Gateway, (Option<i32>, String)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mcpgate.toml");
+        std::fs::write(&path, config_text).unwrap();
+        let expected = config_text.matches("[[listen]]").count();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+            .args(["run", "-c"])
+            .arg(&path)
+            .env("MCPGATE_TEST_API_KEY", API_KEY)
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(found) = parse_listening(&line) {
+                    let _ = tx.send(found);
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let mut listeners = HashMap::new();
+        while listeners.len() < expected {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok((name, addr)) => {
+                    listeners.insert(name, addr);
+                }
+                Err(_) => {
+                    let code = child.wait().ok().and_then(|s| s.code());
+                    std::thread::sleep(Duration::from_millis(100));
+                    return Err((code, log.lock().unwrap().clone()));
+                }
+            }
+        }
+        Ok(Gateway {
+            child,
+            listeners,
+            log,
+            _dir: dir,
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listeners["main"])
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
+    if !line.contains(" listening ") {
+        return None;
+    }
+    let name = line
+        .split("listener=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .trim_matches('"');
+    let addr = line.split(" addr=").nth(1)?.split_whitespace().next()?;
+    Some((name.to_string(), addr.parse().ok()?))
+}
+
+pub async fn upstream(opts: sample::Options) -> SampleServer {
+    sample::start(SocketAddr::from(([127, 0, 0, 1], 0)), opts)
+        .await
+        .unwrap()
+}
+
+pub async fn json_upstream() -> SampleServer {
+    upstream(sample::Options::default()).await
+}
+
+pub async fn sse_upstream() -> SampleServer {
+    upstream(sample::Options {
+        mode: sample::Mode::Sse,
+        ..Default::default()
+    })
+    .await
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The JSON-RPC messages of the body, whether it is JSON or SSE.
+    pub fn messages(&self) -> Vec<serde_json::Value> {
+        if self.header("content-type").starts_with("text/event-stream") {
+            let mut d = mcpgate::transport::sse::Decoder::new();
+            d.feed(self.body.as_bytes());
+            std::iter::from_fn(|| d.next_event())
+                .filter_map(|e| e.data)
+                .filter(|d| !d.is_empty())
+                .map(|d| serde_json::from_str(&d).unwrap())
+                .collect()
+        } else {
+            match self.json() {
+                serde_json::Value::Array(v) => v,
+                v => vec![v],
+            }
+        }
+    }
+
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map_or("", |v| v.to_str().unwrap())
+    }
+
+    pub fn tool_names(&self) -> Vec<String> {
+        let m = self
+            .messages()
+            .into_iter()
+            .find(|m| m.get("result").is_some())
+            .expect("a result");
+        m["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+pub const SDK_ACCEPT: &str = "application/json, text/event-stream";
+
+pub async fn send(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::new(Full::new(body.into()));
+    *req.method_mut() = method;
+    *req.uri_mut() = url.parse().unwrap();
+    for (k, v) in headers {
+        req.headers_mut().append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let resp = client.request(req).await.unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// POST as an SDK client would: JSON content, both types accepted.
+pub async fn post(url: &str, extra: &[(&str, &str)], body: &str) -> Reply {
+    let mut headers = vec![("content-type", "application/json"), ("accept", SDK_ACCEPT)];
+    headers.extend_from_slice(extra);
+    send(Method::POST, url, &headers, body.to_string()).await
+}
+
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+pub fn call(id: u64, tool: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"id":"welcome"}}}}}}"#
+    )
+}
+
+pub fn list(id: u64) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#)
+}
+
+/// Sends raw bytes on a fresh connection and returns everything read until the server
+/// closes or goes quiet: for requests an HTTP library would refuse to build.
+pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match tokio::time::timeout(Duration::from_millis(1500), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -20,7 +20,6 @@ pub mod code {
 pub enum Side {
     Downstream,
     Upstream,
-    Internal,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -46,15 +45,16 @@ pub enum GateError {
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
-    Refused(Vec<crate::pipeline::policy::Refusal>),
+    Refused {
+        refusals: Vec<crate::pipeline::policy::Refusal>,
+        batch: bool,
+    },
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),
     #[error("Upstream error: {0}")]
     UpstreamBadResponse(String),
     #[error("Upstream timeout: no complete answer within the deadline")]
     UpstreamTimeout,
-    #[error("Internal error")]
-    Internal(String),
 }
 
 impl GateError {
@@ -67,10 +67,9 @@ impl GateError {
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Parse(_) | InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Refused(_) => StatusCode::OK,
+            Refused { .. } => StatusCode::OK,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -84,10 +83,9 @@ impl GateError {
             | BodyTooLarge { .. }
             | UnsupportedMediaType(_)
             | InvalidRequest(_) => code::INVALID_REQUEST,
-            Refused(_) => code::INVALID_REQUEST,
+            Refused { .. } => code::INVALID_REQUEST,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
-            Internal(_) => -32603,
         }
     }
 
@@ -95,7 +93,6 @@ impl GateError {
         use GateError::*;
         match self {
             UpstreamUnreachable(_) | UpstreamBadResponse(_) | UpstreamTimeout => Side::Upstream,
-            Internal(_) => Side::Internal,
             _ => Side::Downstream,
         }
     }
@@ -112,11 +109,10 @@ impl GateError {
             UnsupportedMediaType(_) => "unsupported_media_type",
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
-            Refused(_) => "policy",
+            Refused { .. } => "policy",
             UpstreamUnreachable(_) => "upstream_unreachable",
             UpstreamBadResponse(_) => "upstream_bad_response",
             UpstreamTimeout => "upstream_timeout",
-            Internal(_) => "internal",
         }
     }
 }

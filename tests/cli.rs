@@ -382,7 +382,11 @@ fn shipped_examples_pass_check() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let o = run(mcpgate().arg("check").arg("-c").arg(&path).env("AGENT_DATA_API_KEY", "example"));
+            let o = run(mcpgate()
+                .arg("check")
+                .arg("-c")
+                .arg(&path)
+                .env("AGENT_DATA_API_KEY", "example"));
             assert_eq!(o.code, Some(0), "{}: {}", path.display(), o.stderr);
             checked += 1;
         }

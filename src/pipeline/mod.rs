@@ -180,7 +180,7 @@ async fn post(
             for r in &refusals {
                 tracing::info!(tool = r.tool.as_deref().unwrap_or("-"), why = %r.message, "refused by policy");
             }
-            return Ok(respond::refused(&refusals, batch, &ctx.request_id));
+            return Err(GateError::Refused { refusals, batch });
         }
         policy::Verdict::Swallow => {
             tracing::info!("notification refused by policy and not forwarded");

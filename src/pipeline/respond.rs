@@ -70,8 +70,8 @@ pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
 
 /// The answer for an error. `rpc_id` is the id of the single request it concerns, if known.
 pub fn error(err: &GateError, rpc_id: Option<&RawValue>, request_id: &str) -> Response<GateBody> {
-    if let GateError::Refused(refusals) = err {
-        return refused(refusals, false, request_id);
+    if let GateError::Refused { refusals, batch } = err {
+        return refused(refusals, *batch, request_id);
     }
     let message = err.to_string();
     let body = serde_json::to_vec(&envelope(rpc_id, err.rpc_code(), &message, request_id))
@@ -95,7 +95,7 @@ pub fn error(err: &GateError, rpc_id: Option<&RawValue>, request_id: &str) -> Re
 
 /// HTTP 200 with one JSON-RPC error per refused request: an object for a single message,
 /// an array for a batch.
-pub fn refused(refusals: &[Refusal], batch: bool, request_id: &str) -> Response<GateBody> {
+fn refused(refusals: &[Refusal], batch: bool, request_id: &str) -> Response<GateBody> {
     let envelopes: Vec<Envelope> = refusals
         .iter()
         .map(|r| envelope(r.id.as_deref(), r.code, &r.message, request_id))

@@ -34,6 +34,14 @@ pub enum GateError {
     Unauthorized,
     #[error("Method not allowed: use POST, GET or DELETE")]
     MethodNotAllowed,
+    #[error("Forbidden: Host not allowed on this listener")]
+    HostRefused,
+    #[error("Forbidden: Origin not allowed")]
+    OriginRefused,
+    #[error("Not acceptable: accept application/json or text/event-stream")]
+    NotAcceptable,
+    #[error("Not acceptable: a GET stream needs Accept: text/event-stream")]
+    StreamNotAcceptable,
     #[error("Body too large: the limit is {limit} bytes")]
     BodyTooLarge { limit: u64 },
     #[error("Unsupported media type: {0}")]
@@ -64,6 +72,8 @@ impl GateError {
             NoRoute | BadPathToken => StatusCode::NOT_FOUND,
             Unauthorized => StatusCode::UNAUTHORIZED,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            HostRefused | OriginRefused => StatusCode::FORBIDDEN,
+            NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Parse(_) | InvalidRequest(_) => StatusCode::BAD_REQUEST,
@@ -77,7 +87,10 @@ impl GateError {
     pub fn rpc_code(&self) -> i64 {
         use GateError::*;
         match self {
-            NoRoute | BadPathToken | Unauthorized => code::UNAUTHORIZED,
+            NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused => {
+                code::UNAUTHORIZED
+            }
+            NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             MethodNotAllowed
             | BodyTooLarge { .. }
@@ -105,6 +118,9 @@ impl GateError {
             BadPathToken => "bad_path_token",
             Unauthorized => "unauthorized",
             MethodNotAllowed => "method_not_allowed",
+            HostRefused => "host_refused",
+            OriginRefused => "origin_refused",
+            NotAcceptable | StreamNotAcceptable => "not_acceptable",
             BodyTooLarge { .. } => "body_too_large",
             UnsupportedMediaType(_) => "unsupported_media_type",
             Parse(_) => "parse_error",

@@ -2,22 +2,15 @@
 //! may not call; everything else stays as the upstream wrote it. The rewrite splices raw
 //! JSON: the kept tools are copied byte for byte into a new `tools` array, which replaces
 //! the old one at its offset in the body, so unknown fields, `nextCursor` and `_meta`
-//! survive untouched. Works on a JSON body (one response or a batch) and, through
-//! `SseRewrite`, on each event of an SSE body.
+//! survive untouched. Works on one JSON text (a response or a batch of responses): a JSON
+//! body, or the data of one SSE event (see `transport::relay`).
 
-use crate::body::{BoxError, GateBody};
 use crate::config::{Profile, Snapshot};
 use crate::pipeline::jsonrpc::Text;
-use crate::transport::sse;
-use bytes::Bytes;
-use http_body::{Body, Frame};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use std::collections::VecDeque;
 use std::ops::Range;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// Largest SSE event or JSON body held for a rewrite; past it the answer fails closed.
 pub const MAX_REWRITE_BYTES: usize = 32 << 20;
@@ -159,98 +152,17 @@ fn edits_for(
     Ok(())
 }
 
-/// An SSE response body whose tools/list events are rewritten as they arrive; every other
-/// event is passed on byte for byte as soon as its blank line is read.
-pub struct SseRewrite {
-    inner: GateBody,
-    decoder: sse::Decoder,
-    ids: Vec<Box<str>>,
-    filter: ToolFilter,
-    out: VecDeque<Bytes>,
-    done: bool,
+/// The tools/list requests of one payload and the filter of the caller's profile.
+#[derive(Clone)]
+pub struct ListRewrite {
+    pub ids: Vec<Box<str>>,
+    pub filter: ToolFilter,
 }
 
-impl SseRewrite {
-    pub fn new(inner: GateBody, ids: Vec<Box<str>>, filter: ToolFilter) -> Self {
-        SseRewrite {
-            inner,
-            decoder: sse::Decoder::new(),
-            ids,
-            filter,
-            out: VecDeque::new(),
-            done: false,
-        }
-    }
-
-    fn process(&self, ev: sse::Event) -> Result<Bytes, BoxError> {
-        let Some(data) = ev
-            .data
-            .as_deref()
-            .filter(|d| d.trim_start().starts_with(['{', '[']))
-        else {
-            return Ok(ev.raw);
-        };
-        match rewrite(data, &self.ids, &self.filter) {
-            Ok(None) => Ok(ev.raw),
-            Ok(Some(new)) => Ok(sse::encode_event(&ev, &new)),
-            Err(e) => {
-                Err(format!("cannot filter a tools/list event from the upstream: {e}").into())
-            }
-        }
-    }
-}
-
-impl Body for SseRewrite {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if let Some(b) = this.out.pop_front() {
-                return Poll::Ready(Some(Ok(Frame::data(b))));
-            }
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => {
-                    this.done = true;
-                    if let Some(rest) = this.decoder.finish() {
-                        this.out.push_back(rest);
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    this.decoder.feed(&data);
-                    while let Some(ev) = this.decoder.next_event() {
-                        match this.process(ev) {
-                            Ok(b) => this.out.push_back(b),
-                            Err(e) => {
-                                this.done = true;
-                                return Poll::Ready(Some(Err(e)));
-                            }
-                        }
-                    }
-                    if this.decoder.pending() > MAX_REWRITE_BYTES {
-                        this.done = true;
-                        return Poll::Ready(Some(Err(
-                            "SSE event from the upstream is too large to filter".into(),
-                        )));
-                    }
-                }
-            }
-        }
+impl ListRewrite {
+    /// Rewrites a JSON message or batch if it answers one of `ids`. `Ok(None)`: unchanged.
+    pub fn apply(&self, text: &str) -> Result<Option<String>, String> {
+        rewrite(text, &self.ids, &self.filter)
     }
 }
 

@@ -25,6 +25,8 @@ pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 pub const DEFAULT_DENY_CODE: i64 = -32602;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// A configuration error with its position in the file, when there is one.
 #[derive(Debug, Clone)]
@@ -52,6 +54,7 @@ pub struct Upstream {
     pub url: Uri,
     pub connect_timeout: Duration,
     pub timeout: Duration,
+    pub stream_idle_timeout: Duration,
     /// Configured headers with secrets resolved. Never printed.
     pub headers: HeaderMap,
     pub client: UpstreamClient,
@@ -119,7 +122,71 @@ struct RouteTable {
 pub struct Listener {
     pub name: String,
     pub addr: SocketAddr,
+    pub hosts: HostRules,
+    pub origins: OriginRules,
     table: RouteTable,
+}
+
+/// Accepted `Host` values (DNS-rebinding defence).
+#[derive(Debug, Clone)]
+pub struct HostRules(Vec<String>);
+
+/// Accepted `Origin` values (DNS-rebinding and cross-site defence).
+#[derive(Debug, Clone)]
+pub struct OriginRules(Vec<String>);
+
+const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+impl HostRules {
+    /// `host` is a `Host` header or `:authority`: `name`, `name:port`, `[v6]:port`.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        let name = match host.rsplit_once(':') {
+            Some((n, port))
+                if !n.is_empty()
+                    && !port.contains(']')
+                    && port.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                n
+            }
+            _ => host.as_str(),
+        };
+        self.0.iter().any(|r| r == "*" || *r == host || *r == name)
+    }
+
+    pub fn describe(&self) -> String {
+        self.0.join(", ")
+    }
+}
+
+impl OriginRules {
+    pub fn allows(&self, origin: &str) -> bool {
+        let origin = origin.trim().to_ascii_lowercase();
+        self.0.iter().any(|r| {
+            if r == "*" || *r == origin {
+                return true;
+            }
+            // "scheme://host:*" accepts the host with any port or none.
+            let Some(base) = r.strip_suffix(":*") else {
+                return false;
+            };
+            match origin.strip_prefix(base) {
+                Some("") => true,
+                Some(rest) => rest
+                    .strip_prefix(':')
+                    .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())),
+                None => false,
+            }
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        if self.0.is_empty() {
+            "(none)".to_string()
+        } else {
+            self.0.join(", ")
+        }
+    }
 }
 
 /// A registered token. The token itself is never stored, only its hash (the map key).
@@ -162,6 +229,7 @@ pub struct Snapshot {
     pub hidden: Matcher,
     pub deny_code: i64,
     pub max_body: u64,
+    pub sse_keepalive: Duration,
     /// Things `check` should tell the operator that are not errors.
     pub warnings: Vec<String>,
 }
@@ -225,6 +293,8 @@ impl Snapshot {
         let _ = writeln!(out, "\nlisteners:");
         for l in &self.listeners {
             let _ = writeln!(out, "  {:<12} http://{}", l.name, l.addr);
+            let _ = writeln!(out, "    allowed_hosts:   {}", l.hosts.describe());
+            let _ = writeln!(out, "    allowed_origins: {}", l.origins.describe());
         }
         let _ = writeln!(out, "\nroutes:");
         for r in &self.routes {
@@ -245,11 +315,12 @@ impl Snapshot {
             names.dedup();
             let _ = writeln!(
                 out,
-                "  {:<12} {} connect_timeout={} timeout={} headers=[{}]",
+                "  {:<12} {} connect_timeout={} timeout={} stream_idle_timeout={} headers=[{}]",
                 u.name,
                 u.url,
                 humantime::format_duration(u.connect_timeout),
                 humantime::format_duration(u.timeout),
+                humantime::format_duration(u.stream_idle_timeout),
                 names.join(", ")
             );
         }
@@ -287,6 +358,12 @@ impl Snapshot {
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
         let _ = writeln!(out, "\nlimits:");
         let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        let _ = writeln!(out, "\ntransport:");
+        let _ = writeln!(
+            out,
+            "  sse_keepalive: {}",
+            humantime::format_duration(self.sse_keepalive)
+        );
         for w in &self.warnings {
             let _ = writeln!(out, "\nwarning: {w}");
         }
@@ -392,6 +469,15 @@ impl Compiler<'_> {
             None => DEFAULT_MAX_BODY,
         };
 
+        let sse_keepalive = match raw
+            .transport
+            .as_ref()
+            .and_then(|t| t.get_ref().sse_keepalive.as_ref())
+        {
+            Some(v) => at(v, parse_duration(v.get_ref()))?,
+            None => DEFAULT_SSE_KEEPALIVE,
+        };
+
         let mut listeners = listeners;
         let routes = self.routes(&raw.routes, &mut listeners, &profiles, &mut warnings)?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
@@ -406,6 +492,7 @@ impl Compiler<'_> {
             hidden,
             deny_code,
             max_body,
+            sse_keepalive,
             warnings,
         })
     }
@@ -413,7 +500,6 @@ impl Compiler<'_> {
     fn listeners(&self, raw: &[S<raw::RawListen>]) -> Result<Vec<Listener>, Fail> {
         let mut out: Vec<Listener> = Vec::new();
         for l in raw {
-            let span = l.span();
             let l = l.get_ref();
             not_yet(&l.tls, "listen.tls")?;
             let name = l.name.get_ref();
@@ -435,10 +521,56 @@ impl Compiler<'_> {
                     format!("address {addr} is used by two listeners"),
                 );
             }
-            let _ = span;
+            let loopback = addr.ip().is_loopback();
+            let hosts = match &l.allowed_hosts {
+                Some(list) => {
+                    check_patterns(list)?;
+                    HostRules(
+                        list.iter()
+                            .map(|h| h.get_ref().trim().to_ascii_lowercase())
+                            .collect(),
+                    )
+                }
+                None if loopback => HostRules(LOCAL_HOSTS.iter().map(|h| h.to_string()).collect()),
+                None => HostRules(vec!["*".to_string()]),
+            };
+            let origins = match &l.allowed_origins {
+                Some(list) => {
+                    for o in list {
+                        let v = o.get_ref();
+                        if v != "*" && v != "null" && !v.contains("://") {
+                            return fail(
+                                o.span(),
+                                format!(
+                                    "origin {v:?} must be \"*\" or scheme://host[:port], e.g. \"https://claude.ai\""
+                                ),
+                            );
+                        }
+                    }
+                    OriginRules(
+                        list.iter()
+                            .map(|o| {
+                                o.get_ref()
+                                    .trim()
+                                    .trim_end_matches('/')
+                                    .to_ascii_lowercase()
+                            })
+                            .collect(),
+                    )
+                }
+                None if loopback => OriginRules(
+                    LOCAL_HOSTS
+                        .iter()
+                        .flat_map(|h| [format!("http://{h}:*"), format!("https://{h}:*")])
+                        .collect(),
+                ),
+                None => OriginRules(Vec::new()),
+            };
             out.push(Listener {
                 name: name.clone(),
                 addr,
+                hosts,
+                origins,
                 table: RouteTable::default(),
             });
         }
@@ -480,6 +612,10 @@ impl Compiler<'_> {
                 Some(v) => at(v, parse_duration(v.get_ref()))?,
                 None => DEFAULT_TIMEOUT,
             };
+            let stream_idle_timeout = match &u.stream_idle_timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_STREAM_IDLE_TIMEOUT,
+            };
             let mut headers = HeaderMap::new();
             for (k, v) in &u.headers {
                 let hname = HeaderName::from_bytes(k.as_bytes())
@@ -512,6 +648,7 @@ impl Compiler<'_> {
                     url,
                     connect_timeout,
                     timeout,
+                    stream_idle_timeout,
                     headers,
                     client,
                 }),
@@ -879,6 +1016,59 @@ profiles = ["gpt"]
         let e = err(&text);
         assert!(e.contains("MCPGATE_UNIT_MISSING"), "{e}");
         assert!(e.starts_with("f.toml:8:"), "{e}");
+    }
+
+    #[test]
+    fn host_and_origin_rules() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let l = &s.listeners[0];
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:1",
+            "[::1]:443",
+            "[::1]",
+        ] {
+            assert!(l.hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:8080",
+            "localhost.evil.com",
+            "127.0.0.2",
+        ] {
+            assert!(!l.hosts.allows(bad), "{bad}");
+        }
+        for ok in [
+            "http://localhost:3000",
+            "http://localhost",
+            "https://127.0.0.1:8443",
+            "http://[::1]:1",
+        ] {
+            assert!(l.origins.allows(ok), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "http://localhost.evil.com",
+            "http://localhost:",
+            "null",
+            "http://localhost:80x",
+        ] {
+            assert!(!l.origins.allows(bad), "{bad}");
+        }
+        let public = load_str(&BASE.replace("127.0.0.1:0", "0.0.0.0:0"), "f.toml").unwrap();
+        assert!(public.listeners[0].hosts.allows("mcp.example.com"));
+        assert!(!public.listeners[0].origins.allows("https://claude.ai"));
+        let listed = BASE.replace("addr = \"127.0.0.1:0\"", "addr = \"0.0.0.0:0\"\nallowed_origins = [\"https://claude.ai\"]\nallowed_hosts = [\"mcp.example.com\"]");
+        let listed = load_str(&listed, "f.toml").unwrap();
+        assert!(listed.listeners[0].origins.allows("https://Claude.ai"));
+        assert!(
+            !listed.listeners[0]
+                .origins
+                .allows("https://claude.ai.evil.com")
+        );
+        assert!(listed.listeners[0].hosts.allows("mcp.example.com:8443"));
+        assert!(!listed.listeners[0].hosts.allows("other.example.com"));
     }
 
     #[test]

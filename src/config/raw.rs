@@ -32,6 +32,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub tokens: Vec<S<RawToken>>,
     pub limits: Option<S<RawLimits>>,
+    /// Streaming behaviour shared by all listeners.
+    pub transport: Option<S<RawTransport>>,
     /// Audit trail (audit issue): rejected until implemented.
     pub audit: Option<S<toml::Value>>,
 }
@@ -44,6 +46,13 @@ pub struct RawListen {
     pub addr: S<String>,
     /// TLS (operations issue): rejected until implemented.
     pub tls: Option<S<toml::Value>>,
+    /// `Host` values accepted: names (any port), `name:port`, or `"*"`. Default: on a
+    /// loopback address only localhost names; elsewhere any.
+    pub allowed_hosts: Option<Vec<S<String>>>,
+    /// `Origin` values accepted when a browser sends one: `scheme://host[:port]`, with
+    /// `:*` for any port, or `"*"`. Default: on a loopback address only localhost origins;
+    /// elsewhere none. A request without `Origin` is never refused for it.
+    pub allowed_origins: Option<Vec<S<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,6 +64,9 @@ pub struct RawUpstream {
     pub connect_timeout: Option<S<String>>,
     /// Deadline of one request; default `60s`.
     pub timeout: Option<S<String>>,
+    /// Long-lived streams (GET, `subscriptions/listen`) end after this long without a byte
+    /// from the upstream; default `5m`.
+    pub stream_idle_timeout: Option<S<String>>,
     /// Headers added to every upstream request; values may hold `${env:NAME}` / `${file:PATH}`.
     #[serde(default)]
     pub headers: BTreeMap<String, S<String>>,
@@ -113,4 +125,12 @@ pub struct RawLimits {
     pub concurrency: Option<S<toml::Value>>,
     /// Per-tool deadlines (limits issue): rejected until implemented.
     pub timeouts: Option<S<toml::Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTransport {
+    /// A `: keepalive` comment goes to a client whose SSE stream was silent this long;
+    /// default `15s`.
+    pub sse_keepalive: Option<S<String>>,
 }

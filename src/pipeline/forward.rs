@@ -65,6 +65,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 pub struct Outgoing<'a> {
     pub method: Method,
+    /// Whether the request deadline also bounds the answer's body. Not for long-lived
+    /// streams (GET, `subscriptions/listen`), which an idle timeout governs instead.
+    pub body_deadline: bool,
     pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub body: Bytes,
@@ -72,8 +75,8 @@ pub struct Outgoing<'a> {
     pub request_id: &'a str,
 }
 
-/// The upstream's response head and, for a POST, what is left of the request deadline
-/// (the body must finish within it too). GET streams have no deadline after their head.
+/// The upstream's response head and, when the deadline bounds the body too, what is left
+/// of it.
 pub struct Answer {
     pub response: Response<Incoming>,
     pub deadline: Option<Pin<Box<Sleep>>>,
@@ -112,7 +115,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
         headers.insert(name, value.clone());
     }
 
-    let is_post = out.method == Method::POST;
+    let body_deadline = out.body_deadline;
     let mut request = Request::new(Full::new(out.body));
     *request.method_mut() = out.method;
     *request.uri_mut() = uri;
@@ -125,7 +128,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     };
     Ok(Answer {
         response,
-        deadline: is_post.then_some(deadline),
+        deadline: body_deadline.then_some(deadline),
     })
 }
 

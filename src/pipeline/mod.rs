@@ -1,18 +1,21 @@
 //! The request path, one stage per module, called in order from `handle`:
-//! route (the snapshot's route index) → `auth` → body limits → `jsonrpc` → `policy` →
-//! `forward` → `respond`. `handle` carries a small per-request context and turns any
+//! route (the snapshot's route index) → `auth` → `origin` → Accept → body limits →
+//! `jsonrpc` → `policy` → `forward` → `respond`. `handle` carries a small per-request context and turns any
 //! error into an answer in exactly one place.
 
 pub mod auth;
 pub mod forward;
 pub mod jsonrpc;
+pub mod origin;
 pub mod policy;
 pub mod respond;
 
 use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
-use crate::tools_list::ToolFilter;
+use crate::tools_list::{ListRewrite, ToolFilter};
+use crate::transport::accept::{self, Want};
+use crate::transport::relay::StreamTiming;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -34,6 +37,8 @@ struct Ctx {
     rpc_id: Option<Box<RawValue>>,
     rpc_method: Option<String>,
     tool: Option<String>,
+    /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
+    want: Result<Want, accept::NotAcceptable>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener` of `snapshot`.
@@ -45,6 +50,7 @@ pub async fn handle(
 ) -> Response<GateBody> {
     let started = Instant::now();
     let mut ctx = Ctx {
+        want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
         request_id: request_id(req.headers()),
         route: None,
         token_id: None,
@@ -60,7 +66,8 @@ pub async fn handle(
     let (response, reason) = match result {
         Ok(r) => (r, None),
         Err(e) => {
-            let r = respond::error(&e, ctx.rpc_id.as_deref(), &ctx.request_id);
+            let sse = ctx.want == Ok(Want::Sse);
+            let r = respond::error(&e, ctx.rpc_id.as_deref(), &ctx.request_id, sse);
             (r, Some(e))
         }
     };
@@ -105,41 +112,58 @@ async fn run(
         ctx.token_id = token.map(|t| t.id.clone());
         route
     };
+    let (parts, body) = req.into_parts();
+    origin::check(&snapshot.listeners[listener], &parts)?;
     let profile = route.profile.clone();
-    match *req.method() {
-        Method::POST => post(snapshot, &profile, peer, req, ctx).await,
-        Method::GET | Method::DELETE => {
-            let (parts, _) = req.into_parts();
-            let answer = forward::send(
-                &profile.upstream,
-                forward::Outgoing {
-                    method: parts.method,
-                    query: parts.uri.query(),
-                    headers: &parts.headers,
-                    body: Bytes::new(),
-                    peer,
-                    request_id: &ctx.request_id,
-                },
-            )
-            .await?;
-            let shaping = respond::Shaping {
-                tools_list: None,
-                expects_rpc: false,
-            };
-            respond::upstream(answer, shaping, &ctx.request_id).await
+    let upstream = &profile.upstream;
+    let stream_timing = StreamTiming {
+        keepalive: snapshot.sse_keepalive,
+        idle: Some(upstream.stream_idle_timeout),
+    };
+    let (body_deadline, want) = match parts.method {
+        Method::POST => return post(snapshot, &profile, peer, parts, body, ctx).await,
+        Method::GET
+            if !accept::accepts_sse(parts.headers.get(header::ACCEPT).map(|v| v.as_bytes())) =>
+        {
+            return Err(GateError::StreamNotAcceptable);
         }
-        _ => Err(GateError::MethodNotAllowed),
-    }
+        // A GET stream is long-lived: the deadline bounds its head, an idle timeout the rest.
+        Method::GET => (false, Want::Sse),
+        Method::DELETE => (true, Want::Either),
+        _ => return Err(GateError::MethodNotAllowed),
+    };
+    let answer = forward::send(
+        upstream,
+        forward::Outgoing {
+            method: parts.method.clone(),
+            body_deadline,
+            query: parts.uri.query(),
+            headers: &parts.headers,
+            body: Bytes::new(),
+            peer,
+            request_id: &ctx.request_id,
+        },
+    )
+    .await?;
+    let shaping = respond::Shaping {
+        want,
+        list: None,
+        pending: Vec::new(),
+        batch: false,
+        timing: stream_timing,
+    };
+    respond::upstream(answer, shaping, &ctx.request_id).await
 }
 
 async fn post(
     snapshot: &Arc<Snapshot>,
     profile: &Arc<Profile>,
     peer: SocketAddr,
-    req: Request<Incoming>,
+    parts: http::request::Parts,
+    body: Incoming,
     ctx: &mut Ctx,
 ) -> Result<Response<GateBody>, GateError> {
-    let (parts, body) = req.into_parts();
+    let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
     check_content_headers(&parts.headers)?;
     let limit = snapshot.max_body;
     let declared = parts
@@ -189,16 +213,27 @@ async fn post(
     }
 
     let ids = payload.tools_list_ids();
-    let shaping = respond::Shaping {
-        tools_list: (!ids.is_empty())
-            .then(|| (ids, ToolFilter::new(snapshot.clone(), profile.clone()))),
-        expects_rpc: payload.has_requests(),
-    };
+    let list = (!ids.is_empty()).then(|| ListRewrite {
+        ids,
+        filter: ToolFilter::new(snapshot.clone(), profile.clone()),
+    });
+    let pending: Vec<Box<RawValue>> = payload
+        .messages()
+        .iter()
+        .filter(|m| m.kind == jsonrpc::Kind::Request)
+        .filter_map(|m| m.id.map(ToOwned::to_owned))
+        .collect();
+    // A subscription stream (2026-07-28) lives as long as the client wants: like a GET
+    // stream, an idle timeout governs it rather than the request deadline.
+    let long_lived = matches!(&payload, jsonrpc::Payload::Single(m) if m.method() == Some("subscriptions/listen"));
+    let batch = payload.is_batch();
     drop(payload);
+    let upstream = &profile.upstream;
     let answer = forward::send(
-        &profile.upstream,
+        upstream,
         forward::Outgoing {
             method: Method::POST,
+            body_deadline: !long_lived,
             query: parts.uri.query(),
             headers: &parts.headers,
             body: bytes,
@@ -207,6 +242,17 @@ async fn post(
         },
     )
     .await?;
+    let timing = StreamTiming {
+        keepalive: snapshot.sse_keepalive,
+        idle: long_lived.then_some(upstream.stream_idle_timeout),
+    };
+    let shaping = respond::Shaping {
+        want,
+        list,
+        pending,
+        batch,
+        timing,
+    };
     respond::upstream(answer, shaping, &ctx.request_id).await
 }
 

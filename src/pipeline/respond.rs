@@ -1,17 +1,21 @@
 //! Every answer leaves through here: errors mcpgate makes itself (one JSON-RPC envelope
-//! per SPEC §6, with the request id in `error.data`), policy refusals (one error per
-//! request element), and upstream answers (headers cleaned, tools/list filtered, every
-//! other body streamed through untouched).
+//! per SPEC §6, with the request id in `error.data`; one SSE frame when the client prefers
+//! SSE), policy refusals (one error per request element), and upstream answers — headers
+//! cleaned, tools/list filtered, and converted between JSON and SSE per the client's
+//! `Accept` (SPEC §5). Every other body streams through untouched.
 
 use super::forward::{Answer, strip_hop_by_hop};
 use super::policy::Refusal;
-use crate::body::{DeadlineExceeded, GateBody};
+use crate::body::GateBody;
 use crate::error::GateError;
-use crate::tools_list::{self, MAX_REWRITE_BYTES, SseRewrite, ToolFilter};
+use crate::tools_list::ListRewrite;
+use crate::transport::accept::Want;
+use crate::transport::relay::{self, SseRelay, StreamTiming};
+use crate::transport::sse;
 use bytes::Bytes;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -51,13 +55,28 @@ fn envelope<'a>(
     }
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response<GateBody> {
+/// A body mcpgate wrote itself: JSON, or that JSON as one SSE frame.
+fn own_response(
+    status: StatusCode,
+    json: Vec<u8>,
+    request_id: &str,
+    sse_frame: bool,
+) -> Response<GateBody> {
+    let body = if sse_frame {
+        sse::encode_json(&String::from_utf8_lossy(&json), None)
+    } else {
+        Bytes::from(json)
+    };
     let mut r = Response::new(GateBody::full(body));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    if sse_frame {
+        set_sse_headers(r.headers_mut());
+    } else {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     set_request_id(&mut r, request_id);
     r
 }
@@ -68,15 +87,43 @@ pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
     }
 }
 
-/// The answer for an error. `rpc_id` is the id of the single request it concerns, if known.
-pub fn error(err: &GateError, rpc_id: Option<&RawValue>, request_id: &str) -> Response<GateBody> {
-    if let GateError::Refused { refusals, batch } = err {
-        return refused(refusals, *batch, request_id);
-    }
-    let message = err.to_string();
-    let body = serde_json::to_vec(&envelope(rpc_id, err.rpc_code(), &message, request_id))
-        .expect("an envelope of strings and numbers serialises");
-    let mut r = json_response(err.status(), body, request_id);
+/// SPEC §5: what every SSE answer carries, so no proxy or cache in between buffers it.
+fn set_sse_headers(h: &mut HeaderMap) {
+    h.remove(header::CONTENT_LENGTH);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+}
+
+/// The answer for an error. `rpc_id` is the id of the single request it concerns, if known;
+/// `sse_frame` when the client prefers SSE.
+pub fn error(
+    err: &GateError,
+    rpc_id: Option<&RawValue>,
+    request_id: &str,
+    sse_frame: bool,
+) -> Response<GateBody> {
+    let json = match err {
+        GateError::Refused { refusals, batch } => refusals_json(refusals, *batch, request_id),
+        _ => {
+            let message = err.to_string();
+            serde_json::to_vec(&envelope(rpc_id, err.rpc_code(), &message, request_id))
+                .expect("an envelope of strings and numbers serialises")
+        }
+    };
+    // A 406 answer must be readable by a client that accepts neither type: JSON.
+    let sse_frame = sse_frame
+        && !matches!(
+            err,
+            GateError::NotAcceptable | GateError::StreamNotAcceptable
+        );
+    let mut r = own_response(err.status(), json, request_id, sse_frame);
     match err {
         GateError::Unauthorized => {
             r.headers_mut().insert(
@@ -93,20 +140,19 @@ pub fn error(err: &GateError, rpc_id: Option<&RawValue>, request_id: &str) -> Re
     r
 }
 
-/// HTTP 200 with one JSON-RPC error per refused request: an object for a single message,
-/// an array for a batch.
-fn refused(refusals: &[Refusal], batch: bool, request_id: &str) -> Response<GateBody> {
+/// One JSON-RPC error per refused request: an object for a single message, an array for a
+/// batch.
+fn refusals_json(refusals: &[Refusal], batch: bool, request_id: &str) -> Vec<u8> {
     let envelopes: Vec<Envelope> = refusals
         .iter()
         .map(|r| envelope(r.id.as_deref(), r.code, &r.message, request_id))
         .collect();
-    let body = if batch || envelopes.len() != 1 {
+    if batch || envelopes.len() != 1 {
         serde_json::to_vec(&envelopes)
     } else {
         serde_json::to_vec(&envelopes[0])
     }
-    .expect("envelopes serialise");
-    json_response(StatusCode::OK, body, request_id)
+    .expect("envelopes serialise")
 }
 
 /// An answer with a status and no body (a swallowed notification).
@@ -119,10 +165,13 @@ pub fn empty(status: StatusCode, request_id: &str) -> Response<GateBody> {
 
 /// What the upstream answer must go through before it reaches the client.
 pub struct Shaping {
-    /// Ids of tools/list requests in the payload, and the filter of the caller's profile.
-    pub tools_list: Option<(Vec<Box<str>>, ToolFilter)>,
-    /// The payload holds requests, so a 200 must carry JSON or SSE.
-    pub expects_rpc: bool,
+    pub want: Want,
+    /// The tools/list requests of the payload and the caller's filter.
+    pub list: Option<ListRewrite>,
+    /// Ids of the requests in the payload: each is owed an answer.
+    pub pending: Vec<Box<RawValue>>,
+    pub batch: bool,
+    pub timing: StreamTiming,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -132,7 +181,7 @@ enum Format {
     Other,
 }
 
-fn format_of(headers: &http::HeaderMap) -> Format {
+fn format_of(headers: &HeaderMap) -> Format {
     let Some(ct) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -161,62 +210,78 @@ pub async fn upstream(
         deadline: answer.deadline,
     };
     let format = format_of(&parts.headers);
-    let ok = parts.status.is_success();
 
-    if shaping.expects_rpc && parts.status == StatusCode::OK && format == Format::Other {
+    if !shaping.pending.is_empty() && parts.status == StatusCode::OK && format == Format::Other {
         return Err(GateError::UpstreamBadResponse(
             "the upstream answered 200 with neither JSON nor an event stream".into(),
         ));
     }
+    // Other statuses (202 for notifications, 4xx such as 404 for an expired session) and
+    // other formats are the upstream's own answer: pass them on.
+    let passthrough = !parts.status.is_success() || format == Format::Other;
     let encoded = parts
         .headers
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let converts = matches!(
+        (format, shaping.want),
+        (Format::Json, Want::Sse) | (Format::Sse, Want::Json)
+    );
+    if !passthrough && encoded && (converts || shaping.list.is_some()) {
+        // mcpgate never asks for compression; an encoded body cannot be read, so it cannot
+        // be filtered or converted. Never let it through unchecked.
+        return Err(GateError::UpstreamBadResponse(
+            "the upstream compressed an answer that must be read".into(),
+        ));
+    }
 
-    let body = match shaping.tools_list {
-        Some((ids, filter)) if ok && format != Format::Other => {
-            if encoded {
-                // A compressed list cannot be filtered; never let it through unfiltered.
-                return Err(GateError::UpstreamBadResponse(
-                    "the upstream compressed a tools/list answer".into(),
-                ));
+    let body = if passthrough {
+        body
+    } else {
+        match (format, shaping.want) {
+            (Format::Json, Want::Json | Want::Either) => match &shaping.list {
+                Some(list) => {
+                    parts.headers.remove(header::CONTENT_LENGTH);
+                    GateBody::full(relay::json_text(body, Some(list)).await?)
+                }
+                None => body,
+            },
+            (Format::Json, Want::Sse) => {
+                let text = relay::json_text(body, shaping.list.as_ref()).await?;
+                set_sse_headers(&mut parts.headers);
+                GateBody::full(sse::encode_json(&String::from_utf8_lossy(&text), None))
             }
-            parts.headers.remove(header::CONTENT_LENGTH);
-            match format {
-                Format::Json => GateBody::full(rewrite_json(body, &ids, &filter).await?),
-                _ => GateBody::Stream(BodyExt::boxed_unsync(SseRewrite::new(body, ids, filter))),
+            (Format::Sse, Want::Json) if !shaping.pending.is_empty() => {
+                let (text, dropped) =
+                    relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
+                        .await?;
+                if dropped > 0 {
+                    tracing::debug!(
+                        dropped,
+                        "messages without an answer dropped converting SSE to JSON"
+                    );
+                }
+                parts.headers.remove(header::CONTENT_LENGTH);
+                parts.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                GateBody::full(text)
+            }
+            _ => {
+                set_sse_headers(&mut parts.headers);
+                let relay = SseRelay::new(
+                    body,
+                    shaping.list,
+                    shaping.pending,
+                    request_id.to_string(),
+                    shaping.timing,
+                );
+                GateBody::Stream(BodyExt::boxed_unsync(relay))
             }
         }
-        _ => body,
     };
     let mut response = Response::from_parts(parts, body);
     set_request_id(&mut response, request_id);
     Ok(response)
-}
-
-async fn rewrite_json(
-    body: GateBody,
-    ids: &[Box<str>],
-    filter: &ToolFilter,
-) -> Result<Bytes, GateError> {
-    let bytes = Limited::new(body, MAX_REWRITE_BYTES)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<DeadlineExceeded>() {
-                GateError::UpstreamTimeout
-            } else {
-                GateError::UpstreamBadResponse(format!("reading the tools/list answer failed: {e}"))
-            }
-        })?
-        .to_bytes();
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| GateError::UpstreamBadResponse("the tools/list answer is not UTF-8".into()))?;
-    match tools_list::rewrite(text, ids, filter) {
-        Ok(Some(new)) => Ok(Bytes::from(new)),
-        Ok(None) => Ok(bytes),
-        Err(e) => Err(GateError::UpstreamBadResponse(format!(
-            "cannot filter the tools/list answer: {e}"
-        ))),
-    }
 }

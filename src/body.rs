@@ -20,6 +20,9 @@ pub struct DeadlineExceeded;
 pub enum GateBody {
     Empty,
     Full(Option<Bytes>),
+    /// Bytes sent as a stream of unknown length: an SSE answer never carries
+    /// `Content-Length` (SPEC §5), even when mcpgate wrote it whole.
+    Streamed(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
         body: hyper::body::Incoming,
@@ -44,7 +47,9 @@ impl Body for GateBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             GateBody::Empty => Poll::Ready(None),
-            GateBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            GateBody::Full(bytes) | GateBody::Streamed(bytes) => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
+            }
             GateBody::Upstream { body, deadline } => {
                 if let Poll::Ready(frame) = Pin::new(body).poll_frame(cx) {
                     return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
@@ -65,7 +70,7 @@ impl Body for GateBody {
     fn is_end_stream(&self) -> bool {
         match self {
             GateBody::Empty => true,
-            GateBody::Full(bytes) => bytes.is_none(),
+            GateBody::Full(bytes) | GateBody::Streamed(bytes) => bytes.is_none(),
             GateBody::Upstream { body, .. } => body.is_end_stream(),
             GateBody::Stream(inner) => inner.is_end_stream(),
         }
@@ -77,6 +82,7 @@ impl Body for GateBody {
             GateBody::Full(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
+            GateBody::Streamed(_) => SizeHint::default(),
             GateBody::Upstream { body, .. } => body.size_hint(),
             GateBody::Stream(inner) => inner.size_hint(),
         }

@@ -39,6 +39,9 @@ pub struct Options {
     pub cache_scope: bool,
     /// Delay before each tools/call result (after the priming event in SSE mode).
     pub call_delay: Option<Duration>,
+    /// Serve a GET stream (and `subscriptions/listen`): this many notifications at this
+    /// interval, then silence with the stream held open. `None`: GET answers 405.
+    pub stream: Option<(usize, Duration)>,
 }
 
 impl Default for Options {
@@ -48,6 +51,7 @@ impl Default for Options {
             page_size: None,
             cache_scope: false,
             call_delay: None,
+            stream: None,
         }
     }
 }
@@ -70,6 +74,7 @@ impl Received {
 pub struct SampleServer {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
+    cancelled: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -81,6 +86,11 @@ impl SampleServer {
     /// Every request received so far.
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().expect("lock").clone()
+    }
+
+    /// How many tool calls ended because the client (the gateway) went away first.
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::SeqCst)
     }
 
     /// The tools/call names received so far.
@@ -131,6 +141,21 @@ struct State {
     docs: Mutex<BTreeMap<String, (String, String)>>,
     received: Arc<Mutex<Vec<Received>>>,
     counter: AtomicU64,
+    cancelled: Arc<AtomicU64>,
+}
+
+/// Counts a tool call as cancelled if it is dropped before it finished.
+struct CallGuard {
+    cancelled: Arc<AtomicU64>,
+    finished: bool,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleServer> {
@@ -160,11 +185,13 @@ pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleSer
             ),
         ),
     ]);
+    let cancelled = Arc::new(AtomicU64::new(0));
     let state = Arc::new(State {
         opts,
         docs: Mutex::new(docs),
         received: received.clone(),
         counter: AtomicU64::new(0),
+        cancelled: cancelled.clone(),
     });
     let task = tokio::spawn(async move {
         loop {
@@ -186,6 +213,7 @@ pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleSer
     Ok(SampleServer {
         addr,
         received,
+        cancelled,
         task,
     })
 }
@@ -208,6 +236,7 @@ async fn serve(state: &Arc<State>, req: Request<Incoming>) -> Reply {
     match parts.method {
         Method::POST => {}
         Method::DELETE => return plain(StatusCode::OK, ""),
+        Method::GET if state.opts.stream.is_some() => return notification_stream(state, None),
         _ => {
             let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "");
             r.headers_mut()
@@ -237,6 +266,11 @@ async fn serve(state: &Arc<State>, req: Request<Incoming>) -> Reply {
         Value::Array(items) => (true, items),
         one => (false, vec![one]),
     };
+    if let [m] = messages.as_slice() {
+        if m["method"] == "subscriptions/listen" && state.opts.stream.is_some() {
+            return notification_stream(state, Some(m["id"].clone()));
+        }
+    }
     let mut answers = Vec::new();
     let mut session = None;
     let mut has_call = false;
@@ -260,7 +294,12 @@ async fn serve(state: &Arc<State>, req: Request<Incoming>) -> Reply {
     match state.opts.mode {
         Mode::Json => {
             if let Some(d) = delay {
+                let mut guard = CallGuard {
+                    cancelled: state.cancelled.clone(),
+                    finished: false,
+                };
                 tokio::time::sleep(d).await;
+                guard.finished = true;
             }
             let v = if batch {
                 Value::Array(answers)
@@ -465,6 +504,7 @@ fn sse_reply(
 ) -> Reply {
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let base = state.counter.fetch_add(1, Ordering::Relaxed) * 100;
+    let cancelled = state.cancelled.clone();
     tokio::spawn(async move {
         let mut n = base;
         let mut event = |data: String| {
@@ -479,7 +519,14 @@ fn sse_reply(
             let _ = tx.send(event(note.to_string())).await;
         }
         if let Some(d) = delay {
-            tokio::time::sleep(d).await;
+            // The client going away shows as the channel closing while the tool "runs".
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = tx.closed() => {
+                    cancelled.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
         }
         for a in answers {
             if tx.send(event(a.to_string())).await.is_err() {
@@ -495,6 +542,42 @@ fn sse_reply(
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     add_session(&mut r, session);
+    r
+}
+
+/// A long-lived stream: `count` notifications `interval` apart, then silence, held open
+/// until the client leaves. For GET (server-initiated messages) and
+/// `subscriptions/listen` (2026-07-28), whose id `listen` is.
+fn notification_stream(state: &Arc<State>, listen: Option<Value>) -> Reply {
+    let (count, interval) = state.opts.stream.expect("checked by the caller");
+    let (tx, rx) = mpsc::channel::<Bytes>(8);
+    tokio::spawn(async move {
+        if let Some(id) = &listen {
+            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {"id": id}});
+            let _ = tx
+                .send(Bytes::from(format!("event: message\ndata: {ack}\n\n")))
+                .await;
+        }
+        for n in 0..count {
+            tokio::time::sleep(interval).await;
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": format!("tick {n}")}});
+            if tx
+                .send(Bytes::from(format!(
+                    "event: message\nid: t{n}\ndata: {note}\n\n"
+                )))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        tx.closed().await;
+    });
+    let mut r = Response::new(SampleBody::Channel(rx));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     r
 }
 

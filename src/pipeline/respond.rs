@@ -12,7 +12,6 @@ use crate::tools_list::ListRewrite;
 use crate::transport::accept::Want;
 use crate::transport::relay::{self, SseRelay, StreamTiming};
 use crate::transport::sse;
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
@@ -63,11 +62,14 @@ fn own_response(
     sse_frame: bool,
 ) -> Response<GateBody> {
     let body = if sse_frame {
-        sse::encode_json(&String::from_utf8_lossy(&json), None)
+        GateBody::Streamed(Some(sse::encode_json(
+            &String::from_utf8_lossy(&json),
+            None,
+        )))
     } else {
-        Bytes::from(json)
+        GateBody::full(json)
     };
-    let mut r = Response::new(GateBody::full(body));
+    let mut r = Response::new(body);
     *r.status_mut() = status;
     if sse_frame {
         set_sse_headers(r.headers_mut());
@@ -249,7 +251,10 @@ pub async fn upstream(
             (Format::Json, Want::Sse) => {
                 let text = relay::json_text(body, shaping.list.as_ref()).await?;
                 set_sse_headers(&mut parts.headers);
-                GateBody::full(sse::encode_json(&String::from_utf8_lossy(&text), None))
+                GateBody::Streamed(Some(sse::encode_json(
+                    &String::from_utf8_lossy(&text),
+                    None,
+                )))
             }
             (Format::Sse, Want::Json) if !shaping.pending.is_empty() => {
                 let (text, dropped) =

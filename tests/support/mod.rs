@@ -372,3 +372,49 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Sends a request and reads the answer's body until it ends or `limit` passes, whichever
+/// is first: for streams. Returns the reply and whether the body ended by itself.
+pub async fn send_stream(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+    limit: Duration,
+) -> (Reply, bool) {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::new(Full::new(body.into()));
+    *req.method_mut() = method;
+    *req.uri_mut() = url.parse().unwrap();
+    for (k, v) in headers {
+        req.headers_mut().append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let resp = client.request(req).await.unwrap();
+    let (parts, mut body) = resp.into_parts();
+    let mut bytes = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    let ended = loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => break false,
+            Ok(None) => break true,
+            Ok(Some(Err(_))) => break true,
+            Ok(Some(Ok(f))) => {
+                if let Ok(d) = f.into_data() {
+                    bytes.extend_from_slice(&d);
+                }
+            }
+        }
+    };
+    (
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        },
+        ended,
+    )
+}

@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)   # the demo test pastes curl commands
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)        # the demo test pastes curl commands
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)   # installs the MCP peers
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -13,6 +15,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "scripts/test.sh: please install: ${need_apt[*]}" >&2
     exit 1
   fi
+fi
+
+# Real MCP peers for the end-to-end tests, into tests/peers/: the reference server, the
+# TypeScript SDK, the Inspector CLI, the conformance suite and a Node 22 runtime (npm), and
+# the Python SDK (a venv). Reinstalled when their pinned versions change.
+peers=tests/peers
+if [ ! -x "$peers/node_modules/node/bin/node" ] || ! cmp -s "$peers/package-lock.json" "$peers/node_modules/.installed-lock.json"; then
+  (cd "$peers" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$peers/package-lock.json" "$peers/node_modules/.installed-lock.json"
+fi
+if [ ! -x "$peers/.venv/bin/python" ] || ! cmp -s "$peers/requirements.txt" "$peers/.venv/.installed-requirements.txt"; then
+  python3 -m venv "$peers/.venv"
+  "$peers/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$peers/requirements.txt"
+  cp "$peers/requirements.txt" "$peers/.venv/.installed-requirements.txt"
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -1,0 +1,484 @@
+//! Real MCP peers through mcpgate: the reference server-everything (TypeScript SDK, SSE
+//! answers with priming events), a Python SDK server in JSON and SSE modes, the Python SDK
+//! client (auto and legacy modes), the TypeScript SDK client, the Inspector CLI, and the
+//! official conformance suite. `scripts/test.sh` installs them into `tests/peers/`.
+
+mod support;
+
+use serde_json::Value;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{Gateway, hash};
+
+const T_EV: &str = "tok-everything-4Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0Cd";
+const T_PY: &str = "tok-python-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9Ab";
+const EV_ALLOWED: [&str; 3] = ["echo", "get-sum", "get-tiny-image"];
+const PY_ALLOWED: [&str; 2] = ["search_knowledge", "get_document"];
+
+fn peers() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
+    assert!(
+        dir.join("node_modules/node/bin/node").exists() && dir.join(".venv/bin/python").exists(),
+        "the MCP peers are not installed: run scripts/test.sh (it installs them into tests/peers/)"
+    );
+    dir
+}
+
+fn node22() -> PathBuf {
+    peers().join("node_modules/node/bin/node")
+}
+
+fn python() -> PathBuf {
+    peers().join(".venv/bin/python")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A peer process, killed on drop.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_peer(cmd: &mut Command, port: u16) -> Peer {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let peer = Peer(child);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "peer on port {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    peer
+}
+
+fn everything() -> (Peer, u16) {
+    let port = free_port();
+    let script = peers().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let peer = start_peer(
+        Command::new(node22())
+            .arg(script)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string()),
+        port,
+    );
+    (peer, port)
+}
+
+fn python_server(mode: &str) -> (Peer, u16) {
+    let port = free_port();
+    let peer = start_peer(
+        Command::new(python())
+            .arg(peers().join("py_server.py"))
+            .arg(port.to_string())
+            .arg(mode),
+        port,
+    );
+    (peer, port)
+}
+
+/// Runs a client to completion (bounded) and returns its stdout.
+fn run_client(cmd: &mut Command) -> String {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn gateway_for(ev_port: u16, py_port: u16) -> Gateway {
+    Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.everything]
+url = "http://127.0.0.1:{ev_port}/mcp"
+[upstreams.pydocs]
+url = "http://127.0.0.1:{py_port}/mcp"
+headers = {{ "X-API-Key" = "${{env:MCPGATE_TEST_API_KEY}}" }}
+
+[tools]
+hidden = ["get-env", "move_document"]
+
+[profiles.everything-safe]
+upstream = "everything"
+allow = ["echo", "get-sum", "get-tiny-image"]
+[profiles.py-readonly]
+upstream = "pydocs"
+allow = ["search_knowledge", "get_*"]
+
+[[routes]]
+listen = "main"
+path = "/ev/{{token}}/mcp"
+profile = "everything-safe"
+[[routes]]
+listen = "main"
+path = "/ev-bearer"
+profile = "everything-safe"
+[[routes]]
+listen = "main"
+path = "/py/{{token}}/mcp"
+profile = "py-readonly"
+[[routes]]
+listen = "main"
+path = "/py-bearer"
+profile = "py-readonly"
+
+[[tokens]]
+id = "everything"
+sha256 = "{}"
+profiles = ["everything-safe"]
+[[tokens]]
+id = "python"
+sha256 = "{}"
+profiles = ["py-readonly"]
+"#,
+        hash(T_EV),
+        hash(T_PY)
+    ))
+}
+
+struct Case {
+    url: String,
+    bearer: &'static str,
+    tool: &'static str,
+    args: &'static str,
+    hidden: &'static str,
+    allowed: &'static [&'static str],
+    expect_text: &'static str,
+}
+
+fn cases(gw: &Gateway, upstream: &str) -> Vec<Case> {
+    let (path_token, token, tool, args, hidden, allowed, text): (
+        _,
+        _,
+        _,
+        _,
+        _,
+        &'static [&'static str],
+        _,
+    ) = match upstream {
+        "everything" => (
+            "ev",
+            T_EV,
+            "echo",
+            r#"{"message":"through mcpgate"}"#,
+            "get-env",
+            &EV_ALLOWED,
+            "Echo: through mcpgate",
+        ),
+        _ => (
+            "py",
+            T_PY,
+            "get_document",
+            r#"{"id":"welcome"}"#,
+            "move_document",
+            &PY_ALLOWED,
+            "This store holds the team's notes.",
+        ),
+    };
+    vec![
+        Case {
+            url: gw.url(&format!("/{path_token}/{token}/mcp")),
+            bearer: "-",
+            tool,
+            args,
+            hidden,
+            allowed,
+            expect_text: text,
+        },
+        Case {
+            url: gw.url(&format!("/{path_token}-bearer")),
+            bearer: token,
+            tool,
+            args,
+            hidden,
+            allowed,
+            expect_text: text,
+        },
+    ]
+}
+
+fn check_client_output(out: &str, case: &Case, who: &str) {
+    let line = out
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("{who}: no output"));
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{who}: {e}: {out}"));
+    let tools: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools, case.allowed,
+        "{who} {}: sees exactly the allowed tools",
+        case.url
+    );
+    assert_eq!(v["call"][0], case.expect_text, "{who}: {out}");
+    assert_eq!(v["is_error"], false);
+    let refused = v["refused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{who}: calling {} must fail: {out}", case.hidden));
+    assert!(
+        refused.contains(&format!("Unknown tool: {}", case.hidden)),
+        "{who}: {refused}"
+    );
+}
+
+#[test]
+fn python_sdk_client_through_every_route_and_upstream() {
+    let (_ev, ev_port) = everything();
+    for py_mode in ["json", "sse"] {
+        let (_py, py_port) = python_server(py_mode);
+        let gw = gateway_for(ev_port, py_port);
+        for upstream in ["everything", "pydocs"] {
+            if upstream == "everything" && py_mode == "sse" {
+                continue; // the everything server has one mode; covered once
+            }
+            for case in cases(&gw, upstream) {
+                for mode in ["auto", "legacy"] {
+                    let out = run_client(
+                        Command::new(python())
+                            .arg(peers().join("py_client.py"))
+                            .args([
+                                &case.url,
+                                mode,
+                                case.bearer,
+                                case.tool,
+                                case.args,
+                                case.hidden,
+                            ]),
+                    );
+                    check_client_output(
+                        &out,
+                        &case,
+                        &format!("python {mode} via {upstream} ({py_mode})"),
+                    );
+                }
+            }
+        }
+        let log = gw.log();
+        assert!(
+            !log.contains(T_EV) && !log.contains(T_PY),
+            "tokens never reach the log"
+        );
+    }
+}
+
+#[test]
+fn typescript_sdk_client_through_every_route_and_upstream() {
+    let (_ev, ev_port) = everything();
+    let (_py, py_port) = python_server("sse");
+    let gw = gateway_for(ev_port, py_port);
+    for upstream in ["everything", "pydocs"] {
+        for case in cases(&gw, upstream) {
+            let out = run_client(
+                Command::new(node22())
+                    .arg(peers().join("ts_client.mjs"))
+                    .args([&case.url, case.bearer, case.tool, case.args, case.hidden]),
+            );
+            check_client_output(&out, &case, &format!("typescript via {upstream}"));
+        }
+    }
+}
+
+#[test]
+fn inspector_cli_lists_and_calls_through_both_route_kinds() {
+    let (_ev, ev_port) = everything();
+    let (_py, py_port) = python_server("json");
+    let gw = gateway_for(ev_port, py_port);
+    let catalog = tempfile::tempdir().unwrap();
+    let inspector = peers()
+        .join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
+    for case in cases(&gw, "everything") {
+        let mut base = Command::new(node22());
+        base.arg(&inspector)
+            .arg("--cli")
+            .arg(&case.url)
+            .args(["--transport", "http"]);
+        base.env("MCP_CATALOG_PATH", catalog.path().join("mcp.json"));
+        if case.bearer != "-" {
+            base.args([
+                "--header",
+                &format!("Authorization: Bearer {}", case.bearer),
+            ]);
+        }
+        let mut list = Command::new(node22());
+        list.args(base.get_args())
+            .envs(base.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))));
+        let listed: Value =
+            serde_json::from_str(&run_client(list.args(["--method", "tools/list"]))).unwrap();
+        let names: Vec<&str> = listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, EV_ALLOWED, "inspector via {}", case.url);
+
+        let mut call = Command::new(node22());
+        call.args(base.get_args())
+            .envs(base.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))));
+        let called: Value = serde_json::from_str(&run_client(call.args([
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "get-sum",
+            "--tool-arg",
+            "a=2",
+            "b=40",
+        ])))
+        .unwrap();
+        assert!(
+            called["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("42"),
+            "{called}"
+        );
+    }
+}
+
+/// Per scenario: how many checks passed and failed, from the suite's `checks.json` files.
+fn conformance_run(
+    url: &str,
+    out_dir: &Path,
+) -> std::collections::BTreeMap<String, (usize, usize)> {
+    let suite = peers().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let status = Command::new(node22())
+        .arg(suite)
+        .args(["server", "--url", url, "-o"])
+        .arg(out_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    // The suite exits non-zero when any scenario fails; server-everything fails some by design.
+    let _ = status;
+    let mut results = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(out_dir).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let scenario = scenario_name(&name);
+        let checks: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("checks.json")).unwrap())
+                .unwrap();
+        let (mut pass, mut fail) = (0, 0);
+        for c in checks.as_array().unwrap() {
+            match c["status"].as_str() {
+                Some("SUCCESS") => pass += 1,
+                Some("FAILURE") => fail += 1,
+                _ => {}
+            }
+        }
+        results.insert(scenario, (pass, fail));
+    }
+    results
+}
+
+/// `server-<scenario>-2026-11-22T04-02-23-137Z` → `<scenario>`.
+fn scenario_name(dir: &str) -> String {
+    let name = dir.strip_prefix("server-").unwrap_or(dir);
+    let b = name.as_bytes();
+    let stamp = (0..b.len()).rev().find(|&i| {
+        b[i] == b'-'
+            && b.len() > i + 11
+            && b[i + 1..i + 5].iter().all(u8::is_ascii_digit)
+            && b[i + 5] == b'-'
+            && b[i + 11] == b'T'
+    });
+    stamp.map_or(name, |i| &name[..i]).to_string()
+}
+
+#[test]
+fn conformance_through_the_gateway_is_no_worse_than_direct() {
+    let (_ev, port) = everything();
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.everything]
+url = "http://127.0.0.1:{port}/mcp"
+[profiles.all]
+upstream = "everything"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "all"
+auth = "none"
+"#
+    ));
+    let dirs = tempfile::tempdir().unwrap();
+    let direct = conformance_run(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &dirs.path().join("direct"),
+    );
+    let through = conformance_run(&gw.url("/mcp"), &dirs.path().join("through"));
+    assert!(direct.len() >= 20, "the suite ran: {direct:?}");
+    assert_eq!(
+        direct.keys().collect::<Vec<_>>(),
+        through.keys().collect::<Vec<_>>()
+    );
+
+    let mut table = String::from(
+        "| scenario | direct (passed/failed) | through mcpgate (passed/failed) |\n|---|---|---|\n",
+    );
+    let mut worse = Vec::new();
+    for (scenario, (dp, df)) in &direct {
+        let (tp, tf) = through[scenario];
+        table.push_str(&format!("| {scenario} | {dp}/{df} | {tp}/{tf} |\n"));
+        if tp < *dp || tf > *df {
+            worse.push(scenario.clone());
+        }
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance-table.md");
+    let _ = std::fs::write(&target, &table);
+    assert!(
+        worse.is_empty(),
+        "worse through mcpgate: {worse:?}\n{table}"
+    );
+}

@@ -3,11 +3,11 @@
 //! show a filtered tools/list, a refused call and an allowed call.
 
 use crate::config::load_str;
+use crate::gateway::Gateway;
 use crate::token::{Secret, generate, to_hex};
 use crate::{sample, server};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 const TEMPLATE: &str = include_str!("demo.toml");
 
@@ -38,11 +38,11 @@ pub async fn run(listen: SocketAddr, shutdown: impl Future<Output = ()>) -> Resu
         .replace("@UPSTREAM@", &upstream.url())
         .replace("@GPT_SHA256@", &to_hex(&Secret(&gpt).hash()))
         .replace("@READONLY_SHA256@", &to_hex(&Secret(&readonly).hash()));
-    let snapshot = Arc::new(load_str(&text, "(demo config)")?);
-    let bound = server::bind(&snapshot).await.map_err(DemoError::Bind)?;
-    let base = format!("http://{}", bound[0].addr);
+    let gw = Gateway::new(load_str(&text, "(demo config)")?, None);
+    let sockets = server::bind(&gw).await.map_err(DemoError::Bind)?;
+    let base = format!("http://{}", sockets.listeners[0].addr);
     println!("{}", instructions(&base, &upstream.url(), &gpt, &readonly));
-    server::serve(snapshot, bound, shutdown).await;
+    server::serve(gw, sockets, shutdown).await;
     Ok(())
 }
 

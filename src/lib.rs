@@ -3,13 +3,18 @@
 //! command line; everything it runs lives here so tests and the demo share one code path.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod body;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod gateway;
+pub mod metrics;
 pub mod pipeline;
 pub mod sample;
 pub mod server;
+pub mod streams;
 pub mod token;
+pub mod tls;
 pub mod tools_list;
 pub mod transport;

@@ -3,11 +3,11 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use mcpgate::gateway::Gateway;
 use mcpgate::{config, demo, server, token};
 use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(
@@ -77,20 +77,20 @@ fn dispatch(command: Command) -> Result<()> {
         }
         Command::Run { config } => {
             let path = config_path(config);
-            init_logging();
-            let snapshot = Arc::new(config::load(&path)?);
+            let snapshot = config::load(&path)?;
+            init_logging(&snapshot.log);
             for w in &snapshot.warnings {
                 tracing::warn!("{w}");
             }
+            let gw = Gateway::new(snapshot, Some(path));
             runtime()?.block_on(async {
-                let bound = server::bind(&snapshot).await?;
-                server::serve(snapshot, bound, shutdown_signal()).await;
+                server::run(gw, shutdown_signal()).await?;
                 tracing::info!("stopped");
                 Ok(())
             })
         }
         Command::Demo { listen } => {
-            init_logging();
+            init_logging(&config::LogSettings { format: config::LogFormat::Auto, level: None });
             runtime()?.block_on(demo::run(listen, shutdown_signal()))?;
             Ok(())
         }
@@ -122,14 +122,24 @@ fn config_path(flag: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("config/mcpgate.toml"))
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+/// The operational log on stderr. `RUST_LOG` wins over `[log] level`; `auto` is human
+/// on a terminal and JSON otherwise (what log collectors want).
+fn init_logging(settings: &config::LogSettings) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(settings.level.as_deref().unwrap_or("info"))
+    });
+    let terminal = std::io::stderr().is_terminal();
+    let json = match settings.format {
+        config::LogFormat::Json => true,
+        config::LogFormat::Pretty => false,
+        config::LogFormat::Auto => !terminal,
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).init();
+    } else {
+        builder.with_ansi(terminal).init();
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

@@ -1,21 +1,29 @@
-//! Listeners: bind every `[[listen]]` address, accept connections and serve HTTP/1.1 and
-//! HTTP/2 (prior knowledge) on each with hyper's auto builder, handing every request to
-//! `pipeline::handle`. Owns sockets and connection tasks; knows nothing of MCP.
+//! Listeners: bind every `[[listen]]` address (and the admin address), accept connections,
+//! terminate TLS where configured, and serve HTTP/1.1 and HTTP/2 with hyper's auto builder,
+//! handing every request to `pipeline::handle`. Owns sockets, connection limits and
+//! timeouts, and the graceful drain; knows nothing of MCP.
 
-use crate::config::Snapshot;
+use crate::gateway::Gateway;
 use crate::pipeline;
+use crate::tls;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
-
-/// How long a client may take to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 
 /// A listener bound to its socket, ready to serve.
 pub struct Bound {
@@ -24,55 +32,86 @@ pub struct Bound {
     pub addr: SocketAddr,
     index: usize,
     socket: TcpListener,
+    tls: Option<TlsAcceptor>,
+}
+
+/// Every socket of a gateway, bound before serving so that a port in use fails at start.
+pub struct Sockets {
+    pub listeners: Vec<Bound>,
+    pub admin: Option<(SocketAddr, TcpListener)>,
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("listener {name:?} cannot listen on {addr}: {cause}")]
-pub struct BindError {
-    name: String,
-    addr: SocketAddr,
-    cause: std::io::Error,
+pub enum BindError {
+    #[error("listener {name:?} cannot listen on {addr}: {cause}")]
+    Listen { name: String, addr: SocketAddr, cause: io::Error },
+    #[error("listener {name:?}: {cause}")]
+    Tls { name: String, cause: String },
 }
 
-pub async fn bind(snapshot: &Snapshot) -> Result<Vec<Bound>, BindError> {
-    let mut out = Vec::with_capacity(snapshot.listeners.len());
+pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
+    let snapshot = gw.snapshot();
+    let mut listeners = Vec::with_capacity(snapshot.listeners.len());
     for (index, l) in snapshot.listeners.iter().enumerate() {
-        let fail = |cause| BindError {
-            name: l.name.clone(),
-            addr: l.addr,
-            cause,
+        let fail = |cause| BindError::Listen { name: l.name.clone(), addr: l.addr, cause };
+        let tls = match (&l.tls, gw.certs.get(&l.name)) {
+            (Some(material), Some(store)) => {
+                let config = tls::server_config(material, store.clone())
+                    .map_err(|cause| BindError::Tls { name: l.name.clone(), cause })?;
+                Some(TlsAcceptor::from(Arc::new(config)))
+            }
+            _ => None,
         };
         let socket = TcpListener::bind(l.addr).await.map_err(fail)?;
         let addr = socket.local_addr().map_err(fail)?;
-        out.push(Bound {
-            name: l.name.clone(),
-            addr,
-            index,
-            socket,
-        });
+        listeners.push(Bound { name: l.name.clone(), addr, index, socket, tls });
     }
-    Ok(out)
+    let admin = match snapshot.admin {
+        Some(addr) => {
+            let fail = |cause| BindError::Listen { name: "admin".into(), addr, cause };
+            let socket = TcpListener::bind(addr).await.map_err(fail)?;
+            Some((socket.local_addr().map_err(fail)?, socket))
+        }
+        None => None,
+    };
+    Ok(Sockets { listeners, admin })
 }
 
-/// Serves every bound listener until `shutdown` completes; then stops accepting.
-pub async fn serve(snapshot: Arc<Snapshot>, bound: Vec<Bound>, shutdown: impl Future<Output = ()>) {
-    let mut tasks = tokio::task::JoinSet::new();
-    for b in bound {
-        tracing::info!(listener = %b.name, addr = %b.addr, "listening");
-        tasks.spawn(accept_loop(snapshot.clone(), b));
+/// Serves until `shutdown` completes, then drains: stops accepting, lets in-flight
+/// requests and streams finish within `shutdown_grace`, and returns.
+pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Output = ()>) {
+    let graceful = Arc::new(GracefulShutdown::new());
+    let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
+    let mut accepting = tokio::task::JoinSet::new();
+    for b in sockets.listeners {
+        let tls = if b.tls.is_some() { "https" } else { "http" };
+        tracing::info!(listener = %b.name, addr = %b.addr, scheme = tls, "listening");
+        accepting.spawn(accept_loop(gw.clone(), b, graceful.clone(), limit.clone()));
     }
+    let admin = sockets.admin.map(|(addr, socket)| {
+        tracing::info!(listener = "admin", addr = %addr, "listening");
+        tokio::spawn(crate::admin::serve(gw.clone(), socket))
+    });
+
     shutdown.await;
-    tasks.abort_all();
+    gw.start_draining();
+    accepting.abort_all();
+    let grace = gw.snapshot().server.shutdown_grace;
+    tracing::info!(grace = %humantime::format_duration(grace), "draining: no new connections, in-flight requests may finish");
+    let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| GracefulShutdown::new());
+    match tokio::time::timeout(grace, graceful.shutdown()).await {
+        Ok(()) => tracing::info!("all connections finished"),
+        Err(_) => tracing::warn!("shutdown grace elapsed with connections still open; closing them"),
+    }
+    if let Some(a) = admin {
+        a.abort();
+    }
 }
 
-async fn accept_loop(snapshot: Arc<Snapshot>, bound: Bound) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    let builder = Arc::new(builder);
+async fn accept_loop(gw: Arc<Gateway>, bound: Bound, graceful: Arc<GracefulShutdown>, limit: Arc<Semaphore>) {
     loop {
+        // Past max_connections, new connections wait in the kernel's accept queue.
+        let Ok(permit) = limit.clone().acquire_owned().await else { return };
         let (stream, peer) = match bound.socket.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -83,20 +122,141 @@ async fn accept_loop(snapshot: Arc<Snapshot>, bound: Bound) {
             }
         };
         let _ = stream.set_nodelay(true);
-        let snapshot = snapshot.clone();
-        let builder = builder.clone();
+        let gw = gw.clone();
+        let graceful = graceful.clone();
+        let tls = bound.tls.clone();
         let index = bound.index;
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let snapshot = snapshot.clone();
-                async move { Ok::<_, Infallible>(pipeline::handle(snapshot, index, peer, req).await) }
-            });
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let _permit = permit;
+            let settings = gw.snapshot().server.clone();
+            let last_activity = Arc::new(AtomicU64::new(0));
+            let started = Instant::now();
+            let io = IdleIo { inner: stream, last: last_activity.clone(), started };
+            let connection = async {
+                match tls {
+                    Some(acceptor) => {
+                        match tokio::time::timeout(settings.header_read_timeout, acceptor.accept(io)).await {
+                            Ok(Ok(tls_stream)) => serve_connection(gw, index, peer, tls_stream, &graceful, &settings).await,
+                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }
+                    None => serve_connection(gw, index, peer, io, &graceful, &settings).await,
+                }
+            };
+            tokio::select! {
+                () = connection => {}
+                () = idle_watch(last_activity, started, settings.idle_timeout) => {
+                    tracing::debug!(%peer, "connection idle too long; closed");
+                }
             }
         });
     }
+}
+
+async fn serve_connection<I>(
+    gw: Arc<Gateway>,
+    index: usize,
+    peer: SocketAddr,
+    io: I,
+    graceful: &GracefulShutdown,
+    settings: &crate::config::compile::ServerSettings,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout)
+        .max_buf_size(settings.max_header_size.max(8192));
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(settings.max_header_size as u32);
+    let service = service_fn(move |req| {
+        let gw = gw.clone();
+        async move { Ok::<_, Infallible>(pipeline::handle(gw, index, peer, req).await) }
+    });
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    if let Err(e) = graceful.watch(conn.into_owned()).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Resolves when no byte moved in either direction for `idle`.
+async fn idle_watch(last: Arc<AtomicU64>, started: Instant, idle: Duration) {
+    loop {
+        let last_ms = last.load(Ordering::Relaxed);
+        let deadline = started + Duration::from_millis(last_ms) + idle;
+        if deadline <= Instant::now() {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+        if last.load(Ordering::Relaxed) == last_ms {
+            return;
+        }
+    }
+}
+
+/// A socket that notes when bytes last moved, for the idle timeout.
+struct IdleIo {
+    inner: TcpStream,
+    last: Arc<AtomicU64>,
+    started: Instant,
+}
+
+impl IdleIo {
+    fn touch(&self) {
+        self.last.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl AsyncRead for IdleIo {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for IdleIo {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Loads the configuration at `path` into a gateway, binds its sockets, starts the reload
+/// triggers and serves until SIGTERM/SIGINT, then drains. What `mcpgate run` does.
+pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result<(), BindError> {
+    let sockets = bind(&gw).await?;
+    if let Err(e) = crate::config::watch::spawn(gw.clone()) {
+        tracing::warn!("{e}; reload with POST /reload instead");
+    }
+    serve(gw, sockets, shutdown).await;
+    Ok(())
 }

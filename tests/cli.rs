@@ -111,10 +111,25 @@ fn check_points_at_the_error() {
         (
             base.replace(
                 "addr = \"127.0.0.1:0\"",
-                "addr = \"127.0.0.1:0\"\ntls = { cert = \"a\", key = \"b\" }",
+                "addr = \"127.0.0.1:0\"\ntls = { cert = \"/nonexistent/a.pem\", key = \"b\" }",
             ),
-            "listen.tls is not supported yet",
+            "cannot read certificate /nonexistent/a.pem",
             "{ cert",
+        ),
+        (
+            format!("{base}\n[admin]\naddr = \"localhost:x\"\n"),
+            "bad admin address",
+            "\"localhost:x\"",
+        ),
+        (
+            format!("{base}\n[log]\nformat = \"xml\"\n"),
+            "unknown log format \"xml\"",
+            "\"xml\"",
+        ),
+        (
+            format!("{base}\n[server]\nmax_header_size = \"1KiB\"\n"),
+            "between 8KiB and 16MiB",
+            "\"1KiB\"",
         ),
         (
             base.replace(&hash(GPT), "3b1f"),

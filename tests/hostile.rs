@@ -262,7 +262,7 @@ async fn wrong_tokens_and_routes() {
     for t in ALL_TOKENS {
         assert!(!log.contains(t), "token in log");
     }
-    assert!(log.contains("route=\"/gpt-mcp/{token}/mcp\""));
+    assert!(log.contains("\"route\":\"/gpt-mcp/{token}/mcp\""), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,8 @@
 
 use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
-use super::units::{parse_duration, parse_size, parse_time, resolve_secrets};
+use super::units::{parse_duration, parse_size, parse_time, resolve_secrets_noting};
+use crate::tls::{TlsFiles, TlsMaterial};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use http_body_util::Full;
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +28,43 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9901";
+
+/// Connection hygiene and shutdown (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    pub shutdown_grace: Duration,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_header_size: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            shutdown_grace: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
+            max_connections: 4096,
+            max_header_size: 64 << 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Json,
+    Pretty,
+}
+
+/// The operational log (`[log]`); applied at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: Option<String>,
+}
 
 /// A configuration error with its position in the file, when there is one.
 #[derive(Debug, Clone)]
@@ -122,6 +160,7 @@ struct RouteTable {
 pub struct Listener {
     pub name: String,
     pub addr: SocketAddr,
+    pub tls: Option<TlsMaterial>,
     pub hosts: HostRules,
     pub origins: OriginRules,
     table: RouteTable,
@@ -230,6 +269,12 @@ pub struct Snapshot {
     pub deny_code: i64,
     pub max_body: u64,
     pub sse_keepalive: Duration,
+    pub admin: Option<SocketAddr>,
+    pub server: ServerSettings,
+    pub log: LogSettings,
+    /// The config file and every file it references (secrets, certificates): what the
+    /// reload watcher watches.
+    pub files: Vec<PathBuf>,
     /// Things `check` should tell the operator that are not errors.
     pub warnings: Vec<String>,
 }
@@ -292,7 +337,14 @@ impl Snapshot {
         let _ = writeln!(out, "configuration {} is valid", self.source);
         let _ = writeln!(out, "\nlisteners:");
         for l in &self.listeners {
-            let _ = writeln!(out, "  {:<12} http://{}", l.name, l.addr);
+            let scheme = if l.tls.is_some() { "https" } else { "http" };
+            let _ = writeln!(out, "  {:<12} {scheme}://{}", l.name, l.addr);
+            if let Some(t) = &l.tls {
+                let _ = writeln!(out, "    tls:             cert={} key={}", t.files.cert.display(), t.files.key.display());
+                if let Some(ca) = &t.files.client_ca {
+                    let _ = writeln!(out, "    client_ca:       {} (client certificates required)", ca.display());
+                }
+            }
             let _ = writeln!(out, "    allowed_hosts:   {}", l.hosts.describe());
             let _ = writeln!(out, "    allowed_origins: {}", l.origins.describe());
         }
@@ -358,6 +410,26 @@ impl Snapshot {
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
         let _ = writeln!(out, "\nlimits:");
         let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        let _ = writeln!(out, "\nadmin:");
+        match self.admin {
+            Some(a) => {
+                let _ = writeln!(out, "  http://{a}  /healthz /readyz /metrics, POST /reload");
+            }
+            None => {
+                let _ = writeln!(out, "  (none)");
+            }
+        }
+        let sv = &self.server;
+        let _ = writeln!(out, "\nserver:");
+        let _ = writeln!(
+            out,
+            "  shutdown_grace={} header_read_timeout={} idle_timeout={} max_connections={} max_header_size={}",
+            humantime::format_duration(sv.shutdown_grace),
+            humantime::format_duration(sv.header_read_timeout),
+            humantime::format_duration(sv.idle_timeout),
+            sv.max_connections,
+            sv.max_header_size
+        );
         let _ = writeln!(out, "\ntransport:");
         let _ = writeln!(
             out,
@@ -379,11 +451,19 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
         position: None,
         message: format!("cannot read configuration: {e}"),
     })?;
-    load_str(&text, &file)
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut snapshot = compile_text(&text, &file, &base)?;
+    snapshot.files.insert(0, path.to_path_buf());
+    Ok(snapshot)
 }
 
-/// Compiles configuration text; `file` names it in errors.
+/// Compiles configuration text; `file` names it in errors. Relative paths in it are taken
+/// from the current folder.
 pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
+    compile_text(text, file, Path::new(""))
+}
+
+fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigError> {
     let located = |span: Option<Range<usize>>, message: String| ConfigError {
         file: file.to_string(),
         position: span.map(|s| line_col(text, s.start)),
@@ -393,7 +473,7 @@ pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
         let message = e.message().trim_end().replace('\n', " ");
         located(e.span(), message)
     })?;
-    Compiler { source: file }
+    Compiler { source: file, base, files: std::cell::RefCell::new(Vec::new()) }
         .compile(raw)
         .map_err(|(span, message)| located(Some(span), message))
 }
@@ -428,11 +508,13 @@ fn not_yet<T>(v: &Option<S<T>>, what: &str) -> Result<(), Fail> {
 
 struct Compiler<'a> {
     source: &'a str,
+    /// Relative file paths in the config are taken from here (the config's folder).
+    base: &'a Path,
+    files: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl Compiler<'_> {
     fn compile(&self, raw: RawConfig) -> Result<Snapshot, Fail> {
-        not_yet(&raw.admin, "[admin]")?;
         not_yet(&raw.audit, "[audit]")?;
         let mut warnings = Vec::new();
 
@@ -477,6 +559,54 @@ impl Compiler<'_> {
             Some(v) => at(v, parse_duration(v.get_ref()))?,
             None => DEFAULT_SSE_KEEPALIVE,
         };
+        let admin = match &raw.admin {
+            Some(a) => {
+                let addr: SocketAddr = match &a.get_ref().addr {
+                    Some(v) => at(v, v.get_ref().parse().map_err(|_| format!("bad admin address {:?}; write IP:PORT", v.get_ref())))?,
+                    None => DEFAULT_ADMIN_ADDR.parse().expect("a valid default"),
+                };
+                if !addr.ip().is_loopback() {
+                    warnings.push(format!("the admin listener {addr} is not on a loopback address: /reload and /metrics are reachable from the network"));
+                }
+                Some(addr)
+            }
+            None => None,
+        };
+        let server = match &raw.server {
+            Some(sv) => self.server(sv.get_ref())?,
+            None => ServerSettings::default(),
+        };
+        if server.idle_timeout <= sse_keepalive {
+            warnings.push("server.idle_timeout is not longer than transport.sse_keepalive: quiet SSE streams will be cut".into());
+        }
+        for u in upstreams.values() {
+            if server.idle_timeout <= u.timeout {
+                warnings.push(format!(
+                    "server.idle_timeout is not longer than upstream {:?} timeout: a slow JSON answer may be cut as idle",
+                    u.name
+                ));
+            }
+        }
+        let log = match &raw.log {
+            Some(l) => {
+                let l = l.get_ref();
+                let format = match l.format.as_ref().map(|f| (f, f.get_ref().as_str())) {
+                    None | Some((_, "auto")) => LogFormat::Auto,
+                    Some((_, "json")) => LogFormat::Json,
+                    Some((_, "pretty")) => LogFormat::Pretty,
+                    Some((f, other)) => return fail(f.span(), format!("unknown log format {other:?}; use \"auto\", \"json\" or \"pretty\"")),
+                };
+                let level = match &l.level {
+                    Some(v) => {
+                        at(v, tracing_subscriber::EnvFilter::try_new(v.get_ref()).map(|_| ()).map_err(|e| format!("bad log level: {e}")))?;
+                        Some(v.get_ref().clone())
+                    }
+                    None => None,
+                };
+                LogSettings { format, level }
+            }
+            None => LogSettings { format: LogFormat::Auto, level: None },
+        };
 
         let mut listeners = listeners;
         let routes = self.routes(&raw.routes, &mut listeners, &profiles, &mut warnings)?;
@@ -493,7 +623,57 @@ impl Compiler<'_> {
             deny_code,
             max_body,
             sse_keepalive,
+            admin,
+            server,
+            log,
+            files: self.files.take(),
             warnings,
+        })
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        let path = self.base.join(p);
+        self.files.borrow_mut().push(path.clone());
+        path
+    }
+
+    fn tls(&self, t: &S<raw::RawTls>) -> Result<TlsMaterial, Fail> {
+        let raw = t.get_ref();
+        let files = TlsFiles {
+            cert: self.path(raw.cert.get_ref()),
+            key: self.path(raw.key.get_ref()),
+            client_ca: raw.client_ca.as_ref().map(|c| self.path(c.get_ref())),
+        };
+        crate::tls::load(&files).map_err(|m| (t.span(), m))
+    }
+
+    fn server(&self, sv: &raw::RawServer) -> Result<ServerSettings, Fail> {
+        let d = ServerSettings::default();
+        let duration = |v: &Option<S<String>>, default| match v {
+            Some(v) => at(v, parse_duration(v.get_ref())),
+            None => Ok(default),
+        };
+        let max_connections = match &sv.max_connections {
+            Some(v) if *v.get_ref() == 0 => return fail(v.span(), "max_connections must be at least 1"),
+            Some(v) => *v.get_ref() as usize,
+            None => d.max_connections,
+        };
+        let max_header_size = match &sv.max_header_size {
+            Some(v) => {
+                let n = at(v, parse_size(v.get_ref()))?;
+                if !(8192..=16 << 20).contains(&n) {
+                    return fail(v.span(), "max_header_size must be between 8KiB and 16MiB");
+                }
+                n as usize
+            }
+            None => d.max_header_size,
+        };
+        Ok(ServerSettings {
+            shutdown_grace: duration(&sv.shutdown_grace, d.shutdown_grace)?,
+            header_read_timeout: duration(&sv.header_read_timeout, d.header_read_timeout)?,
+            idle_timeout: duration(&sv.idle_timeout, d.idle_timeout)?,
+            max_connections,
+            max_header_size,
         })
     }
 
@@ -501,7 +681,10 @@ impl Compiler<'_> {
         let mut out: Vec<Listener> = Vec::new();
         for l in raw {
             let l = l.get_ref();
-            not_yet(&l.tls, "listen.tls")?;
+            let tls = match &l.tls {
+                Some(t) => Some(self.tls(t)?),
+                None => None,
+            };
             let name = l.name.get_ref();
             if out.iter().any(|o| &o.name == name) {
                 return fail(l.name.span(), format!("duplicate listener name {name:?}"));
@@ -569,6 +752,7 @@ impl Compiler<'_> {
             out.push(Listener {
                 name: name.clone(),
                 addr,
+                tls,
                 hosts,
                 origins,
                 table: RouteTable::default(),
@@ -626,7 +810,7 @@ impl Compiler<'_> {
                         format!("header {k:?} is set by mcpgate and cannot be configured"),
                     );
                 }
-                let value = at(v, resolve_secrets(v.get_ref()))?;
+                let value = at(v, resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()))?;
                 let hvalue = HeaderValue::from_str(&value).map_err(|_| {
                     (
                         v.span(),
@@ -976,10 +1160,6 @@ profiles = ["gpt"]
         assert!(
             err(&format!("{BASE}\n[audit]\npath = \"/tmp/a\"\n"))
                 .contains("[audit] is not supported yet")
-        );
-        assert!(
-            err(&format!("{BASE}\n[admin]\naddr = \"127.0.0.1:1\"\n"))
-                .contains("not supported yet")
         );
         assert!(
             err(&format!("{BASE}\n[limits]\nrate = []\n"))

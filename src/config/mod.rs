@@ -5,8 +5,9 @@ pub mod compile;
 pub mod glob;
 pub mod raw;
 pub mod units;
+pub mod watch;
 
 pub use compile::{
-    Auth, ConfigError, Listener, Profile, Route, RouteMatch, Snapshot, TokenEntry, Upstream, load,
+    LogFormat, LogSettings, ServerSettings, Auth, ConfigError, Listener, Profile, Route, RouteMatch, Snapshot, TokenEntry, Upstream, load,
     load_str,
 };

@@ -14,8 +14,12 @@ pub struct RawConfig {
     /// Listeners: where mcpgate accepts connections.
     #[serde(default)]
     pub listen: Vec<S<RawListen>>,
-    /// Admin listener (operations issue): rejected until implemented.
-    pub admin: Option<S<toml::Value>>,
+    /// Admin listener: health, readiness, metrics, reload. Absent: none.
+    pub admin: Option<S<RawAdmin>>,
+    /// Connection hygiene and shutdown.
+    pub server: Option<S<RawServer>>,
+    /// The operational log.
+    pub log: Option<S<RawLog>>,
     /// MCP servers to forward to, by name.
     #[serde(default)]
     pub upstreams: BTreeMap<String, S<RawUpstream>>,
@@ -44,8 +48,8 @@ pub struct RawListen {
     pub name: S<String>,
     /// `IP:PORT`, e.g. `127.0.0.1:8001`.
     pub addr: S<String>,
-    /// TLS (operations issue): rejected until implemented.
-    pub tls: Option<S<toml::Value>>,
+    /// `{ cert, key, client_ca? }`: PEM files; `client_ca` requires client certificates.
+    pub tls: Option<S<RawTls>>,
     /// `Host` values accepted: names (any port), `name:port`, or `"*"`. Default: on a
     /// loopback address only localhost names; elsewhere any.
     pub allowed_hosts: Option<Vec<S<String>>>,
@@ -133,4 +137,47 @@ pub struct RawTransport {
     /// A `: keepalive` comment goes to a client whose SSE stream was silent this long;
     /// default `15s`.
     pub sse_keepalive: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// Certificate chain (PEM), leaf first.
+    pub cert: S<String>,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: S<String>,
+    /// CA bundle (PEM): when set, clients must present a certificate it signed (mTLS).
+    pub client_ca: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Default `127.0.0.1:9901`.
+    pub addr: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// Time in-flight requests and streams get after SIGTERM; default `30s`.
+    pub shutdown_grace: Option<S<String>>,
+    /// Time to receive a request's headers, and the idle wait between HTTP/1.1 requests;
+    /// default `30s`.
+    pub header_read_timeout: Option<S<String>>,
+    /// A connection with no byte in either direction for this long is closed; default `5m`.
+    pub idle_timeout: Option<S<String>>,
+    /// Connections served at once (more wait in the accept queue); default 4096.
+    pub max_connections: Option<S<u32>>,
+    /// Largest request header block; default `64KiB`.
+    pub max_header_size: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// `auto` (human on a terminal, JSON otherwise), `json` or `pretty`; default `auto`.
+    pub format: Option<S<String>>,
+    /// A tracing filter such as `info` or `mcpgate=debug`; `RUST_LOG` wins when set.
+    pub level: Option<S<String>>,
 }

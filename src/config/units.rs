@@ -44,6 +44,11 @@ pub fn parse_time(s: &str) -> Result<SystemTime, String> {
 /// trailing newline (what `echo secret > file` adds). Any other `${` is an error, so a typo
 /// never goes upstream as a literal.
 pub fn resolve_secrets(s: &str) -> Result<String, String> {
+    resolve_secrets_noting(s, &mut Vec::new())
+}
+
+/// `resolve_secrets`, adding every file it read to `files` (the reload watcher's list).
+pub fn resolve_secrets_noting(s: &str, files: &mut Vec<std::path::PathBuf>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -58,6 +63,7 @@ pub fn resolve_secrets(s: &str) -> Result<String, String> {
                 format!("secret ${{env:{name}}}: environment variable {name} is not set")
             })?
         } else if let Some(path) = reference.strip_prefix("file:") {
+            files.push(path.into());
             let mut v = std::fs::read_to_string(path)
                 .map_err(|e| format!("secret ${{file:{path}}}: cannot read {path}: {e}"))?;
             if v.ends_with('\n') {

@@ -10,14 +10,14 @@ use http::HeaderMap;
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
 
-/// The caller's token entry, or `None` on an `auth = "none"` route.
+/// The caller's token (its hash and entry), or `None` on an `auth = "none"` route.
 pub fn authenticate<'s>(
     snapshot: &'s Snapshot,
     route: &Route,
     path_token: Option<&str>,
     headers: &HeaderMap,
     now: SystemTime,
-) -> Result<Option<&'s TokenEntry>, GateError> {
+) -> Result<Option<(&'s [u8; 32], &'s TokenEntry)>, GateError> {
     let (secret, refusal) = match route.auth {
         Auth::None => return Ok(None),
         Auth::Path => (path_token.map(Secret), GateError::BadPathToken),
@@ -32,11 +32,10 @@ pub fn authenticate<'s>(
     let found = snapshot
         .tokens
         .get_key_value(&hash)
-        .filter(|(key, _)| bool::from(key.ct_eq(&hash)))
-        .map(|(_, entry)| entry);
+        .filter(|(key, _)| bool::from(key.ct_eq(&hash)));
     match found {
-        Some(t) if t.valid_at(now) && t.profiles.iter().any(|p| *p == route.profile.name) => {
-            Ok(Some(t))
+        Some((key, t)) if t.valid_at(now) && t.profiles.iter().any(|p| *p == route.profile.name) => {
+            Ok(Some((key, t)))
         }
         _ => Err(refusal),
     }

@@ -80,6 +80,8 @@ pub struct Outgoing<'a> {
 pub struct Answer {
     pub response: Response<Incoming>,
     pub deadline: Option<Pin<Box<Sleep>>>,
+    /// How long the upstream took to send the head.
+    pub took: std::time::Duration,
 }
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
@@ -121,6 +123,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     *request.uri_mut() = uri;
     *request.headers_mut() = headers;
 
+    let started = std::time::Instant::now();
     let mut deadline = Box::pin(tokio::time::sleep(upstream.timeout));
     let response = tokio::select! {
         r = upstream.client.request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
@@ -129,6 +132,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     Ok(Answer {
         response,
         deadline: body_deadline.then_some(deadline),
+        took: started.elapsed(),
     })
 }
 

@@ -13,6 +13,8 @@ pub mod respond;
 use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
+use crate::gateway::Gateway;
+use crate::metrics::Metrics;
 use crate::tools_list::{ListRewrite, ToolFilter};
 use crate::transport::accept::{self, Want};
 use crate::transport::relay::StreamTiming;
@@ -39,17 +41,17 @@ struct Ctx {
     tool: Option<String>,
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
+    /// The caller's token hash and expiry, so its streams can be closed on revocation.
+    token: Option<([u8; 32], Option<SystemTime>)>,
 }
 
-/// Serves one HTTP request that arrived on listener number `listener` of `snapshot`.
-pub async fn handle(
-    snapshot: Arc<Snapshot>,
-    listener: usize,
-    peer: SocketAddr,
-    req: Request<Incoming>,
-) -> Response<GateBody> {
+/// Serves one HTTP request that arrived on listener number `listener`. The request uses the
+/// configuration current when it arrived until it ends, even if a reload swaps it.
+pub async fn handle(gw: Arc<Gateway>, listener: usize, peer: SocketAddr, req: Request<Incoming>) -> Response<GateBody> {
     let started = Instant::now();
+    let snapshot = gw.snapshot();
     let mut ctx = Ctx {
+        token: None,
         want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
         request_id: request_id(req.headers()),
         route: None,
@@ -60,7 +62,7 @@ pub async fn handle(
     };
     let http_method = req.method().clone();
     let span = tracing::info_span!("request", request_id = %ctx.request_id);
-    let result = run(&snapshot, listener, peer, req, &mut ctx)
+    let result = run(&gw, &snapshot, listener, peer, req, &mut ctx)
         .instrument(span.clone())
         .await;
     let (response, reason) = match result {
@@ -86,10 +88,58 @@ pub async fn handle(
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = reason.as_ref().map_or("-", GateError::reason), ms = elapsed_ms, "request"),
     }
+    record_metrics(&gw.metrics, &ctx, &http_method, status, reason.as_ref(), started.elapsed());
     response
 }
 
+/// MCP methods that may be metric labels as they are; anything else a client invents is
+/// counted as "(other)" so labels stay bounded.
+const KNOWN_METHODS: [&str; 18] = [
+    "initialize", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
+    "resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
+    "prompts/get", "completion/complete", "logging/setLevel", "server/discover",
+    "subscriptions/listen", "tasks/get", "tasks/result", "(batch)",
+];
+
+fn record_metrics(m: &Metrics, ctx: &Ctx, http: &Method, status: u16, error: Option<&GateError>, took: std::time::Duration) {
+    use crate::metrics::{ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels};
+    let route = ctx.route.as_ref().map_or("-", |r| r.template.as_str()).to_string();
+    let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
+    let method = match ctx.rpc_method.as_deref() {
+        Some(m) if KNOWN_METHODS.contains(&m) => m,
+        Some(m) if m.starts_with("notifications/") => "notifications",
+        Some(_) => "(other)",
+        None => http.as_str(),
+    };
+    m.requests
+        .get_or_create(&RequestLabels { route: route.clone(), profile: profile.to_string(), method: method.to_string(), status })
+        .inc();
+    m.request_seconds.get_or_create(&RouteLabels { route }).observe(took.as_secs_f64());
+    if let Some(e) = error {
+        match e.side() {
+            crate::error::Side::Downstream => m.refusals.get_or_create(&ReasonLabels { reason: e.reason() }).inc(),
+            crate::error::Side::Upstream => {
+                let upstream = ctx.route.as_ref().map_or("-", |r| r.profile.upstream.name.as_str()).to_string();
+                m.upstream_errors.get_or_create(&UpstreamErrorLabels { upstream, kind: e.reason() }).inc()
+            }
+        };
+    }
+    if let Some(tool) = &ctx.tool {
+        let outcome = match error {
+            None => "forwarded",
+            Some(GateError::Refused { .. }) => "refused",
+            Some(GateError::UpstreamTimeout) => "timeout",
+            Some(e) if e.side() == crate::error::Side::Upstream => "upstream_error",
+            Some(_) => "rejected",
+        };
+        m.tool_calls
+            .get_or_create(&ToolLabels { profile: profile.to_string(), tool: m.tool_label(tool), outcome })
+            .inc();
+    }
+}
+
 async fn run(
+    gw: &Gateway,
     snapshot: &Arc<Snapshot>,
     listener: usize,
     peer: SocketAddr,
@@ -109,7 +159,8 @@ async fn run(
             req.headers(),
             SystemTime::now(),
         )?;
-        ctx.token_id = token.map(|t| t.id.clone());
+        ctx.token_id = token.map(|(_, t)| t.id.clone());
+        ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
     };
     let (parts, body) = req.into_parts();
@@ -121,7 +172,7 @@ async fn run(
         idle: Some(upstream.stream_idle_timeout),
     };
     let (body_deadline, want) = match parts.method {
-        Method::POST => return post(snapshot, &profile, peer, parts, body, ctx).await,
+        Method::POST => return post(gw, snapshot, &profile, peer, parts, body, ctx).await,
         Method::GET
             if !accept::accepts_sse(parts.headers.get(header::ACCEPT).map(|v| v.as_bytes())) =>
         {
@@ -151,11 +202,14 @@ async fn run(
         pending: Vec::new(),
         batch: false,
         timing: stream_timing,
+        token: ctx.token,
     };
-    respond::upstream(answer, shaping, &ctx.request_id).await
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    respond::upstream(gw, answer, shaping, &ctx.request_id).await
 }
 
 async fn post(
+    gw: &Gateway,
     snapshot: &Arc<Snapshot>,
     profile: &Arc<Profile>,
     peer: SocketAddr,
@@ -252,8 +306,10 @@ async fn post(
         pending,
         batch,
         timing,
+        token: ctx.token,
     };
-    respond::upstream(answer, shaping, &ctx.request_id).await
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    respond::upstream(gw, answer, shaping, &ctx.request_id).await
 }
 
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body

@@ -8,6 +8,8 @@ use super::forward::{Answer, strip_hop_by_hop};
 use super::policy::Refusal;
 use crate::body::GateBody;
 use crate::error::GateError;
+use crate::gateway::Gateway;
+use crate::streams::StreamWatch;
 use crate::tools_list::ListRewrite;
 use crate::transport::accept::Want;
 use crate::transport::relay::{self, SseRelay, StreamTiming};
@@ -174,6 +176,8 @@ pub struct Shaping {
     pub pending: Vec<Box<RawValue>>,
     pub batch: bool,
     pub timing: StreamTiming,
+    /// The caller's token hash and expiry: a stream ends when a reload revokes the token.
+    pub token: Option<([u8; 32], Option<std::time::SystemTime>)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -201,6 +205,7 @@ fn format_of(headers: &HeaderMap) -> Format {
 }
 
 pub async fn upstream(
+    gw: &Gateway,
     answer: Answer,
     shaping: Shaping,
     request_id: &str,
@@ -261,6 +266,7 @@ pub async fn upstream(
                     relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
                         .await?;
                 if dropped > 0 {
+                    gw.metrics.sse_dropped.inc_by(dropped as u64);
                     tracing::debug!(
                         dropped,
                         "messages without an answer dropped converting SSE to JSON"
@@ -275,12 +281,15 @@ pub async fn upstream(
             }
             _ => {
                 set_sse_headers(&mut parts.headers);
+                let guard = gw.streams.register(shaping.token.map(|(hash, _)| hash));
+                let watch = StreamWatch::new(guard, shaping.token.and_then(|(_, not_after)| not_after));
                 let relay = SseRelay::new(
                     body,
                     shaping.list,
                     shaping.pending,
                     request_id.to_string(),
                     shaping.timing,
+                    Some(watch),
                 );
                 GateBody::Stream(BodyExt::boxed_unsync(relay))
             }

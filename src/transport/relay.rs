@@ -10,6 +10,7 @@
 use super::sse;
 use crate::body::{BoxError, DeadlineExceeded, GateBody};
 use crate::error::{GateError, code};
+use crate::streams::StreamWatch;
 use crate::tools_list::{ListRewrite, MAX_REWRITE_BYTES};
 use bytes::Bytes;
 use http_body::{Body, Frame};
@@ -87,6 +88,7 @@ pub struct SseRelay {
     keepalive: Duration,
     keepalive_timer: Pin<Box<Sleep>>,
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    watch: Option<StreamWatch>,
     done: bool,
 }
 
@@ -97,6 +99,7 @@ impl SseRelay {
         pending: Vec<Box<RawValue>>,
         request_id: String,
         timing: StreamTiming,
+        watch: Option<StreamWatch>,
     ) -> Self {
         let now = Instant::now();
         SseRelay {
@@ -111,6 +114,7 @@ impl SseRelay {
             idle: timing
                 .idle
                 .map(|d| (d, Box::pin(tokio::time::sleep_until(now + d)))),
+            watch,
             done: false,
         }
     }
@@ -216,6 +220,10 @@ impl Body for SseRelay {
                     this.end(ending);
                 }
                 Poll::Pending => {
+                    if this.watch.as_mut().is_some_and(|w| w.poll_revoked(cx).is_ready()) {
+                        this.end(Ending::Failed { code: code::UNAUTHORIZED, message: "Unauthorized: the token was revoked or has expired" });
+                        continue;
+                    }
                     if let Some((_, timer)) = &mut this.idle {
                         if timer.as_mut().poll(cx).is_ready() {
                             this.end(Ending::Failed {

@@ -164,7 +164,7 @@ impl Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mcpgate.toml");
         std::fs::write(&path, config_text).unwrap();
-        let expected = config_text.matches("[[listen]]").count();
+        let expected = config_text.matches("[[listen]]").count() + usize::from(config_text.contains("[admin]"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
             .args(["run", "-c"])
             .arg(&path)
@@ -226,18 +226,14 @@ impl Drop for Gateway {
     }
 }
 
+/// The gateway logs JSON lines when stderr is not a terminal; a `listening` line names the
+/// listener and the address it bound.
 fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
-    if !line.contains(" listening ") {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v["message"] != "listening" {
         return None;
     }
-    let name = line
-        .split("listener=")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .trim_matches('"');
-    let addr = line.split(" addr=").nth(1)?.split_whitespace().next()?;
-    Some((name.to_string(), addr.parse().ok()?))
+    Some((v["listener"].as_str()?.to_string(), v["addr"].as_str()?.parse().ok()?))
 }
 
 pub async fn upstream(opts: sample::Options) -> SampleServer {

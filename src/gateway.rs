@@ -1,0 +1,126 @@
+//! The running gateway's shared state: the current configuration snapshot (swapped
+//! atomically on reload; a request keeps the snapshot it started with), metrics, open
+//! streams, TLS certificate stores, readiness. `reload` is the one path every trigger
+//! (SIGHUP, file change, `POST /reload`) goes through.
+
+use crate::config::{self, Snapshot};
+use crate::metrics::{Metrics, ResultLabels};
+use crate::streams::StreamRegistry;
+use crate::tls::CertStore;
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+pub struct Gateway {
+    snapshot: ArcSwap<Snapshot>,
+    pub metrics: Metrics,
+    pub streams: Arc<StreamRegistry>,
+    /// Server certificate of each TLS listener, by listener name.
+    pub certs: HashMap<String, Arc<CertStore>>,
+    config_path: Option<PathBuf>,
+    draining: AtomicBool,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl Gateway {
+    /// `config_path`: the file reloads read; `None` for an embedded configuration.
+    pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Arc<Self> {
+        let metrics = Metrics::new();
+        let streams = StreamRegistry::new(metrics.open_streams.clone());
+        let certs = snapshot
+            .listeners
+            .iter()
+            .filter_map(|l| l.tls.as_ref().map(|t| (l.name.clone(), Arc::new(CertStore::new(t.key.clone())))))
+            .collect();
+        Arc::new(Gateway {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            metrics,
+            streams,
+            certs,
+            config_path,
+            draining: AtomicBool::new(false),
+            reload_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The configuration a new request should use, for its whole life.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Re-reads, validates and compiles the configuration off the request path, then swaps
+    /// it in. On any error the running configuration stays, and the error (with its file
+    /// position) is returned and logged.
+    pub async fn reload(&self, trigger: &str) -> Result<(), String> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let result = self.try_reload().await;
+        let label = if result.is_ok() { "ok" } else { "error" };
+        self.metrics.reloads.get_or_create(&ResultLabels { result: label }).inc();
+        self.metrics.last_reload_success.set(i64::from(result.is_ok()));
+        match &result {
+            Ok(revoked) => {
+                tracing::info!(trigger, revoked_streams = revoked, "configuration reloaded");
+            }
+            Err(e) => tracing::error!(trigger, error = %e, "configuration reload failed; the previous configuration keeps serving"),
+        }
+        result.map(|_| ())
+    }
+
+    async fn try_reload(&self) -> Result<usize, String> {
+        let path = self.config_path.clone().ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
+        let next = tokio::task::spawn_blocking(move || config::load(&path))
+            .await
+            .map_err(|e| format!("reload task failed: {e}"))?
+            .map_err(|e| e.to_string())?;
+        let current = self.snapshot();
+        restart_needed(&current, &next)?;
+        if current.log != next.log {
+            tracing::warn!("[log] changes take effect at the next restart");
+        }
+        for l in &next.listeners {
+            if let (Some(t), Some(store)) = (&l.tls, self.certs.get(&l.name)) {
+                store.replace(t.key.clone());
+            }
+        }
+        for w in &next.warnings {
+            tracing::warn!("{w}");
+        }
+        let next = Arc::new(next);
+        self.snapshot.store(next.clone());
+        // Streams of tokens that are gone or expired end now (SPEC §8).
+        let now = SystemTime::now();
+        Ok(self.streams.revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+    }
+}
+
+/// Changes a running process cannot apply: sockets and their TLS shape, and the admin
+/// listener. Such a reload is refused whole, with the reason.
+fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
+    let shape = |s: &Snapshot| {
+        s.listeners
+            .iter()
+            .map(|l| (l.name.clone(), l.addr, l.tls.as_ref().map(|t| t.files.client_ca.clone())))
+            .collect::<Vec<_>>()
+    };
+    if shape(current) != shape(next) {
+        return Err("restart required: listeners changed (names, addresses, TLS on/off or client_ca); the reload was not applied".into());
+    }
+    if current.admin != next.admin {
+        return Err("restart required: the admin address changed; the reload was not applied".into());
+    }
+    if current.server.max_connections != next.server.max_connections {
+        return Err("restart required: server.max_connections changed; the reload was not applied".into());
+    }
+    Ok(())
+}

@@ -14,10 +14,17 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-fn text(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = status;
-    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     r
 }
 
@@ -25,17 +32,25 @@ async fn route(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
     const PLAIN: &str = "text/plain; charset=utf-8";
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n"),
-        (&Method::GET, "/readyz") if gw.is_draining() => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "draining\n"),
-        (&Method::GET, "/readyz") => text(StatusCode::OK, PLAIN, "ready\n"),
-        (&Method::GET, "/metrics") => {
-            text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", gw.metrics.render())
+        (&Method::GET, "/readyz") if gw.is_draining() => {
+            text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "draining\n")
         }
+        (&Method::GET, "/readyz") => text(StatusCode::OK, PLAIN, "ready\n"),
+        (&Method::GET, "/metrics") => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            gw.metrics.render(),
+        ),
         // Answers only after the new configuration is in place, or with why it is not.
         (&Method::POST, "/reload") => match gw.reload("admin").await {
             Ok(()) => text(StatusCode::OK, PLAIN, "reloaded\n"),
             Err(e) => text(StatusCode::UNPROCESSABLE_ENTITY, PLAIN, format!("{e}\n")),
         },
-        (_, "/healthz" | "/readyz" | "/metrics" | "/reload") => text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n"),
+        (_, "/healthz" | "/readyz" | "/metrics" | "/reload") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            PLAIN,
+            "method not allowed\n",
+        ),
         _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
     }
 }
@@ -43,14 +58,18 @@ async fn route(gw: &Gateway, req: Request<Incoming>) -> Response<Full<Bytes>> {
 /// Serves the admin endpoints on `socket` until the task is dropped.
 pub async fn serve(gw: Arc<Gateway>, socket: TcpListener) {
     loop {
-        let Ok((stream, _)) = socket.accept().await else { continue };
+        let Ok((stream, _)) = socket.accept().await else {
+            continue;
+        };
         let gw = gw.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let gw = gw.clone();
                 async move { Ok::<_, Infallible>(route(&gw, req).await) }
             });
-            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), service).await;
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }

@@ -33,7 +33,11 @@ impl Gateway {
         let certs = snapshot
             .listeners
             .iter()
-            .filter_map(|l| l.tls.as_ref().map(|t| (l.name.clone(), Arc::new(CertStore::new(t.key.clone())))))
+            .filter_map(|l| {
+                l.tls
+                    .as_ref()
+                    .map(|t| (l.name.clone(), Arc::new(CertStore::new(t.key.clone()))))
+            })
             .collect();
         Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -66,19 +70,29 @@ impl Gateway {
         let _one_at_a_time = self.reload_lock.lock().await;
         let result = self.try_reload().await;
         let label = if result.is_ok() { "ok" } else { "error" };
-        self.metrics.reloads.get_or_create(&ResultLabels { result: label }).inc();
-        self.metrics.last_reload_success.set(i64::from(result.is_ok()));
+        self.metrics
+            .reloads
+            .get_or_create(&ResultLabels { result: label })
+            .inc();
+        self.metrics
+            .last_reload_success
+            .set(i64::from(result.is_ok()));
         match &result {
             Ok(revoked) => {
                 tracing::info!(trigger, revoked_streams = revoked, "configuration reloaded");
             }
-            Err(e) => tracing::error!(trigger, error = %e, "configuration reload failed; the previous configuration keeps serving"),
+            Err(e) => {
+                tracing::error!(trigger, error = %e, "configuration reload failed; the previous configuration keeps serving")
+            }
         }
         result.map(|_| ())
     }
 
     async fn try_reload(&self) -> Result<usize, String> {
-        let path = self.config_path.clone().ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
+        let path = self
+            .config_path
+            .clone()
+            .ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
         let next = tokio::task::spawn_blocking(move || config::load(&path))
             .await
             .map_err(|e| format!("reload task failed: {e}"))?
@@ -100,7 +114,9 @@ impl Gateway {
         self.snapshot.store(next.clone());
         // Streams of tokens that are gone or expired end now (SPEC §8).
         let now = SystemTime::now();
-        Ok(self.streams.revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+        Ok(self
+            .streams
+            .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
     }
 }
 
@@ -110,17 +126,27 @@ fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
     let shape = |s: &Snapshot| {
         s.listeners
             .iter()
-            .map(|l| (l.name.clone(), l.addr, l.tls.as_ref().map(|t| t.files.client_ca.clone())))
+            .map(|l| {
+                (
+                    l.name.clone(),
+                    l.addr,
+                    l.tls.as_ref().map(|t| t.files.client_ca.clone()),
+                )
+            })
             .collect::<Vec<_>>()
     };
     if shape(current) != shape(next) {
         return Err("restart required: listeners changed (names, addresses, TLS on/off or client_ca); the reload was not applied".into());
     }
     if current.admin != next.admin {
-        return Err("restart required: the admin address changed; the reload was not applied".into());
+        return Err(
+            "restart required: the admin address changed; the reload was not applied".into(),
+        );
     }
     if current.server.max_connections != next.server.max_connections {
-        return Err("restart required: server.max_connections changed; the reload was not applied".into());
+        return Err(
+            "restart required: server.max_connections changed; the reload was not applied".into(),
+        );
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ pub mod pipeline;
 pub mod sample;
 pub mod server;
 pub mod streams;
-pub mod token;
 pub mod tls;
+pub mod token;
 pub mod tools_list;
 pub mod transport;

@@ -90,7 +90,10 @@ fn dispatch(command: Command) -> Result<()> {
             })
         }
         Command::Demo { listen } => {
-            init_logging(&config::LogSettings { format: config::LogFormat::Auto, level: None });
+            init_logging(&config::LogSettings {
+                format: config::LogFormat::Auto,
+                level: None,
+            });
             runtime()?.block_on(demo::run(listen, shutdown_signal()))?;
             Ok(())
         }
@@ -134,9 +137,16 @@ fn init_logging(settings: &config::LogSettings) {
         config::LogFormat::Pretty => false,
         config::LogFormat::Auto => !terminal,
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
-        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
     } else {
         builder.with_ansi(terminal).init();
     }

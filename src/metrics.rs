@@ -58,7 +58,9 @@ pub struct UpstreamErrorLabels {
 
 fn latency_histogram() -> Histogram {
     // 1 ms … ~16 s, doubling.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15))
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.001, 2.0, 15,
+    ))
 }
 
 pub struct Metrics {
@@ -99,20 +101,56 @@ impl Metrics {
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
-        registry.register("requests", "HTTP requests answered, by route, profile, JSON-RPC method and status", m.requests.clone());
-        registry.register("tool_calls", "tools/call requests by profile, tool and outcome", m.tool_calls.clone());
+        registry.register(
+            "requests",
+            "HTTP requests answered, by route, profile, JSON-RPC method and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "tools/call requests by profile, tool and outcome",
+            m.tool_calls.clone(),
+        );
         registry.register(
             "request_duration_seconds",
             "Time from request to the answer's head (streams go on after it)",
             m.request_seconds.clone(),
         );
-        registry.register("upstream_duration_seconds", "Time the upstream took to send its answer's head", m.upstream_seconds.clone());
-        registry.register("refusals", "Requests mcpgate answered itself with an error, by reason", m.refusals.clone());
-        registry.register("open_streams", "SSE streams being relayed now", m.open_streams.clone());
-        registry.register("config_reload", "Configuration reloads by result", m.reloads.clone());
-        registry.register("config_last_reload_success", "1 if the last reload succeeded, 0 if it failed", m.last_reload_success.clone());
-        registry.register("upstream_errors", "Upstream failures by upstream and kind", m.upstream_errors.clone());
-        registry.register("sse_dropped_messages", "Messages dropped converting an SSE answer to JSON", m.sse_dropped.clone());
+        registry.register(
+            "upstream_duration_seconds",
+            "Time the upstream took to send its answer's head",
+            m.upstream_seconds.clone(),
+        );
+        registry.register(
+            "refusals",
+            "Requests mcpgate answered itself with an error, by reason",
+            m.refusals.clone(),
+        );
+        registry.register(
+            "open_streams",
+            "SSE streams being relayed now",
+            m.open_streams.clone(),
+        );
+        registry.register(
+            "config_reload",
+            "Configuration reloads by result",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "config_last_reload_success",
+            "1 if the last reload succeeded, 0 if it failed",
+            m.last_reload_success.clone(),
+        );
+        registry.register(
+            "upstream_errors",
+            "Upstream failures by upstream and kind",
+            m.upstream_errors.clone(),
+        );
+        registry.register(
+            "sse_dropped_messages",
+            "Messages dropped converting an SSE answer to JSON",
+            m.sse_dropped.clone(),
+        );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }
     }
@@ -131,7 +169,11 @@ impl Metrics {
     }
 
     pub fn observe_upstream(&self, upstream: &str, took: Duration) {
-        self.upstream_seconds.get_or_create(&UpstreamLabels { upstream: upstream.to_string() }).observe(took.as_secs_f64());
+        self.upstream_seconds
+            .get_or_create(&UpstreamLabels {
+                upstream: upstream.to_string(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// The Prometheus text exposition.
@@ -159,9 +201,14 @@ mod tests {
     #[test]
     fn renders_prometheus_text() {
         let m = Metrics::new();
-        m.reloads.get_or_create(&ResultLabels { result: "error" }).inc();
+        m.reloads
+            .get_or_create(&ResultLabels { result: "error" })
+            .inc();
         let text = m.render();
-        assert!(text.contains("mcpgate_config_reload_total{result=\"error\"} 1"), "{text}");
+        assert!(
+            text.contains("mcpgate_config_reload_total{result=\"error\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("mcpgate_config_last_reload_success 1"));
         assert!(text.ends_with("# EOF\n"));
     }

@@ -9,7 +9,7 @@ use crate::tls;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -44,7 +44,11 @@ pub struct Sockets {
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
     #[error("listener {name:?} cannot listen on {addr}: {cause}")]
-    Listen { name: String, addr: SocketAddr, cause: io::Error },
+    Listen {
+        name: String,
+        addr: SocketAddr,
+        cause: io::Error,
+    },
     #[error("listener {name:?}: {cause}")]
     Tls { name: String, cause: String },
 }
@@ -53,22 +57,40 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
     let snapshot = gw.snapshot();
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
     for (index, l) in snapshot.listeners.iter().enumerate() {
-        let fail = |cause| BindError::Listen { name: l.name.clone(), addr: l.addr, cause };
+        let fail = |cause| BindError::Listen {
+            name: l.name.clone(),
+            addr: l.addr,
+            cause,
+        };
         let tls = match (&l.tls, gw.certs.get(&l.name)) {
             (Some(material), Some(store)) => {
-                let config = tls::server_config(material, store.clone())
-                    .map_err(|cause| BindError::Tls { name: l.name.clone(), cause })?;
+                let config = tls::server_config(material, store.clone()).map_err(|cause| {
+                    BindError::Tls {
+                        name: l.name.clone(),
+                        cause,
+                    }
+                })?;
                 Some(TlsAcceptor::from(Arc::new(config)))
             }
             _ => None,
         };
         let socket = TcpListener::bind(l.addr).await.map_err(fail)?;
         let addr = socket.local_addr().map_err(fail)?;
-        listeners.push(Bound { name: l.name.clone(), addr, index, socket, tls });
+        listeners.push(Bound {
+            name: l.name.clone(),
+            addr,
+            index,
+            socket,
+            tls,
+        });
     }
     let admin = match snapshot.admin {
         Some(addr) => {
-            let fail = |cause| BindError::Listen { name: "admin".into(), addr, cause };
+            let fail = |cause| BindError::Listen {
+                name: "admin".into(),
+                addr,
+                cause,
+            };
             let socket = TcpListener::bind(addr).await.map_err(fail)?;
             Some((socket.local_addr().map_err(fail)?, socket))
         }
@@ -80,6 +102,7 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
 /// Serves until `shutdown` completes, then drains: stops accepting, lets in-flight
 /// requests and streams finish within `shutdown_grace`, and returns.
 pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Output = ()>) {
+    // Shared by the accept loops only; each connection holds its own `Watcher`.
     let graceful = Arc::new(GracefulShutdown::new());
     let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
     let mut accepting = tokio::task::JoinSet::new();
@@ -96,22 +119,33 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     shutdown.await;
     gw.start_draining();
     accepting.abort_all();
+    while accepting.join_next().await.is_some() {}
+    let graceful =
+        Arc::try_unwrap(graceful).expect("the stopped accept loops held the only other references");
     let grace = gw.snapshot().server.shutdown_grace;
     tracing::info!(grace = %humantime::format_duration(grace), "draining: no new connections, in-flight requests may finish");
-    let graceful = Arc::try_unwrap(graceful).unwrap_or_else(|_| GracefulShutdown::new());
     match tokio::time::timeout(grace, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections finished"),
-        Err(_) => tracing::warn!("shutdown grace elapsed with connections still open; closing them"),
+        Err(_) => {
+            tracing::warn!("shutdown grace elapsed with connections still open; closing them")
+        }
     }
     if let Some(a) = admin {
         a.abort();
     }
 }
 
-async fn accept_loop(gw: Arc<Gateway>, bound: Bound, graceful: Arc<GracefulShutdown>, limit: Arc<Semaphore>) {
+async fn accept_loop(
+    gw: Arc<Gateway>,
+    bound: Bound,
+    graceful: Arc<GracefulShutdown>,
+    limit: Arc<Semaphore>,
+) {
     loop {
         // Past max_connections, new connections wait in the kernel's accept queue.
-        let Ok(permit) = limit.clone().acquire_owned().await else { return };
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, peer) = match bound.socket.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -123,7 +157,7 @@ async fn accept_loop(gw: Arc<Gateway>, bound: Bound, graceful: Arc<GracefulShutd
         };
         let _ = stream.set_nodelay(true);
         let gw = gw.clone();
-        let graceful = graceful.clone();
+        let graceful = graceful.watcher();
         let tls = bound.tls.clone();
         let index = bound.index;
         tokio::spawn(async move {
@@ -131,17 +165,31 @@ async fn accept_loop(gw: Arc<Gateway>, bound: Bound, graceful: Arc<GracefulShutd
             let settings = gw.snapshot().server.clone();
             let last_activity = Arc::new(AtomicU64::new(0));
             let started = Instant::now();
-            let io = IdleIo { inner: stream, last: last_activity.clone(), started };
+            let io = IdleIo {
+                inner: stream,
+                last: last_activity.clone(),
+                started,
+            };
             let connection = async {
                 match tls {
                     Some(acceptor) => {
-                        match tokio::time::timeout(settings.header_read_timeout, acceptor.accept(io)).await {
-                            Ok(Ok(tls_stream)) => serve_connection(gw, index, peer, tls_stream, &graceful, &settings).await,
-                            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        match tokio::time::timeout(
+                            settings.header_read_timeout,
+                            acceptor.accept(io),
+                        )
+                        .await
+                        {
+                            Ok(Ok(tls_stream)) => {
+                                serve_connection(gw, index, peer, tls_stream, graceful, &settings)
+                                    .await
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed")
+                            }
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }
-                    None => serve_connection(gw, index, peer, io, &graceful, &settings).await,
+                    None => serve_connection(gw, index, peer, io, graceful, &settings).await,
                 }
             };
             tokio::select! {
@@ -159,7 +207,7 @@ async fn serve_connection<I>(
     index: usize,
     peer: SocketAddr,
     io: I,
-    graceful: &GracefulShutdown,
+    graceful: Watcher,
     settings: &crate::config::compile::ServerSettings,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -170,12 +218,16 @@ async fn serve_connection<I>(
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout)
         .max_buf_size(settings.max_header_size.max(8192));
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(settings.max_header_size as u32);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(settings.max_header_size as u32);
     let service = service_fn(move |req| {
         let gw = gw.clone();
         async move { Ok::<_, Infallible>(pipeline::handle(gw, index, peer, req).await) }
     });
     let conn = builder.serve_connection(TokioIo::new(io), service);
+    // The watcher lets the drain tell this connection to finish its requests and close.
     if let Err(e) = graceful.watch(conn.into_owned()).await {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
@@ -205,12 +257,17 @@ struct IdleIo {
 
 impl IdleIo {
     fn touch(&self) {
-        self.last.store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 }
 
 impl AsyncRead for IdleIo {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
@@ -221,7 +278,11 @@ impl AsyncRead for IdleIo {
 }
 
 impl AsyncWrite for IdleIo {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.touch();
@@ -237,7 +298,11 @@ impl AsyncWrite for IdleIo {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.touch();

@@ -6,14 +6,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFutureOwned;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 #[derive(Debug)]
 struct Entry {
@@ -59,7 +59,11 @@ impl StreamWatch {
             let left = t.duration_since(SystemTime::now()).unwrap_or_default();
             Box::pin(tokio::time::sleep_until(Instant::now() + left))
         });
-        StreamWatch { _guard: guard, revoked, expires }
+        StreamWatch {
+            _guard: guard,
+            revoked,
+            expires,
+        }
     }
 
     /// Ready when the stream's token may no longer be used.
@@ -76,16 +80,30 @@ impl StreamWatch {
 
 impl StreamRegistry {
     pub fn new(gauge: Gauge) -> Arc<Self> {
-        Arc::new(StreamRegistry { open: Mutex::new(HashMap::new()), next: AtomicU64::new(0), gauge })
+        Arc::new(StreamRegistry {
+            open: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(0),
+            gauge,
+        })
     }
 
     pub fn register(self: &Arc<Self>, token: Option<[u8; 32]>) -> StreamGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
         let mut open = self.open.lock().expect("stream registry lock");
-        open.insert(id, Entry { token, cancel: cancel.clone() });
+        open.insert(
+            id,
+            Entry {
+                token,
+                cancel: cancel.clone(),
+            },
+        );
         self.gauge.set(open.len() as i64);
-        StreamGuard { id, registry: self.clone(), cancel }
+        StreamGuard {
+            id,
+            registry: self.clone(),
+            cancel,
+        }
     }
 
     /// Cancels every stream whose token `still_valid` rejects; returns how many.

@@ -32,7 +32,9 @@ pub struct TlsMaterial {
 
 impl fmt::Debug for TlsMaterial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsMaterial").field("files", &self.files).finish_non_exhaustive()
+        f.debug_struct("TlsMaterial")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
     }
 }
 
@@ -49,24 +51,39 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 
 pub fn load(files: &TlsFiles) -> Result<TlsMaterial, String> {
     let chain = certs(&files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", files.key.display()))?;
-    let signing = any_supported_type(&key).map_err(|e| format!("unusable private key {}: {e}", files.key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!(
+            "cannot read a private key from {}: {e}",
+            files.key.display()
+        )
+    })?;
+    let signing = any_supported_type(&key)
+        .map_err(|e| format!("unusable private key {}: {e}", files.key.display()))?;
     let certified = CertifiedKey::new(chain, signing);
-    certified
-        .keys_match()
-        .map_err(|e| format!("{} does not match the key {}: {e}", files.cert.display(), files.key.display()))?;
+    certified.keys_match().map_err(|e| {
+        format!(
+            "{} does not match the key {}: {e}",
+            files.cert.display(),
+            files.key.display()
+        )
+    })?;
     let client_roots = match &files.client_ca {
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for c in certs(ca)? {
-                roots.add(c).map_err(|e| format!("bad CA certificate in {}: {e}", ca.display()))?;
+                roots
+                    .add(c)
+                    .map_err(|e| format!("bad CA certificate in {}: {e}", ca.display()))?;
             }
             Some(Arc::new(roots))
         }
         None => None,
     };
-    Ok(TlsMaterial { files: files.clone(), key: Arc::new(certified), client_roots })
+    Ok(TlsMaterial {
+        files: files.clone(),
+        key: Arc::new(certified),
+        client_roots,
+    })
 }
 
 /// The certificate a listener presents, swappable at runtime.
@@ -77,7 +94,9 @@ pub struct CertStore {
 
 impl CertStore {
     pub fn new(key: Arc<CertifiedKey>) -> Self {
-        CertStore { current: ArcSwap::new(key) }
+        CertStore {
+            current: ArcSwap::new(key),
+        }
     }
 
     pub fn replace(&self, key: Arc<CertifiedKey>) {
@@ -93,7 +112,10 @@ impl ResolvesServerCert for CertStore {
 
 /// The rustls configuration of a listener. Client-certificate roots are fixed for the
 /// listener's life (changing them needs a restart); the server certificate is not.
-pub fn server_config(material: &TlsMaterial, store: Arc<CertStore>) -> Result<rustls::ServerConfig, String> {
+pub fn server_config(
+    material: &TlsMaterial,
+    store: Arc<CertStore>,
+) -> Result<rustls::ServerConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

@@ -340,9 +340,18 @@ impl Snapshot {
             let scheme = if l.tls.is_some() { "https" } else { "http" };
             let _ = writeln!(out, "  {:<12} {scheme}://{}", l.name, l.addr);
             if let Some(t) = &l.tls {
-                let _ = writeln!(out, "    tls:             cert={} key={}", t.files.cert.display(), t.files.key.display());
+                let _ = writeln!(
+                    out,
+                    "    tls:             cert={} key={}",
+                    t.files.cert.display(),
+                    t.files.key.display()
+                );
                 if let Some(ca) = &t.files.client_ca {
-                    let _ = writeln!(out, "    client_ca:       {} (client certificates required)", ca.display());
+                    let _ = writeln!(
+                        out,
+                        "    client_ca:       {} (client certificates required)",
+                        ca.display()
+                    );
                 }
             }
             let _ = writeln!(out, "    allowed_hosts:   {}", l.hosts.describe());
@@ -473,9 +482,13 @@ fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigE
         let message = e.message().trim_end().replace('\n', " ");
         located(e.span(), message)
     })?;
-    Compiler { source: file, base, files: std::cell::RefCell::new(Vec::new()) }
-        .compile(raw)
-        .map_err(|(span, message)| located(Some(span), message))
+    Compiler {
+        source: file,
+        base,
+        files: std::cell::RefCell::new(Vec::new()),
+    }
+    .compile(raw)
+    .map_err(|(span, message)| located(Some(span), message))
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -562,7 +575,12 @@ impl Compiler<'_> {
         let admin = match &raw.admin {
             Some(a) => {
                 let addr: SocketAddr = match &a.get_ref().addr {
-                    Some(v) => at(v, v.get_ref().parse().map_err(|_| format!("bad admin address {:?}; write IP:PORT", v.get_ref())))?,
+                    Some(v) => at(
+                        v,
+                        v.get_ref().parse().map_err(|_| {
+                            format!("bad admin address {:?}; write IP:PORT", v.get_ref())
+                        }),
+                    )?,
                     None => DEFAULT_ADMIN_ADDR.parse().expect("a valid default"),
                 };
                 if !addr.ip().is_loopback() {
@@ -594,18 +612,33 @@ impl Compiler<'_> {
                     None | Some((_, "auto")) => LogFormat::Auto,
                     Some((_, "json")) => LogFormat::Json,
                     Some((_, "pretty")) => LogFormat::Pretty,
-                    Some((f, other)) => return fail(f.span(), format!("unknown log format {other:?}; use \"auto\", \"json\" or \"pretty\"")),
+                    Some((f, other)) => {
+                        return fail(
+                            f.span(),
+                            format!(
+                                "unknown log format {other:?}; use \"auto\", \"json\" or \"pretty\""
+                            ),
+                        );
+                    }
                 };
                 let level = match &l.level {
                     Some(v) => {
-                        at(v, tracing_subscriber::EnvFilter::try_new(v.get_ref()).map(|_| ()).map_err(|e| format!("bad log level: {e}")))?;
+                        at(
+                            v,
+                            tracing_subscriber::EnvFilter::try_new(v.get_ref())
+                                .map(|_| ())
+                                .map_err(|e| format!("bad log level: {e}")),
+                        )?;
                         Some(v.get_ref().clone())
                     }
                     None => None,
                 };
                 LogSettings { format, level }
             }
-            None => LogSettings { format: LogFormat::Auto, level: None },
+            None => LogSettings {
+                format: LogFormat::Auto,
+                level: None,
+            },
         };
 
         let mut listeners = listeners;
@@ -654,7 +687,9 @@ impl Compiler<'_> {
             None => Ok(default),
         };
         let max_connections = match &sv.max_connections {
-            Some(v) if *v.get_ref() == 0 => return fail(v.span(), "max_connections must be at least 1"),
+            Some(v) if *v.get_ref() == 0 => {
+                return fail(v.span(), "max_connections must be at least 1");
+            }
             Some(v) => *v.get_ref() as usize,
             None => d.max_connections,
         };
@@ -810,7 +845,10 @@ impl Compiler<'_> {
                         format!("header {k:?} is set by mcpgate and cannot be configured"),
                     );
                 }
-                let value = at(v, resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()))?;
+                let value = at(
+                    v,
+                    resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+                )?;
                 let hvalue = HeaderValue::from_str(&value).map_err(|_| {
                     (
                         v.span(),

@@ -8,6 +8,6 @@ pub mod units;
 pub mod watch;
 
 pub use compile::{
-    LogFormat, LogSettings, ServerSettings, Auth, ConfigError, Listener, Profile, Route, RouteMatch, Snapshot, TokenEntry, Upstream, load,
-    load_str,
+    Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
+    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_str,
 };

@@ -48,7 +48,10 @@ pub fn resolve_secrets(s: &str) -> Result<String, String> {
 }
 
 /// `resolve_secrets`, adding every file it read to `files` (the reload watcher's list).
-pub fn resolve_secrets_noting(s: &str, files: &mut Vec<std::path::PathBuf>) -> Result<String, String> {
+pub fn resolve_secrets_noting(
+    s: &str,
+    files: &mut Vec<std::path::PathBuf>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {

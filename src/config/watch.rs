@@ -57,7 +57,10 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(e) = event {
-            if matches!(e.kind, EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any) {
+            if matches!(
+                e.kind,
+                EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any
+            ) {
                 let _ = tx.send(());
             }
         }
@@ -73,7 +76,9 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
             tokio::time::sleep(DEBOUNCE).await;
             while rx.try_recv().is_ok() {}
             let files = gw.snapshot().files.clone();
-            let now = tokio::task::spawn_blocking(move || fingerprint(&files)).await.unwrap_or(last);
+            let now = tokio::task::spawn_blocking(move || fingerprint(&files))
+                .await
+                .unwrap_or(last);
             if now == last {
                 continue;
             }
@@ -88,7 +93,11 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
     Ok(())
 }
 
-fn watch_folders(watcher: &mut notify::RecommendedWatcher, watched: &mut BTreeSet<PathBuf>, files: &[PathBuf]) {
+fn watch_folders(
+    watcher: &mut notify::RecommendedWatcher,
+    watched: &mut BTreeSet<PathBuf>,
+    files: &[PathBuf],
+) {
     for dir in folders(files) {
         if watched.contains(&dir) {
             continue;
@@ -97,7 +106,9 @@ fn watch_folders(watcher: &mut notify::RecommendedWatcher, watched: &mut BTreeSe
             Ok(()) => {
                 watched.insert(dir);
             }
-            Err(e) => tracing::warn!(folder = %dir.display(), error = %e, "cannot watch folder for configuration changes"),
+            Err(e) => {
+                tracing::warn!(folder = %dir.display(), error = %e, "cannot watch folder for configuration changes")
+            }
         }
     }
 }

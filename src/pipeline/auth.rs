@@ -34,7 +34,9 @@ pub fn authenticate<'s>(
         .get_key_value(&hash)
         .filter(|(key, _)| bool::from(key.ct_eq(&hash)));
     match found {
-        Some((key, t)) if t.valid_at(now) && t.profiles.iter().any(|p| *p == route.profile.name) => {
+        Some((key, t))
+            if t.valid_at(now) && t.profiles.iter().any(|p| *p == route.profile.name) =>
+        {
             Ok(Some((key, t)))
         }
         _ => Err(refusal),

@@ -72,6 +72,8 @@ pub struct Outgoing<'a> {
     pub headers: &'a HeaderMap,
     pub body: Bytes,
     pub peer: SocketAddr,
+    /// `https` on a TLS listener, else `http`: what `X-Forwarded-Proto` says.
+    pub proto: &'static str,
     pub request_id: &'a str,
 }
 
@@ -104,7 +106,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
         headers.insert("x-forwarded-host", host.clone());
     }
     headers.insert("x-forwarded-for", header_value(&out.peer.ip().to_string()));
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(out.proto));
     headers.insert("x-request-id", header_value(out.request_id));
     if out.method == Method::POST {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.

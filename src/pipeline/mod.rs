@@ -43,15 +43,26 @@ struct Ctx {
     want: Result<Want, accept::NotAcceptable>,
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
     token: Option<([u8; 32], Option<SystemTime>)>,
+    proto: &'static str,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
 /// configuration current when it arrived until it ends, even if a reload swaps it.
-pub async fn handle(gw: Arc<Gateway>, listener: usize, peer: SocketAddr, req: Request<Incoming>) -> Response<GateBody> {
+pub async fn handle(
+    gw: Arc<Gateway>,
+    listener: usize,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<GateBody> {
     let started = Instant::now();
     let snapshot = gw.snapshot();
+    let tls = snapshot
+        .listeners
+        .get(listener)
+        .is_some_and(|l| l.tls.is_some());
     let mut ctx = Ctx {
         token: None,
+        proto: if tls { "https" } else { "http" },
         want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
         request_id: request_id(req.headers()),
         route: None,
@@ -88,22 +99,56 @@ pub async fn handle(gw: Arc<Gateway>, listener: usize, peer: SocketAddr, req: Re
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = reason.as_ref().map_or("-", GateError::reason), ms = elapsed_ms, "request"),
     }
-    record_metrics(&gw.metrics, &ctx, &http_method, status, reason.as_ref(), started.elapsed());
+    record_metrics(
+        &gw.metrics,
+        &ctx,
+        &http_method,
+        status,
+        reason.as_ref(),
+        started.elapsed(),
+    );
     response
 }
 
 /// MCP methods that may be metric labels as they are; anything else a client invents is
 /// counted as "(other)" so labels stay bounded.
 const KNOWN_METHODS: [&str; 18] = [
-    "initialize", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
-    "resources/templates/list", "resources/subscribe", "resources/unsubscribe", "prompts/list",
-    "prompts/get", "completion/complete", "logging/setLevel", "server/discover",
-    "subscriptions/listen", "tasks/get", "tasks/result", "(batch)",
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/result",
+    "(batch)",
 ];
 
-fn record_metrics(m: &Metrics, ctx: &Ctx, http: &Method, status: u16, error: Option<&GateError>, took: std::time::Duration) {
-    use crate::metrics::{ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels};
-    let route = ctx.route.as_ref().map_or("-", |r| r.template.as_str()).to_string();
+fn record_metrics(
+    m: &Metrics,
+    ctx: &Ctx,
+    http: &Method,
+    status: u16,
+    error: Option<&GateError>,
+    took: std::time::Duration,
+) {
+    use crate::metrics::{
+        ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels,
+    };
+    let route = ctx
+        .route
+        .as_ref()
+        .map_or("-", |r| r.template.as_str())
+        .to_string();
     let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
     let method = match ctx.rpc_method.as_deref() {
         Some(m) if KNOWN_METHODS.contains(&m) => m,
@@ -112,15 +157,34 @@ fn record_metrics(m: &Metrics, ctx: &Ctx, http: &Method, status: u16, error: Opt
         None => http.as_str(),
     };
     m.requests
-        .get_or_create(&RequestLabels { route: route.clone(), profile: profile.to_string(), method: method.to_string(), status })
+        .get_or_create(&RequestLabels {
+            route: route.clone(),
+            profile: profile.to_string(),
+            method: method.to_string(),
+            status,
+        })
         .inc();
-    m.request_seconds.get_or_create(&RouteLabels { route }).observe(took.as_secs_f64());
+    m.request_seconds
+        .get_or_create(&RouteLabels { route })
+        .observe(took.as_secs_f64());
     if let Some(e) = error {
         match e.side() {
-            crate::error::Side::Downstream => m.refusals.get_or_create(&ReasonLabels { reason: e.reason() }).inc(),
+            crate::error::Side::Downstream => m
+                .refusals
+                .get_or_create(&ReasonLabels { reason: e.reason() })
+                .inc(),
             crate::error::Side::Upstream => {
-                let upstream = ctx.route.as_ref().map_or("-", |r| r.profile.upstream.name.as_str()).to_string();
-                m.upstream_errors.get_or_create(&UpstreamErrorLabels { upstream, kind: e.reason() }).inc()
+                let upstream = ctx
+                    .route
+                    .as_ref()
+                    .map_or("-", |r| r.profile.upstream.name.as_str())
+                    .to_string();
+                m.upstream_errors
+                    .get_or_create(&UpstreamErrorLabels {
+                        upstream,
+                        kind: e.reason(),
+                    })
+                    .inc()
             }
         };
     }
@@ -133,7 +197,11 @@ fn record_metrics(m: &Metrics, ctx: &Ctx, http: &Method, status: u16, error: Opt
             Some(_) => "rejected",
         };
         m.tool_calls
-            .get_or_create(&ToolLabels { profile: profile.to_string(), tool: m.tool_label(tool), outcome })
+            .get_or_create(&ToolLabels {
+                profile: profile.to_string(),
+                tool: m.tool_label(tool),
+                outcome,
+            })
             .inc();
     }
 }
@@ -192,6 +260,7 @@ async fn run(
             headers: &parts.headers,
             body: Bytes::new(),
             peer,
+            proto: ctx.proto,
             request_id: &ctx.request_id,
         },
     )
@@ -292,6 +361,7 @@ async fn post(
             headers: &parts.headers,
             body: bytes,
             peer,
+            proto: ctx.proto,
             request_id: &ctx.request_id,
         },
     )

@@ -282,7 +282,8 @@ pub async fn upstream(
             _ => {
                 set_sse_headers(&mut parts.headers);
                 let guard = gw.streams.register(shaping.token.map(|(hash, _)| hash));
-                let watch = StreamWatch::new(guard, shaping.token.and_then(|(_, not_after)| not_after));
+                let watch =
+                    StreamWatch::new(guard, shaping.token.and_then(|(_, not_after)| not_after));
                 let relay = SseRelay::new(
                     body,
                     shaping.list,

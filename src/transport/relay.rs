@@ -220,8 +220,15 @@ impl Body for SseRelay {
                     this.end(ending);
                 }
                 Poll::Pending => {
-                    if this.watch.as_mut().is_some_and(|w| w.poll_revoked(cx).is_ready()) {
-                        this.end(Ending::Failed { code: code::UNAUTHORIZED, message: "Unauthorized: the token was revoked or has expired" });
+                    if this
+                        .watch
+                        .as_mut()
+                        .is_some_and(|w| w.poll_revoked(cx).is_ready())
+                    {
+                        this.end(Ending::Failed {
+                            code: code::UNAUTHORIZED,
+                            message: "Unauthorized: the token was revoked or has expired",
+                        });
                         continue;
                     }
                     if let Some((_, timer)) = &mut this.idle {

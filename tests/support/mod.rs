@@ -150,7 +150,8 @@ pub struct Gateway {
     child: Child,
     pub listeners: HashMap<String, SocketAddr>,
     log: Arc<Mutex<String>>,
-    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Gateway {
@@ -164,10 +165,24 @@ impl Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mcpgate.toml");
         std::fs::write(&path, config_text).unwrap();
-        let expected = config_text.matches("[[listen]]").count() + usize::from(config_text.contains("[admin]"));
+        let mut gw = Self::try_start_at(&path)?;
+        gw._dir = Some(dir);
+        Ok(gw)
+    }
+
+    /// Starts the gateway on a config file the caller placed (and may change later).
+    pub fn start_at(path: &std::path::Path) -> Gateway {
+        Self::try_start_at(path)
+            .unwrap_or_else(|(code, log)| panic!("mcpgate exited ({code:?}):\n{log}"))
+    }
+
+    fn try_start_at(path: &std::path::Path) -> Result<Gateway, (Option<i32>, String)> {
+        let config_text = std::fs::read_to_string(path).unwrap();
+        let expected = config_text.matches("[[listen]]").count()
+            + usize::from(config_text.contains("[admin]"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
             .args(["run", "-c"])
-            .arg(&path)
+            .arg(path)
             .env("MCPGATE_TEST_API_KEY", API_KEY)
             .env("RUST_LOG", "debug")
             .stdout(Stdio::null())
@@ -206,7 +221,8 @@ impl Gateway {
             child,
             listeners,
             log,
-            _dir: dir,
+            path: path.to_path_buf(),
+            _dir: None,
         })
     }
 
@@ -216,6 +232,36 @@ impl Gateway {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listeners["admin"])
+    }
+
+    /// Sends a signal (`HUP`, `TERM`, …) to the gateway process.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code, if it did.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 }
 
@@ -233,7 +279,10 @@ fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
     if v["message"] != "listening" {
         return None;
     }
-    Some((v["listener"].as_str()?.to_string(), v["addr"].as_str()?.parse().ok()?))
+    Some((
+        v["listener"].as_str()?.to_string(),
+        v["addr"].as_str()?.parse().ok()?,
+    ))
 }
 
 pub async fn upstream(opts: sample::Options) -> SampleServer {

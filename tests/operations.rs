@@ -1,0 +1,649 @@
+//! SPEC §8 end to end: reload by every trigger, reloads under load, token rotation closing
+//! streams, a broken file keeping the old configuration, the admin endpoints and metrics,
+//! TLS with ALPN h2 and certificate replacement, mTLS, and graceful shutdown.
+
+mod support;
+
+use bytes::Bytes;
+use http::Method;
+use http_body_util::{BodyExt, Full};
+use mcpgate::sample;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use support::*;
+
+const NEW_TOKEN: &str = "tok-rotated-in-Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz";
+
+fn with_admin(text: String) -> String {
+    format!("{text}\n[admin]\naddr = \"127.0.0.1:0\"\n")
+}
+
+/// The config plus one more token for the gpt profile.
+fn with_new_token(text: &str) -> String {
+    format!(
+        "{text}\n[[tokens]]\nid = \"rotated\"\nsha256 = \"{}\"\nprofiles = [\"gpt\"]\n",
+        hash(NEW_TOKEN)
+    )
+}
+
+async fn new_token_works(gw: &Gateway) -> bool {
+    post(&gw.url(&format!("/gpt-mcp/{NEW_TOKEN}/mcp")), &[], &list(1))
+        .await
+        .status
+        == 200
+}
+
+/// Polls until the new token is accepted (file watchers are asynchronous).
+async fn eventually_new_token_works(gw: &Gateway) -> bool {
+    for _ in 0..60 {
+        if new_token_works(gw).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+async fn metrics(gw: &Gateway) -> String {
+    send(Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_by_every_trigger() {
+    let up = json_upstream().await;
+    let base = with_admin(config(&up.url(), "10s"));
+
+    // Rename-replace (what editors do).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcpgate.toml");
+    std::fs::write(&path, &base).unwrap();
+    let gw = Gateway::start_at(&path);
+    assert!(!new_token_works(&gw).await);
+    let tmp = dir.path().join(".mcpgate.toml.swp");
+    std::fs::write(&tmp, with_new_token(&base)).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert!(eventually_new_token_works(&gw).await, "rename-replace");
+    drop(gw);
+
+    // In-place write.
+    std::fs::write(&path, &base).unwrap();
+    let gw = Gateway::start_at(&path);
+    std::fs::write(&path, with_new_token(&base)).unwrap();
+    assert!(eventually_new_token_works(&gw).await, "in-place write");
+    drop(gw);
+
+    // Kubernetes ConfigMap: mcpgate.toml -> ..data/mcpgate.toml, ..data -> ..v1, swapped atomically.
+    let k8s = tempfile::tempdir().unwrap();
+    let v1 = k8s.path().join("..v1");
+    let v2 = k8s.path().join("..v2");
+    std::fs::create_dir(&v1).unwrap();
+    std::fs::create_dir(&v2).unwrap();
+    std::fs::write(v1.join("mcpgate.toml"), &base).unwrap();
+    std::fs::write(v2.join("mcpgate.toml"), with_new_token(&base)).unwrap();
+    std::os::unix::fs::symlink("..v1", k8s.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/mcpgate.toml", k8s.path().join("mcpgate.toml")).unwrap();
+    let gw = Gateway::start_at(&k8s.path().join("mcpgate.toml"));
+    assert!(!new_token_works(&gw).await);
+    std::os::unix::fs::symlink("..v2", k8s.path().join("..data_tmp")).unwrap();
+    std::fs::rename(k8s.path().join("..data_tmp"), k8s.path().join("..data")).unwrap();
+    assert!(
+        eventually_new_token_works(&gw).await,
+        "ConfigMap symlink swap"
+    );
+    drop(gw);
+
+    // SIGHUP, with the file watcher unable to see the change: the file is replaced in a
+    // folder mcpgate does not watch and only its symlink target moves... simpler: change the
+    // file, then ask; whichever comes first, the signal path must work on its own too.
+    std::fs::write(&path, &base).unwrap();
+    let gw = Gateway::start_at(&path);
+    std::fs::write(&path, with_new_token(&base)).unwrap();
+    gw.signal("HUP");
+    assert!(eventually_new_token_works(&gw).await, "SIGHUP");
+    assert!(
+        gw.log().contains("\"trigger\":\"SIGHUP\"")
+            || gw.log().contains("\"trigger\":\"file change\"")
+    );
+
+    // POST /reload answers after the swap: the very next request sees the new token.
+    std::fs::write(&path, &base).unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!new_token_works(&gw).await, "token removed by the reload");
+    std::fs::write(&path, with_new_token(&base)).unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 200);
+    assert!(new_token_works(&gw).await, "POST /reload");
+    assert!(
+        gw.log().contains("\"trigger\":\"SIGHUP\""),
+        "the SIGHUP reload is logged by its trigger"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_keeps_the_old_configuration() {
+    let up = json_upstream().await;
+    let base = with_admin(config(&up.url(), "10s"));
+    let gw = Gateway::start(&base);
+    std::fs::write(
+        gw.config_path(),
+        base.replace("[tools]\n", "[tools]\nhiden = 1\n"),
+    )
+    .unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 422);
+    assert!(
+        r.body.contains("mcpgate.toml:") && r.body.contains("hiden"),
+        "the error names file, position and cause: {}",
+        r.body
+    );
+    // Still serving, with the old rules.
+    let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(1)).await;
+    assert_eq!(r.tool_names(), GPT_TOOLS);
+    let m = metrics(&gw).await;
+    assert!(
+        m.contains("mcpgate_config_reload_total{result=\"error\"} "),
+        "{m}"
+    );
+    assert!(m.contains("mcpgate_config_last_reload_success 0"));
+    // The watcher also saw the broken file; whatever it did, the old config still serves.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(2))
+            .await
+            .status,
+        200
+    );
+
+    // A listener change cannot be applied live: refused with the reason.
+    std::fs::write(
+        gw.config_path(),
+        base.replace("name = \"main\"", "name = \"renamed\"")
+            .replace("listen = \"main\"", "listen = \"renamed\""),
+    )
+    .unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 422);
+    assert!(r.body.contains("restart required"), "{}", r.body);
+    std::fs::write(gw.config_path(), &base).unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        metrics(&gw)
+            .await
+            .contains("mcpgate_config_last_reload_success 1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_reloads_under_load_fail_no_request() {
+    let up = json_upstream().await;
+    let base = with_admin(config(&up.url(), "10s"));
+    let gw = Arc::new(Gateway::start(&base));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (gw, stop, done, failed) = (gw.clone(), stop.clone(), done.clone(), failed.clone());
+        clients.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let body = if i % 2 == 0 {
+                    list(i)
+                } else {
+                    call(i, "get_document")
+                };
+                let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &body).await;
+                let ok = r.status == 200 && r.json().get("result").is_some();
+                if !ok {
+                    failed
+                        .lock()
+                        .unwrap()
+                        .push(format!("client {c} request {i}: {} {}", r.status, r.body));
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+            }
+        }));
+    }
+    for n in 0..20 {
+        // Alternate between two valid configurations so each reload really swaps.
+        let text = if n % 2 == 0 {
+            with_new_token(&base)
+        } else {
+            base.clone()
+        };
+        std::fs::write(gw.config_path(), text).unwrap();
+        let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let failed = failed.lock().unwrap().clone();
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(done.load(Ordering::Relaxed) >= 40, "the clients really ran");
+    assert!(
+        metrics(&gw)
+            .await
+            .contains("mcpgate_config_reload_total{result=\"ok\"} ")
+    );
+}
+
+use std::sync::Mutex;
+
+/// Opens a stream and returns when it ended and what it carried.
+async fn open_stream(
+    url: String,
+    headers: Vec<(&'static str, String)>,
+    body: Option<String>,
+) -> tokio::task::JoinHandle<(Instant, String)> {
+    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let mut req = http::Request::new(Full::new(Bytes::from(body.clone().unwrap_or_default())));
+    *req.method_mut() = if body.is_some() {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    *req.uri_mut() = url.parse().unwrap();
+    for (k, v) in headers {
+        req.headers_mut().insert(k, v.parse().unwrap());
+    }
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    tokio::spawn(async move {
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(Ok(f)) = body.frame().await {
+            if let Ok(d) = f.into_data() {
+                text.extend_from_slice(&d);
+            }
+        }
+        (Instant::now(), String::from_utf8_lossy(&text).into_owned())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_token_closes_its_open_streams() {
+    let up = upstream(sample::Options {
+        stream: Some((10_000, Duration::from_millis(100))),
+        ..Default::default()
+    })
+    .await;
+    let base = with_admin(config(&up.url(), "10s"));
+    let gw = Gateway::start(&with_new_token(&base));
+    let sse = vec![("accept", "text/event-stream".to_string())];
+    let revoked = open_stream(
+        gw.url(&format!("/gpt-mcp/{NEW_TOKEN}/mcp")),
+        sse.clone(),
+        None,
+    )
+    .await;
+    let kept = open_stream(gw.url(&format!("/gpt-mcp/{GPT}/mcp")), sse.clone(), None).await;
+    let listen =
+        r#"{"jsonrpc":"2.0","id":"sub","method":"subscriptions/listen","params":{}}"#.to_string();
+    let revoked_post = open_stream(
+        gw.url(&format!("/gpt-mcp/{NEW_TOKEN}/mcp")),
+        vec![
+            ("accept", SDK_ACCEPT.to_string()),
+            ("content-type", "application/json".to_string()),
+        ],
+        Some(listen),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(metrics(&gw).await.contains("mcpgate_open_streams 3"));
+
+    std::fs::write(gw.config_path(), &base).unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 200);
+    let reloaded = Instant::now();
+    let (ended, text) = tokio::time::timeout(Duration::from_secs(5), revoked)
+        .await
+        .expect("revoked stream closed")
+        .unwrap();
+    assert!(
+        ended.duration_since(reloaded) < Duration::from_secs(1),
+        "closed within a second of the reload"
+    );
+    assert!(text.contains("tick 1"), "it was a live stream");
+    let (_, text) = tokio::time::timeout(Duration::from_secs(5), revoked_post)
+        .await
+        .expect("revoked POST stream closed")
+        .unwrap();
+    assert!(
+        text.contains("\"id\":\"sub\"") && text.contains("-32001"),
+        "the pending request learns why: {text}"
+    );
+    assert!(!kept.is_finished(), "streams of other tokens go on");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!kept.is_finished());
+    assert!(metrics(&gw).await.contains("mcpgate_open_streams 1"));
+    kept.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_and_metrics() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&with_admin(config(&up.url(), "10s")));
+    assert_eq!(
+        send(Method::GET, &gw.admin_url("/healthz"), &[], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        send(Method::GET, &gw.admin_url("/readyz"), &[], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        send(Method::GET, &gw.admin_url("/nope"), &[], "")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        send(Method::GET, &gw.admin_url("/reload"), &[], "")
+            .await
+            .status,
+        405
+    );
+    // The admin endpoints are not on the MCP listener.
+    assert_eq!(
+        send(Method::GET, &gw.url("/metrics"), &[], "").await.status,
+        404
+    );
+
+    let gpt = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    post(&gpt, &[], &call(1, "get_document")).await;
+    post(&gpt, &[], &call(2, "move_document")).await;
+    post(&gw.url("/gpt-mcp/wrong/mcp"), &[], &list(3)).await;
+    post(
+        &gpt,
+        &[],
+        r#"{"jsonrpc":"2.0","id":4,"method":"x/made-up-by-a-client"}"#,
+    )
+    .await;
+    let m = metrics(&gw).await;
+    for want in [
+        "mcpgate_requests_total{route=\"/gpt-mcp/{token}/mcp\",profile=\"gpt\",method=\"tools/call\",status=\"200\"} 2",
+        "mcpgate_requests_total{route=\"/gpt-mcp/{token}/mcp\",profile=\"gpt\",method=\"(other)\",status=\"200\"} 1",
+        "mcpgate_tool_calls_total{profile=\"gpt\",tool=\"get_document\",outcome=\"forwarded\"} 1",
+        "mcpgate_tool_calls_total{profile=\"gpt\",tool=\"move_document\",outcome=\"refused\"} 1",
+        "mcpgate_refusals_total{reason=\"bad_path_token\"} 1",
+        "mcpgate_refusals_total{reason=\"policy\"} 1",
+        "mcpgate_upstream_duration_seconds_count{upstream=\"docs\"} 2",
+        "mcpgate_request_duration_seconds_bucket{",
+        "mcpgate_open_streams 0",
+    ] {
+        assert!(m.contains(want), "missing {want}\n{m}");
+    }
+    for t in ALL_TOKENS {
+        assert!(!m.contains(t));
+    }
+    assert!(!m.contains("wrong"), "no request path in metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_slow_call_finish_then_exits_zero() {
+    let up = upstream(sample::Options {
+        call_delay: Some(Duration::from_millis(1500)),
+        ..Default::default()
+    })
+    .await;
+    let mut gw = Gateway::start(&with_admin(config(&up.url(), "10s")));
+    let url = gw.url("/mcp-gpt-full");
+    let slow = tokio::spawn(async move { post(&url, &[], &call(1, "get_document")).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    gw.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ready = send(Method::GET, &gw.admin_url("/readyz"), &[], "").await;
+    assert_eq!(ready.status, 503, "not ready while draining");
+    // No new connections.
+    assert!(
+        tokio::net::TcpStream::connect(gw.listeners["main"])
+            .await
+            .is_err()
+    );
+    let r = slow.await.unwrap();
+    assert_eq!(r.status, 200, "the in-flight call finished: {}", r.body);
+    assert_eq!(r.json()["result"]["isError"], false);
+    let code = tokio::task::spawn_blocking(move || gw.wait_exit(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+}
+
+// ---- TLS ----
+
+struct Pki {
+    dir: tempfile::TempDir,
+    ca_cert: rcgen::Certificate,
+    ca: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "mcpgate test CA");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca_cert = params.self_signed(&key).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
+        Pki {
+            dir,
+            ca_cert,
+            ca: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// Issues a certificate; writes `NAME.pem` and `NAME.key`; returns its DER.
+    fn issue(&self, name: &str, sans: &[&str], client: bool) -> Vec<u8> {
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        // Write the key first and the cert by rename, so a watcher never sees a half pair.
+        std::fs::write(
+            self.dir.path().join(format!("{name}.key")),
+            key.serialize_pem(),
+        )
+        .unwrap();
+        let tmp = self.dir.path().join(format!(".{name}.pem"));
+        std::fs::write(&tmp, cert.pem()).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join(format!("{name}.pem"))).unwrap();
+        cert.der().to_vec()
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.path().join(file).display().to_string()
+    }
+
+    fn client_config(&self, client_cert: Option<&str>) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca_cert.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = match client_cert {
+            Some(name) => {
+                use rustls_pki_types::pem::PemObject;
+                let certs = rustls_pki_types::CertificateDer::pem_file_iter(
+                    self.dir.path().join(format!("{name}.pem")),
+                )
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+                let key = rustls_pki_types::PrivateKeyDer::from_pem_file(
+                    self.dir.path().join(format!("{name}.key")),
+                )
+                .unwrap();
+                builder.with_client_auth_cert(certs, key).unwrap()
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config
+    }
+}
+
+/// A TLS handshake to `addr` as `localhost`: the negotiated ALPN and the server's certificate.
+async fn handshake(
+    addr: std::net::SocketAddr,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await
+}
+
+fn tls_config(up: &str, pki: &Pki, client_ca: bool) -> String {
+    let ca = if client_ca {
+        format!(", client_ca = \"{}\"", pki.path("ca.pem"))
+    } else {
+        String::new()
+    };
+    with_admin(config(up, "10s").replacen(
+        "addr = \"127.0.0.1:0\"\n",
+        &format!(
+            "addr = \"127.0.0.1:0\"\ntls = {{ cert = \"{}\", key = \"{}\"{ca} }}\n",
+            pki.path("server.pem"),
+            pki.path("server.key")
+        ),
+        1,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_h2_and_certificate_replacement() {
+    let up = json_upstream().await;
+    let pki = Pki::new();
+    let first = pki.issue("server", &["localhost", "127.0.0.1"], false);
+    let gw = Gateway::start(&tls_config(&up.url(), &pki, false));
+    let addr = gw.listeners["main"];
+
+    let tls = handshake(addr, pki.client_config(None)).await.unwrap();
+    let (_, conn) = tls.get_ref();
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]), "ALPN selects h2");
+    assert_eq!(
+        conn.peer_certificates().unwrap()[0].as_ref(),
+        first.as_slice()
+    );
+
+    // A real MCP request over HTTP/2 on that connection.
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::post(format!("https://localhost/gpt-mcp/{GPT}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", SDK_ACCEPT)
+        .body(Full::new(Bytes::from(list(1))))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 9);
+    assert!(
+        up.received()[0].headers["x-forwarded-proto"] == "https",
+        "the upstream learns the client used TLS"
+    );
+
+    // Replace the certificate on disk: the next handshake presents the new one.
+    let second = pki.issue("server", &["localhost", "127.0.0.1"], false);
+    assert_ne!(first, second);
+    let mut served = Vec::new();
+    for _ in 0..50 {
+        let tls = handshake(addr, pki.client_config(None)).await.unwrap();
+        served = tls.get_ref().1.peer_certificates().unwrap()[0]
+            .as_ref()
+            .to_vec();
+        if served == second {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        served, second,
+        "the replaced certificate is served on the next handshake"
+    );
+    // HTTP/1.1 still works for clients that only speak it.
+    let mut h1 = pki.client_config(None);
+    h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = handshake(addr, h1).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_refuses_clients_without_a_certificate() {
+    let up = json_upstream().await;
+    let pki = Pki::new();
+    pki.issue("server", &["localhost"], false);
+    pki.issue("client", &["client.example"], true);
+    let gw = Gateway::start(&tls_config(&up.url(), &pki, true));
+    let addr = gw.listeners["main"];
+
+    // Without a certificate the handshake (or the first read after it, in TLS 1.3) fails.
+    let refused = match handshake(addr, pki.client_config(None)).await {
+        Err(_) => true,
+        Ok(mut tls) => {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = tls
+                .write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n")
+                .await;
+            let mut buf = [0u8; 64];
+            !matches!(tls.read(&mut buf).await, Ok(n) if n > 0)
+        }
+    };
+    assert!(refused, "a client without a certificate is refused");
+
+    let tls = handshake(addr, pki.client_config(Some("client")))
+        .await
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::post("https://localhost/mcp-gpt-full")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(list(1))))
+        .unwrap();
+    assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+}

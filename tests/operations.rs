@@ -647,3 +647,145 @@ async fn mtls_refuses_clients_without_a_certificate() {
         .unwrap();
     assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
 }
+
+/// Reads from a raw connection until the server closes it; how long that took, and what came.
+async fn until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> (Duration, String) {
+    use tokio::io::AsyncReadExt;
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(started + limit),
+            s.read(&mut buf),
+        )
+        .await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    (
+        started.elapsed(),
+        String::from_utf8_lossy(&out).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_hygiene_knobs() {
+    use tokio::io::AsyncWriteExt;
+    let up = json_upstream().await;
+    let text = format!(
+        "{}\n[server]\nheader_read_timeout = \"400ms\"\nidle_timeout = \"700ms\"\nmax_header_size = \"8KiB\"\nmax_connections = 2\n",
+        config(&up.url(), "300ms")
+    );
+    let gw = Gateway::start(&text);
+    let addr = gw.listeners["main"];
+    assert!(
+        gw.log()
+            .contains("idle_timeout is not longer than transport.sse_keepalive"),
+        "check's warnings are logged at start"
+    );
+
+    // Slow headers (slowloris): closed once the header read timeout passes.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    let (took, _) = until_closed(&mut slow, Duration::from_secs(5)).await;
+    assert!(
+        took < Duration::from_secs(5),
+        "a connection that never finishes its headers is closed"
+    );
+    drop(slow);
+
+    // An idle keep-alive connection is closed too.
+    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = list(1);
+    let req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    idle.write_all(req.as_bytes()).await.unwrap();
+    let (took, answer) = until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        took < Duration::from_secs(5),
+        "closed after the answer once idle"
+    );
+    drop(idle);
+
+    // Oversized headers are refused, not buffered.
+    let big = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let answer = raw(addr, big.as_bytes()).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{}",
+        &answer[..answer.len().min(100)]
+    );
+
+    // max_connections = 2: a third connection waits until one of the first two closes.
+    let mut a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    a.write_all(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    b.write_all(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let third = tokio::spawn(async move {
+        post(&format!("http://{addr}/mcp-gpt-full"), &[], &list(2))
+            .await
+            .status
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !third.is_finished(),
+        "the third connection is not served while two are open"
+    );
+    drop(a);
+    drop(b);
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), third)
+            .await
+            .unwrap()
+            .unwrap(),
+        200
+    );
+}
+
+#[test]
+fn log_format_pretty_is_human() {
+    let text = format!(
+        "{}\n[log]\nformat = \"pretty\"\nlevel = \"info\"\n",
+        config("http://127.0.0.1:9/mcp", "10s")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["run", "-c"])
+        .arg(&path)
+        .env("MCPGATE_TEST_API_KEY", API_KEY)
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains(" INFO ") && line.contains("listening") && !line.starts_with('{'),
+        "{line}"
+    );
+}

@@ -29,6 +29,8 @@ pub enum GateBody {
         deadline: Option<Pin<Box<Sleep>>>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),
+    /// A body that holds concurrency permits until it is done or dropped.
+    Held(Box<GateBody>, Vec<tokio::sync::OwnedSemaphorePermit>),
 }
 
 impl GateBody {
@@ -64,6 +66,7 @@ impl Body for GateBody {
                 Poll::Pending
             }
             GateBody::Stream(inner) => Pin::new(inner).poll_frame(cx),
+            GateBody::Held(inner, _) => Pin::new(inner.as_mut()).poll_frame(cx),
         }
     }
 
@@ -73,6 +76,7 @@ impl Body for GateBody {
             GateBody::Full(bytes) | GateBody::Streamed(bytes) => bytes.is_none(),
             GateBody::Upstream { body, .. } => body.is_end_stream(),
             GateBody::Stream(inner) => inner.is_end_stream(),
+            GateBody::Held(inner, _) => inner.is_end_stream(),
         }
     }
 
@@ -85,6 +89,7 @@ impl Body for GateBody {
             GateBody::Streamed(_) => SizeHint::default(),
             GateBody::Upstream { body, .. } => body.size_hint(),
             GateBody::Stream(inner) => inner.size_hint(),
+            GateBody::Held(inner, _) => inner.size_hint(),
         }
     }
 }

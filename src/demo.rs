@@ -19,6 +19,8 @@ pub enum DemoError {
     Token(getrandom::Error),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Audit(String),
     #[error("{0} (is another program using it? try --listen 127.0.0.1:PORT)")]
     Bind(server::BindError),
 }
@@ -38,7 +40,7 @@ pub async fn run(listen: SocketAddr, shutdown: impl Future<Output = ()>) -> Resu
         .replace("@UPSTREAM@", &upstream.url())
         .replace("@GPT_SHA256@", &to_hex(&Secret(&gpt).hash()))
         .replace("@READONLY_SHA256@", &to_hex(&Secret(&readonly).hash()));
-    let gw = Gateway::new(load_str(&text, "(demo config)")?, None);
+    let gw = Gateway::new(load_str(&text, "(demo config)")?, None).map_err(DemoError::Audit)?;
     let sockets = server::bind(&gw).await.map_err(DemoError::Bind)?;
     let base = format!("http://{}", sockets.listeners[0].addr);
     println!("{}", instructions(&base, &upstream.url(), &gpt, &readonly));

@@ -13,6 +13,8 @@ pub mod code {
     pub const UNAUTHORIZED: i64 = -32001;
     pub const UPSTREAM: i64 = -32002;
     pub const UPSTREAM_TIMEOUT: i64 = -32004;
+    pub const RATE_LIMITED: i64 = -32029;
+    pub const UNAVAILABLE: i64 = -32003;
 }
 
 /// Who caused an error; also the label of the error metrics.
@@ -20,6 +22,8 @@ pub mod code {
 pub enum Side {
     Downstream,
     Upstream,
+    /// mcpgate itself (its audit trail could not be written).
+    Gateway,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +61,14 @@ pub enum GateError {
         refusals: Vec<crate::pipeline::policy::Refusal>,
         batch: bool,
     },
+    #[error("Rate limit exceeded: retry after {} ms", retry_after.as_millis())]
+    RateLimited { retry_after: std::time::Duration },
+    #[error("Too many calls of this tool in flight (at most {max}): retry later")]
+    ConcurrencyLimited { max: u32 },
+    #[error(
+        "Service unavailable: the audit trail cannot be written, so this call is not forwarded"
+    )]
+    AuditUnavailable,
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),
     #[error("Upstream error: {0}")]
@@ -78,8 +90,10 @@ impl GateError {
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Parse(_) | InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Refused { .. } => StatusCode::OK,
+            RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -97,8 +111,10 @@ impl GateError {
             | UnsupportedMediaType(_)
             | InvalidRequest(_) => code::INVALID_REQUEST,
             Refused { .. } => code::INVALID_REQUEST,
+            RateLimited { .. } | ConcurrencyLimited { .. } => code::RATE_LIMITED,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
+            AuditUnavailable => code::UNAVAILABLE,
         }
     }
 
@@ -106,7 +122,18 @@ impl GateError {
         use GateError::*;
         match self {
             UpstreamUnreachable(_) | UpstreamBadResponse(_) | UpstreamTimeout => Side::Upstream,
+            AuditUnavailable => Side::Gateway,
             _ => Side::Downstream,
+        }
+    }
+
+    /// How long a refused client should wait before retrying (429 answers).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            GateError::RateLimited { retry_after } => Some(*retry_after),
+            // A concurrency cap frees when a call ends: a short, fixed hint.
+            GateError::ConcurrencyLimited { .. } => Some(std::time::Duration::from_secs(1)),
+            _ => None,
         }
     }
 
@@ -126,9 +153,12 @@ impl GateError {
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             Refused { .. } => "policy",
+            RateLimited { .. } => "rate_limited",
+            ConcurrencyLimited { .. } => "concurrency_limited",
             UpstreamUnreachable(_) => "upstream_unreachable",
             UpstreamBadResponse(_) => "upstream_bad_response",
             UpstreamTimeout => "upstream_timeout",
+            AuditUnavailable => "audit_unavailable",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! streams, TLS certificate stores, readiness. `reload` is the one path every trigger
 //! (SIGHUP, file change, `POST /reload`) goes through.
 
+use crate::audit::Audit;
 use crate::config::{self, Snapshot};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::streams::StreamRegistry;
@@ -21,13 +22,17 @@ pub struct Gateway {
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
+    /// The audit trail, when `[audit]` is configured (fixed for the process's life).
+    pub audit: Option<Audit>,
+    audit_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     draining: AtomicBool,
     reload_lock: tokio::sync::Mutex<()>,
 }
 
 impl Gateway {
-    /// `config_path`: the file reloads read; `None` for an embedded configuration.
-    pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Arc<Self> {
+    /// `config_path`: the file reloads read; `None` for an embedded configuration. Opens
+    /// the audit file, so it must run inside the runtime; fails if that file cannot be opened.
+    pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Result<Arc<Self>, String> {
         let metrics = Metrics::new();
         let streams = StreamRegistry::new(metrics.open_streams.clone());
         let certs = snapshot
@@ -39,15 +44,35 @@ impl Gateway {
                     .map(|t| (l.name.clone(), Arc::new(CertStore::new(t.key.clone()))))
             })
             .collect();
-        Arc::new(Gateway {
+        let (audit, audit_writer) = match &snapshot.audit {
+            Some(settings) => {
+                let (audit, task) = Audit::start(settings.clone(), metrics.audit_dropped.clone())?;
+                (Some(audit), Some(task))
+            }
+            None => (None, None),
+        };
+        Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(snapshot),
             metrics,
             streams,
             certs,
             config_path,
+            audit,
+            audit_writer: std::sync::Mutex::new(audit_writer),
             draining: AtomicBool::new(false),
             reload_lock: tokio::sync::Mutex::new(()),
-        })
+        }))
+    }
+
+    /// Writes every queued audit record and syncs the file; the last step of a shutdown.
+    pub async fn close_audit(&self) {
+        if let Some(a) = &self.audit {
+            a.close().await;
+        }
+        let task = self.audit_writer.lock().expect("audit writer lock").take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
     }
 
     /// The configuration a new request should use, for its whole life.
@@ -93,11 +118,12 @@ impl Gateway {
             .config_path
             .clone()
             .ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
-        let next = tokio::task::spawn_blocking(move || config::load(&path))
+        let current = self.snapshot();
+        let previous = current.clone();
+        let next = tokio::task::spawn_blocking(move || config::load_after(&path, Some(&previous)))
             .await
             .map_err(|e| format!("reload task failed: {e}"))?
             .map_err(|e| e.to_string())?;
-        let current = self.snapshot();
         restart_needed(&current, &next)?;
         if current.log != next.log {
             tracing::warn!("[log] changes take effect at the next restart");
@@ -142,6 +168,9 @@ fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
         return Err(
             "restart required: the admin address changed; the reload was not applied".into(),
         );
+    }
+    if current.audit != next.audit {
+        return Err("restart required: [audit] changed; the reload was not applied".into());
     }
     if current.server.max_connections != next.server.max_connections {
         return Err(

@@ -37,12 +37,21 @@ enum Command {
     /// Make or hash tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Work with audit files.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Start a sample MCP server and the gateway in front of it, and print curl commands.
     Demo {
         /// Where the gateway listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Walk the file's hash chain; exit non-zero naming the first broken line.
+    Verify { file: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -82,8 +91,8 @@ fn dispatch(command: Command) -> Result<()> {
             for w in &snapshot.warnings {
                 tracing::warn!("{w}");
             }
-            let gw = Gateway::new(snapshot, Some(path));
             runtime()?.block_on(async {
+                let gw = Gateway::new(snapshot, Some(path)).map_err(anyhow::Error::msg)?;
                 server::run(gw, shutdown_signal()).await?;
                 tracing::info!("stopped");
                 Ok(())
@@ -93,6 +102,7 @@ fn dispatch(command: Command) -> Result<()> {
             init_logging(&config::LogSettings {
                 format: config::LogFormat::Auto,
                 level: None,
+                slow_request: config::compile::DEFAULT_SLOW_REQUEST,
             });
             runtime()?.block_on(demo::run(listen, shutdown_signal()))?;
             Ok(())
@@ -105,6 +115,14 @@ fn dispatch(command: Command) -> Result<()> {
             print!("{}", token::toml_entry(&id, &hash, &profiles));
             Ok(())
         }
+        Command::Audit(AuditCommand::Verify { file }) => match mcpgate::audit::verify(&file) {
+            Ok(lines) => {
+                println!("{}: {lines} lines, chain intact", file.display());
+                Ok(())
+            }
+            Err((0, why)) => bail!("{why}"),
+            Err((line, why)) => bail!("{}:{line}: chain broken: {why}", file.display()),
+        },
         Command::Token(TokenCommand::Hash) => {
             let mut input = String::new();
             std::io::stdin()

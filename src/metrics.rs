@@ -75,6 +75,7 @@ pub struct Metrics {
     pub last_reload_success: Gauge,
     pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
+    pub audit_dropped: Counter,
     tool_names: Mutex<HashSet<String>>,
 }
 
@@ -98,6 +99,7 @@ impl Metrics {
             last_reload_success: Gauge::default(),
             upstream_errors: Family::default(),
             sse_dropped: Counter::default(),
+            audit_dropped: Counter::default(),
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -150,6 +152,11 @@ impl Metrics {
             "sse_dropped_messages",
             "Messages dropped converting an SSE answer to JSON",
             m.sse_dropped.clone(),
+        );
+        registry.register(
+            "audit_dropped",
+            "Audit records lost (queue full or write failed)",
+            m.audit_dropped.clone(),
         );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }

@@ -322,6 +322,34 @@ pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result
     if let Err(e) = crate::config::watch::spawn(gw.clone()) {
         tracing::warn!("{e}; reload with POST /reload instead");
     }
-    serve(gw, sockets, shutdown).await;
+    // Rate-limit state of keys that went quiet is dropped, so memory follows live keys.
+    let pruner = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                gw.snapshot().limits.prune();
+            }
+        })
+    };
+    // logrotate's convention (as nginx's): SIGUSR1 reopens the audit file.
+    #[cfg(unix)]
+    let reopener = gw.audit.clone().and_then(|audit| {
+        let mut usr1 =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()?;
+        Some(tokio::spawn(async move {
+            while usr1.recv().await.is_some() {
+                audit.reopen();
+            }
+        }))
+    });
+    serve(gw.clone(), sockets, shutdown).await;
+    pruner.abort();
+    #[cfg(unix)]
+    if let Some(r) = reopener {
+        r.abort();
+    }
+    gw.close_audit().await;
     Ok(())
 }

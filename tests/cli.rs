@@ -99,14 +99,22 @@ fn check_points_at_the_error() {
             "\"${file:/nonexistent/key}\"",
         ),
         (
-            format!("{base}\n[audit]\npath = \"/var/log/a.jsonl\"\n"),
-            "[audit] is not supported yet",
-            "[audit]",
+            format!("{base}\n[audit]\npath = \"a.jsonl\"\nretain = 3\n"),
+            "unknown field `retain`",
+            "retain",
         ),
         (
-            base.replace("max_body = \"64KiB\"", "max_body = \"64KiB\"\nrate = []"),
-            "limits.rate is not supported yet",
-            "[]",
+            format!("{base}\n[audit]\npath = \"a.jsonl\"\nmax_size = \"lots\"\n"),
+            "bad size",
+            "\"lots\"",
+        ),
+        (
+            base.replace(
+                "max_body = \"64KiB\"",
+                "max_body = \"64KiB\"\nrate = [ { key = \"token\", rate = \"fast\" } ]",
+            ),
+            "bad rate \"fast\"",
+            "\"fast\"",
         ),
         (
             base.replace(

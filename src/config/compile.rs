@@ -7,6 +7,7 @@
 use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
 use super::units::{parse_duration, parse_size, parse_time, resolve_secrets_noting};
+use crate::pipeline::limits::{self, ConcurrencyRule, KeyKind, Limits, RateRule};
 use crate::tls::{TlsFiles, TlsMaterial};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
@@ -59,12 +60,15 @@ pub enum LogFormat {
     Pretty,
 }
 
-/// The operational log (`[log]`); applied at start.
+/// The operational log (`[log]`); format and level apply at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSettings {
     pub format: LogFormat,
     pub level: Option<String>,
+    pub slow_request: Duration,
 }
+
+pub const DEFAULT_SLOW_REQUEST: Duration = Duration::from_secs(1);
 
 /// A configuration error with its position in the file, when there is one.
 #[derive(Debug, Clone)]
@@ -268,8 +272,10 @@ pub struct Snapshot {
     pub hidden: Matcher,
     pub deny_code: i64,
     pub max_body: u64,
+    pub limits: Limits,
     pub sse_keepalive: Duration,
     pub admin: Option<SocketAddr>,
+    pub audit: Option<crate::audit::AuditSettings>,
     pub server: ServerSettings,
     pub log: LogSettings,
     /// The config file and every file it references (secrets, certificates): what the
@@ -419,6 +425,48 @@ impl Snapshot {
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
         let _ = writeln!(out, "\nlimits:");
         let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        for r in &self.limits.rate {
+            let tools = r.tools.as_ref().map_or(String::new(), |t| {
+                format!(" tools=[{}]", t.patterns().join(", "))
+            });
+            let on = if r.auth_failure {
+                " on=auth_failure"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  rate:      key={} {} burst={}{tools}{on}",
+                r.key.name(),
+                r.rate_text,
+                r.burst
+            );
+        }
+        for c in &self.limits.concurrency {
+            let _ = writeln!(
+                out,
+                "  concurrency: tools=[{}] max_in_flight={}",
+                c.tools.patterns().join(", "),
+                c.max
+            );
+        }
+        for (_, name, d) in &self.limits.timeouts {
+            let _ = writeln!(
+                out,
+                "  timeout:   {name} = {}",
+                humantime::format_duration(*d)
+            );
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(out, "\naudit:");
+            let _ = writeln!(out, "  path:    {}", a.path.display());
+            let _ = writeln!(out, "  durable: {}", a.durable.join(", "));
+            let _ = writeln!(out, "  redact:  {}", a.redact.join(", "));
+            let rotate = a.max_size.map_or("on SIGUSR1 only".to_string(), |m| {
+                format!("at {m} bytes, keep {}", a.keep)
+            });
+            let _ = writeln!(out, "  rotate:  {rotate}");
+        }
         let _ = writeln!(out, "\nadmin:");
         match self.admin {
             Some(a) => {
@@ -454,6 +502,12 @@ impl Snapshot {
 
 /// Reads and compiles the file at `path`.
 pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
+    load_after(path, None)
+}
+
+/// `load` for a reload: rate-limit and concurrency rules unchanged from `previous` keep
+/// their state (counters, calls in flight).
+pub fn load_after(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: file.clone(),
@@ -461,7 +515,7 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
         message: format!("cannot read configuration: {e}"),
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut snapshot = compile_text(&text, &file, &base)?;
+    let mut snapshot = compile_text(&text, &file, &base, previous)?;
     snapshot.files.insert(0, path.to_path_buf());
     Ok(snapshot)
 }
@@ -469,10 +523,15 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
 /// Compiles configuration text; `file` names it in errors. Relative paths in it are taken
 /// from the current folder.
 pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
-    compile_text(text, file, Path::new(""))
+    compile_text(text, file, Path::new(""), None)
 }
 
-fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigError> {
+fn compile_text(
+    text: &str,
+    file: &str,
+    base: &Path,
+    previous: Option<&Snapshot>,
+) -> Result<Snapshot, ConfigError> {
     let located = |span: Option<Range<usize>>, message: String| ConfigError {
         file: file.to_string(),
         position: span.map(|s| line_col(text, s.start)),
@@ -485,6 +544,7 @@ fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigE
     Compiler {
         source: file,
         base,
+        previous,
         files: std::cell::RefCell::new(Vec::new()),
     }
     .compile(raw)
@@ -509,26 +569,16 @@ fn at<T, U>(v: &S<T>, r: Result<U, String>) -> Result<U, Fail> {
     r.map_err(|m| (v.span(), m))
 }
 
-fn not_yet<T>(v: &Option<S<T>>, what: &str) -> Result<(), Fail> {
-    match v {
-        Some(v) => fail(
-            v.span(),
-            format!("{what} is not supported yet in this version of mcpgate"),
-        ),
-        None => Ok(()),
-    }
-}
-
 struct Compiler<'a> {
     source: &'a str,
     /// Relative file paths in the config are taken from here (the config's folder).
     base: &'a Path,
+    previous: Option<&'a Snapshot>,
     files: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl Compiler<'_> {
     fn compile(&self, raw: RawConfig) -> Result<Snapshot, Fail> {
-        not_yet(&raw.audit, "[audit]")?;
         let mut warnings = Vec::new();
 
         let listeners = self.listeners(&raw.listen)?;
@@ -550,18 +600,16 @@ impl Compiler<'_> {
             None => (Matcher::default(), DEFAULT_DENY_CODE),
         };
 
-        let max_body = match &raw.limits {
+        let (max_body, limits) = match &raw.limits {
             Some(l) => {
                 let l = l.get_ref();
-                not_yet(&l.rate, "limits.rate")?;
-                not_yet(&l.concurrency, "limits.concurrency")?;
-                not_yet(&l.timeouts, "limits.timeouts")?;
-                match &l.max_body {
+                let max_body = match &l.max_body {
                     Some(v) => at(v, parse_size(v.get_ref()))?,
                     None => DEFAULT_MAX_BODY,
-                }
+                };
+                (max_body, self.limits(l)?)
             }
-            None => DEFAULT_MAX_BODY,
+            None => (DEFAULT_MAX_BODY, Limits::default()),
         };
 
         let sse_keepalive = match raw
@@ -633,12 +681,25 @@ impl Compiler<'_> {
                     }
                     None => None,
                 };
-                LogSettings { format, level }
+                let slow_request = match &l.slow_request {
+                    Some(v) => at(v, parse_duration(v.get_ref()))?,
+                    None => DEFAULT_SLOW_REQUEST,
+                };
+                LogSettings {
+                    format,
+                    level,
+                    slow_request,
+                }
             }
             None => LogSettings {
                 format: LogFormat::Auto,
                 level: None,
+                slow_request: DEFAULT_SLOW_REQUEST,
             },
+        };
+        let audit = match &raw.audit {
+            Some(a) => Some(self.audit(a.get_ref())?),
+            None => None,
         };
 
         let mut listeners = listeners;
@@ -655,12 +716,160 @@ impl Compiler<'_> {
             hidden,
             deny_code,
             max_body,
+            limits,
             sse_keepalive,
             admin,
+            audit,
             server,
             log,
             files: self.files.take(),
             warnings,
+        })
+    }
+
+    fn limits(&self, l: &raw::RawLimits) -> Result<Limits, Fail> {
+        let old = self.previous.map(|p| &p.limits);
+        let mut out = Limits::default();
+        for r in &l.rate {
+            let span = r.span();
+            let r = r.get_ref();
+            let key = match r.key.get_ref().as_str() {
+                "token" => KeyKind::Token,
+                "profile" => KeyKind::Profile,
+                "token+tool" => KeyKind::TokenTool,
+                "global" => KeyKind::Global,
+                "client_ip" => KeyKind::ClientIp,
+                other => {
+                    return fail(
+                        r.key.span(),
+                        format!(
+                            "unknown rate key {other:?}; use token, profile, token+tool, global or client_ip"
+                        ),
+                    );
+                }
+            };
+            let auth_failure = match r.on.as_ref().map(|o| (o, o.get_ref().as_str())) {
+                None => false,
+                Some((_, "auth_failure")) if key == KeyKind::ClientIp && r.tools.is_none() => true,
+                Some((o, "auth_failure")) => {
+                    return fail(
+                        o.span(),
+                        "on = \"auth_failure\" needs key = \"client_ip\" and no tools",
+                    );
+                }
+                Some((o, other)) => {
+                    return fail(
+                        o.span(),
+                        format!("unknown on = {other:?}; the only one is \"auth_failure\""),
+                    );
+                }
+            };
+            let quota = at(
+                &r.rate,
+                limits::parse_rate(r.rate.get_ref(), r.burst.as_ref().map(|b| *b.get_ref())),
+            )?;
+            let tools = match &r.tools {
+                Some(t) => {
+                    check_patterns(t)?;
+                    Some(Matcher::new(t.iter().map(|s| s.get_ref().as_str())))
+                }
+                None => None,
+            };
+            let signature = format!(
+                "{}|{}|{}|{}|{}",
+                key.name(),
+                r.rate.get_ref(),
+                quota.burst_size(),
+                tools
+                    .as_ref()
+                    .map(|t| t.patterns().join(","))
+                    .unwrap_or_default(),
+                auth_failure
+            );
+            let _ = span;
+            let reused =
+                old.and_then(|o| o.rate.iter().find(|x| x.signature == signature).cloned());
+            out.rate.push(reused.unwrap_or_else(|| {
+                Arc::new(RateRule::new(
+                    signature,
+                    key,
+                    tools,
+                    auth_failure,
+                    quota,
+                    r.rate.get_ref().clone(),
+                ))
+            }));
+        }
+        for c in &l.concurrency {
+            let c = c.get_ref();
+            check_patterns(&c.tools)?;
+            if c.tools.is_empty() {
+                return fail(
+                    c.max_in_flight.span(),
+                    "concurrency needs at least one tool",
+                );
+            }
+            let max = *c.max_in_flight.get_ref();
+            if max == 0 {
+                return fail(c.max_in_flight.span(), "max_in_flight must be at least 1");
+            }
+            let tools = Matcher::new(c.tools.iter().map(|s| s.get_ref().as_str()));
+            let signature = format!("{}|{max}", tools.patterns().join(","));
+            let reused = old.and_then(|o| {
+                o.concurrency
+                    .iter()
+                    .find(|x| x.signature == signature)
+                    .cloned()
+            });
+            out.concurrency.push(
+                reused.unwrap_or_else(|| Arc::new(ConcurrencyRule::new(signature, tools, max))),
+            );
+        }
+        if let Some(t) = &l.timeouts {
+            let mut exact = Vec::new();
+            let mut globs = Vec::new();
+            for (name, value) in t.get_ref() {
+                let Some(text) = value.as_str() else {
+                    return fail(
+                        t.span(),
+                        format!("timeouts.{name} must be a duration string like \"10s\""),
+                    );
+                };
+                let d = parse_duration(text)
+                    .map_err(|m| (t.span(), format!("timeouts.{name}: {m}")))?;
+                let entry = (Matcher::new([name.as_str()]), name.clone(), d);
+                if name.contains('*') {
+                    globs.push(entry)
+                } else {
+                    exact.push(entry)
+                }
+            }
+            out.timeouts = exact.into_iter().chain(globs).collect();
+        }
+        Ok(out)
+    }
+
+    fn audit(&self, a: &raw::RawAudit) -> Result<crate::audit::AuditSettings, Fail> {
+        check_patterns(&a.durable)?;
+        check_patterns(&a.redact)?;
+        let max_size = a
+            .max_size
+            .as_ref()
+            .map(|v| at(v, parse_size(v.get_ref())))
+            .transpose()?;
+        let keep = a.keep.as_ref().map_or(5, |k| *k.get_ref());
+        let queue = a.queue.as_ref().map_or(8192, |q| *q.get_ref());
+        if let Some(q) = a.queue.as_ref().filter(|q| *q.get_ref() == 0) {
+            return fail(q.span(), "queue must be at least 1");
+        }
+        Ok(crate::audit::AuditSettings {
+            // Not added to the watched files: the audit file changes with every record.
+            path: self.base.join(a.path.get_ref()),
+            durable: a.durable.iter().map(|d| d.get_ref().clone()).collect(),
+            redact: a.redact.iter().map(|d| d.get_ref().clone()).collect(),
+            max_size,
+            keep,
+            queue: queue as usize,
         })
     }
 
@@ -1194,15 +1403,43 @@ profiles = ["gpt"]
     }
 
     #[test]
-    fn later_sections_are_refused_clearly() {
+    fn limits_compile_and_keep_state_across_reloads() {
+        let text = format!(
+            "{BASE}\n[limits]\nrate = [ {{ key = \"token\", rate = \"20/s\", burst = 40 }}, {{ key = \"client_ip\", on = \"auth_failure\", rate = \"10/m\" }} ]\nconcurrency = [ {{ tools = [\"ingest\"], max_in_flight = 1 }} ]\ntimeouts = {{ search = \"10s\" }}\n"
+        );
+        let first = load_str(&text, "f.toml").unwrap();
+        assert_eq!(first.limits.rate.len(), 2);
         assert!(
-            err(&format!("{BASE}\n[audit]\npath = \"/tmp/a\"\n"))
-                .contains("[audit] is not supported yet")
+            first
+                .describe()
+                .contains("rate:      key=token 20/s burst=40")
+        );
+        let path = tempfile::NamedTempFile::new().unwrap();
+        // Same rules: the very same state objects.
+        std::fs::write(path.path(), &text).unwrap();
+        let second = load_after(path.path(), Some(&first)).unwrap();
+        assert!(Arc::ptr_eq(&first.limits.rate[0], &second.limits.rate[0]));
+        assert!(Arc::ptr_eq(
+            &first.limits.concurrency[0],
+            &second.limits.concurrency[0]
+        ));
+        // A changed rule starts fresh; the unchanged one is still shared.
+        std::fs::write(path.path(), text.replace("20/s", "30/s")).unwrap();
+        let third = load_after(path.path(), Some(&second)).unwrap();
+        assert!(!Arc::ptr_eq(&second.limits.rate[0], &third.limits.rate[0]));
+        assert!(Arc::ptr_eq(&second.limits.rate[1], &third.limits.rate[1]));
+        assert!(
+            err(&text.replace("key = \"token\"", "key = \"user\"")).contains("unknown rate key")
         );
         assert!(
-            err(&format!("{BASE}\n[limits]\nrate = []\n"))
-                .contains("limits.rate is not supported yet")
+            err(&text.replace("key = \"client_ip\"", "key = \"token\""))
+                .contains("needs key = \"client_ip\"")
         );
+        assert!(err(&text.replace("\"20/s\"", "\"20/d\"")).contains("bad rate"));
+        assert!(
+            err(&text.replace("max_in_flight = 1", "max_in_flight = 0")).contains("at least 1")
+        );
+        assert!(err(&text.replace("\"10s\"", "\"soon\"")).contains("timeouts.search"));
     }
 
     #[test]

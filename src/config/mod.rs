@@ -9,5 +9,5 @@ pub mod watch;
 
 pub use compile::{
     Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
-    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_str,
+    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_after, load_str,
 };

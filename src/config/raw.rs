@@ -38,8 +38,8 @@ pub struct RawConfig {
     pub limits: Option<S<RawLimits>>,
     /// Streaming behaviour shared by all listeners.
     pub transport: Option<S<RawTransport>>,
-    /// Audit trail (audit issue): rejected until implemented.
-    pub audit: Option<S<toml::Value>>,
+    /// The audit trail.
+    pub audit: Option<S<RawAudit>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,12 +123,37 @@ pub struct RawToken {
 pub struct RawLimits {
     /// Largest request body accepted; default `1MiB`.
     pub max_body: Option<S<String>>,
-    /// Rate limits (limits issue): rejected until implemented.
-    pub rate: Option<S<toml::Value>>,
-    /// Concurrency caps (limits issue): rejected until implemented.
-    pub concurrency: Option<S<toml::Value>>,
-    /// Per-tool deadlines (limits issue): rejected until implemented.
-    pub timeouts: Option<S<toml::Value>>,
+    /// Rate limits, each applied on its own.
+    #[serde(default)]
+    pub rate: Vec<S<RawRate>>,
+    /// Caps on calls of some tools in flight at once.
+    #[serde(default)]
+    pub concurrency: Vec<S<RawConcurrency>>,
+    /// Per-tool deadlines (name or glob → duration), replacing the upstream's `timeout`.
+    #[serde(default)]
+    pub timeouts: Option<S<toml::Table>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    /// `token`, `profile`, `token+tool`, `global` or `client_ip`.
+    pub key: S<String>,
+    /// `"20/s"`, `"10/m"`, `"1000/h"`.
+    pub rate: S<String>,
+    /// Calls allowed at once before the rate applies; default: the rate's count.
+    pub burst: Option<S<u32>>,
+    /// Only tools/call of these tools (names or globs) count.
+    pub tools: Option<Vec<S<String>>>,
+    /// `"auth_failure"`: count only failed authentications (with `key = "client_ip"`).
+    pub on: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConcurrency {
+    pub tools: Vec<S<String>>,
+    pub max_in_flight: S<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -180,4 +205,25 @@ pub struct RawLog {
     pub format: Option<S<String>>,
     /// A tracing filter such as `info` or `mcpgate=debug`; `RUST_LOG` wins when set.
     pub level: Option<S<String>>,
+    /// Requests slower than this log a warning with their timing split; default `1s`.
+    pub slow_request: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    /// The JSON-lines file (relative paths: from the config's folder).
+    pub path: S<String>,
+    /// Tools (names or globs) whose calls are written and fsynced before forwarding.
+    #[serde(default)]
+    pub durable: Vec<S<String>>,
+    /// Argument keys whose values are recorded only as `{sha256, len}`.
+    #[serde(default)]
+    pub redact: Vec<S<String>>,
+    /// Rotate past this size, e.g. `"100MiB"`; default: never (reopen on SIGUSR1).
+    pub max_size: Option<S<String>>,
+    /// Rotated files kept; default 5.
+    pub keep: Option<S<u32>>,
+    /// Records that may wait for the writer; default 8192.
+    pub queue: Option<S<u32>>,
 }

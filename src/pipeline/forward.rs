@@ -72,6 +72,8 @@ pub struct Outgoing<'a> {
     pub headers: &'a HeaderMap,
     pub body: Bytes,
     pub peer: SocketAddr,
+    /// The request deadline (the upstream's `timeout`, or a per-tool one).
+    pub timeout: std::time::Duration,
     /// `https` on a TLS listener, else `http`: what `X-Forwarded-Proto` says.
     pub proto: &'static str,
     pub request_id: &'a str,
@@ -126,7 +128,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     *request.headers_mut() = headers;
 
     let started = std::time::Instant::now();
-    let mut deadline = Box::pin(tokio::time::sleep(upstream.timeout));
+    let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
     let response = tokio::select! {
         r = upstream.client.request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
         _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),

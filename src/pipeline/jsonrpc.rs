@@ -121,6 +121,8 @@ pub struct Message<'a> {
     pub tool: Option<ToolName<'a>>,
     /// `params.name`, else `params.uri`, when a string: what an `Mcp-Name` header mirrors.
     pub mcp_name: Option<Cow<'a, str>>,
+    /// `params.arguments` of a request, raw: for the audit trail.
+    pub arguments: Option<&'a RawValue>,
 }
 
 impl Message<'_> {
@@ -243,6 +245,7 @@ fn message(json: &str) -> Result<Message<'_>, GateError> {
             method: None,
             tool: None,
             mcp_name: None,
+            arguments: None,
         });
     };
     let Text(method) = serde_json::from_str::<Text>(method.get())
@@ -253,11 +256,12 @@ fn message(json: &str) -> Result<Message<'_>, GateError> {
         Kind::Notification
     };
 
-    let (mut tool, mut mcp_name) = (None, None);
+    let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
     if let Some(params) = params.filter(|p| p.get().trim_start().starts_with('{')) {
-        let p = object_fields(params.get(), ["name", "uri"], &[])
+        let p = object_fields(params.get(), ["name", "uri", "arguments"], &[])
             .map_err(|e| invalid(&format!("params: {e}")))?;
-        let [name, uri] = p.found;
+        let [name, uri, args] = p.found;
+        arguments = args;
         let name_text = as_text(name);
         if method == "tools/call" {
             tool = Some(match (&name_text, name) {
@@ -276,6 +280,7 @@ fn message(json: &str) -> Result<Message<'_>, GateError> {
         method: Some(method),
         tool,
         mcp_name,
+        arguments,
     })
 }
 

@@ -6,10 +6,12 @@
 pub mod auth;
 pub mod forward;
 pub mod jsonrpc;
+pub mod limits;
 pub mod origin;
 pub mod policy;
 pub mod respond;
 
+use crate::audit;
 use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
@@ -44,6 +46,12 @@ struct Ctx {
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
     token: Option<([u8; 32], Option<SystemTime>)>,
     proto: &'static str,
+    listener: String,
+    peer: SocketAddr,
+    /// The tools/call elements of the payload, for the audit trail.
+    calls: Vec<audit::Call>,
+    /// How long the upstream took to answer's head, if it was asked.
+    upstream_ms: Option<f64>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -61,6 +69,13 @@ pub async fn handle(
         .get(listener)
         .is_some_and(|l| l.tls.is_some());
     let mut ctx = Ctx {
+        listener: snapshot
+            .listeners
+            .get(listener)
+            .map_or(String::new(), |l| l.name.clone()),
+        peer,
+        calls: Vec::new(),
+        upstream_ms: None,
         token: None,
         proto: if tls { "https" } else { "http" },
         want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
@@ -85,6 +100,29 @@ pub async fn handle(
         }
     };
     let _entered = span.enter();
+    let head_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let response = match &gw.audit {
+        Some(a) => audit_answer(
+            a,
+            &ctx,
+            &http_method,
+            response,
+            reason.as_ref(),
+            started,
+            head_ms,
+        ),
+        None => response,
+    };
+    if started.elapsed() > snapshot.log.slow_request {
+        let upstream_ms = ctx.upstream_ms.unwrap_or(0.0);
+        tracing::warn!(
+            total_ms = head_ms,
+            upstream_ms,
+            gateway_ms = head_ms - upstream_ms,
+            route = ctx.route.as_ref().map_or("-", |r| r.template.as_str()),
+            "slow request"
+        );
+    }
     let route = ctx.route.as_ref().map_or("-", |r| r.template.as_str());
     let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -108,6 +146,139 @@ pub async fn handle(
         started.elapsed(),
     );
     response
+}
+
+/// The fields every audit record of this request shares.
+fn audit_base(ctx: &Ctx, method: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("request_id".into(), ctx.request_id.clone().into());
+    m.insert("listener".into(), ctx.listener.clone().into());
+    m.insert(
+        "route".into(),
+        ctx.route
+            .as_ref()
+            .map_or("-", |r| r.template.as_str())
+            .into(),
+    );
+    m.insert(
+        "profile".into(),
+        ctx.route
+            .as_ref()
+            .map_or("-", |r| r.profile.name.as_str())
+            .into(),
+    );
+    m.insert(
+        "token".into(),
+        ctx.token_id
+            .clone()
+            .map_or(serde_json::Value::Null, Into::into),
+    );
+    m.insert("client".into(), ctx.peer.ip().to_string().into());
+    m.insert("method".into(), method.into());
+    m
+}
+
+/// Writes the audit records of a finished request: at once for refusals and failures,
+/// or, for forwarded tools/call, when the answer ends (its outcome is in the answer).
+fn audit_answer(
+    a: &audit::Audit,
+    ctx: &Ctx,
+    http_method: &Method,
+    response: Response<GateBody>,
+    error: Option<&GateError>,
+    started: Instant,
+    head_ms: f64,
+) -> Response<GateBody> {
+    let status = response.status().as_u16();
+    let method = ctx.rpc_method.as_deref().unwrap_or(http_method.as_str());
+    let base = audit_base(ctx, method);
+    let upstream_ms = ctx.upstream_ms;
+    let timing = |r: &mut serde_json::Map<String, serde_json::Value>| {
+        r.insert("status".into(), status.into());
+        r.insert(
+            "upstream_ms".into(),
+            upstream_ms.map_or(serde_json::Value::Null, Into::into),
+        );
+        r.insert(
+            "gateway_ms".into(),
+            (head_ms - upstream_ms.unwrap_or(0.0)).into(),
+        );
+    };
+    if ctx.calls.is_empty() {
+        // Only refusals, auth failures and limit hits are recorded for other methods.
+        if let Some(e) = error {
+            let mut r = audit::request_record(&base);
+            r.insert("decision".into(), "refuse".into());
+            r.insert("reason".into(), e.reason().into());
+            r.insert("total_ms".into(), head_ms.into());
+            timing(&mut r);
+            a.record(r);
+        }
+        return response;
+    }
+    let forwarded = error.is_none_or(|e| e.side() == crate::error::Side::Upstream);
+    let records: Vec<(Option<String>, serde_json::Map<String, serde_json::Value>)> = ctx
+        .calls
+        .iter()
+        .map(|call| {
+            let mut r = audit::call_record(&base, call);
+            if call.durable && forwarded {
+                r.insert("phase".into(), "end".into());
+            }
+            r.insert(
+                "decision".into(),
+                if forwarded { "allow" } else { "refuse" }.into(),
+            );
+            let reason = match error {
+                Some(GateError::Refused { refusals, .. }) => refusals
+                    .iter()
+                    .find(|x| x.id.as_ref().map(|i| i.get().trim()) == call.rpc_id.as_deref())
+                    .map_or("batch refused".to_string(), |x| x.message.clone()),
+                Some(e) => e.reason().to_string(),
+                None => String::new(),
+            };
+            r.insert(
+                "reason".into(),
+                if reason.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    reason.into()
+                },
+            );
+            timing(&mut r);
+            (call.rpc_id.clone(), r)
+        })
+        .collect();
+    match error {
+        Some(e) => {
+            let outcome = match e {
+                GateError::UpstreamTimeout => serde_json::Value::from("timeout"),
+                e if e.side() == crate::error::Side::Upstream => "upstream_error".into(),
+                _ => serde_json::Value::Null,
+            };
+            for (_, mut r) in records {
+                r.insert("outcome".into(), outcome.clone());
+                r.insert("total_ms".into(), head_ms.into());
+                a.record(r);
+            }
+            response
+        }
+        None => {
+            let sse = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            response.map(|body| {
+                GateBody::Stream(BodyExt::boxed_unsync(audit::AuditTap::new(
+                    body,
+                    a.clone(),
+                    records,
+                    sse,
+                    started,
+                )))
+            })
+        }
+    }
 }
 
 /// MCP methods that may be metric labels as they are; anything else a client invents is
@@ -173,6 +344,10 @@ fn record_metrics(
                 .refusals
                 .get_or_create(&ReasonLabels { reason: e.reason() })
                 .inc(),
+            crate::error::Side::Gateway => m
+                .refusals
+                .get_or_create(&ReasonLabels { reason: e.reason() })
+                .inc(),
             crate::error::Side::Upstream => {
                 let upstream = ctx
                     .route
@@ -220,13 +395,18 @@ async fn run(
             .ok_or(GateError::NoRoute)?;
         let route = m.route.clone();
         ctx.route = Some(route.clone());
+        if route.auth != crate::config::Auth::None {
+            // A brute-force guard answers before the token is even looked at.
+            snapshot.limits.auth_guard(peer.ip())?;
+        }
         let token = auth::authenticate(
             snapshot,
             &route,
             m.path_token,
             req.headers(),
             SystemTime::now(),
-        )?;
+        )
+        .map_err(|e| snapshot.limits.auth_failed(peer.ip()).unwrap_or(e))?;
         ctx.token_id = token.map(|(_, t)| t.id.clone());
         ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
@@ -251,10 +431,18 @@ async fn run(
         Method::DELETE => (true, Want::Either),
         _ => return Err(GateError::MethodNotAllowed),
     };
+    let profile_name: Arc<str> = profile.name.as_str().into();
+    let caller = limits::Caller {
+        token: ctx.token.as_ref().map(|(h, _)| h),
+        profile: &profile_name,
+        ip: peer.ip(),
+    };
+    snapshot.limits.check(&caller, &[])?;
     let answer = forward::send(
         upstream,
         forward::Outgoing {
             method: parts.method.clone(),
+            timeout: upstream.timeout,
             body_deadline,
             query: parts.uri.query(),
             headers: &parts.headers,
@@ -274,6 +462,7 @@ async fn run(
         token: ctx.token,
     };
     gw.metrics.observe_upstream(&upstream.name, answer.took);
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
     respond::upstream(gw, answer, shaping, &ctx.request_id).await
 }
 
@@ -320,6 +509,25 @@ async fn post(
         ctx.rpc_method = Some("(batch)".into());
     }
     check_mcp_headers(&parts.headers, &payload)?;
+    if let Some(a) = &gw.audit {
+        ctx.calls = payload
+            .messages()
+            .iter()
+            .filter_map(|m| {
+                let tool = match m.tool.as_ref()? {
+                    jsonrpc::ToolName::Name(n) => n.to_string(),
+                    jsonrpc::ToolName::Missing => "(missing)".to_string(),
+                    jsonrpc::ToolName::NotString => "(not a string)".to_string(),
+                };
+                Some(audit::Call {
+                    rpc_id: m.id_text().map(str::to_string),
+                    durable: a.is_durable(&tool),
+                    arguments: audit::redact_arguments(m.arguments, &a.settings.redact),
+                    tool,
+                })
+            })
+            .collect();
+    }
 
     match policy::check(snapshot, profile, &payload) {
         policy::Verdict::Forward => {}
@@ -335,6 +543,25 @@ async fn post(
         }
     }
 
+    let tools: Vec<&str> = payload
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.tool {
+            Some(jsonrpc::ToolName::Name(n)) => Some(&**n),
+            _ => None,
+        })
+        .collect();
+    let profile_name: Arc<str> = profile.name.as_str().into();
+    let caller = limits::Caller {
+        token: ctx.token.as_ref().map(|(h, _)| h),
+        profile: &profile_name,
+        ip: peer.ip(),
+    };
+    let permits = snapshot.limits.check(&caller, &tools)?;
+    let timeout = snapshot
+        .limits
+        .timeout_for(&tools, profile.upstream.timeout);
+    drop(tools);
     let ids = payload.tools_list_ids();
     let list = (!ids.is_empty()).then(|| ListRewrite {
         ids,
@@ -351,12 +578,25 @@ async fn post(
     let long_lived = matches!(&payload, jsonrpc::Payload::Single(m) if m.method() == Some("subscriptions/listen"));
     let batch = payload.is_batch();
     drop(payload);
+    if let Some(a) = &gw.audit {
+        // Fail closed: a durable call whose `begin` record is not on disk is not forwarded.
+        for call in ctx.calls.iter().filter(|c| c.durable) {
+            let mut r = audit::call_record(&audit_base(ctx, "tools/call"), call);
+            r.insert("phase".into(), "begin".into());
+            r.insert("decision".into(), "allow".into());
+            if let Err(e) = a.durable(r).await {
+                tracing::error!(error = %e, tool = %call.tool, "durable audit record failed; call refused");
+                return Err(GateError::AuditUnavailable);
+            }
+        }
+    }
     let upstream = &profile.upstream;
     let answer = forward::send(
         upstream,
         forward::Outgoing {
             method: Method::POST,
             body_deadline: !long_lived,
+            timeout,
             query: parts.uri.query(),
             headers: &parts.headers,
             body: bytes,
@@ -379,7 +619,14 @@ async fn post(
         token: ctx.token,
     };
     gw.metrics.observe_upstream(&upstream.name, answer.took);
-    respond::upstream(gw, answer, shaping, &ctx.request_id).await
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    let response = respond::upstream(gw, answer, shaping, &ctx.request_id).await?;
+    // A concurrency permit is held until the whole answer, streamed or not, is done.
+    Ok(if permits.is_empty() {
+        response
+    } else {
+        response.map(|b| GateBody::Held(Box::new(b), permits))
+    })
 }
 
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body

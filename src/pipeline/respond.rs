@@ -37,6 +37,8 @@ struct ErrorObject<'a> {
 #[derive(Serialize)]
 struct ErrorData<'a> {
     request_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
 }
 
 fn envelope<'a>(
@@ -51,7 +53,10 @@ fn envelope<'a>(
         error: ErrorObject {
             code,
             message,
-            data: ErrorData { request_id },
+            data: ErrorData {
+                request_id,
+                retry_after_ms: None,
+            },
         },
     }
 }
@@ -117,8 +122,9 @@ pub fn error(
         GateError::Refused { refusals, batch } => refusals_json(refusals, *batch, request_id),
         _ => {
             let message = err.to_string();
-            serde_json::to_vec(&envelope(rpc_id, err.rpc_code(), &message, request_id))
-                .expect("an envelope of strings and numbers serialises")
+            let mut e = envelope(rpc_id, err.rpc_code(), &message, request_id);
+            e.error.data.retry_after_ms = err.retry_after().map(|d| d.as_millis().max(1) as u64);
+            serde_json::to_vec(&e).expect("an envelope of strings and numbers serialises")
         }
     };
     // A 406 answer must be readable by a client that accepts neither type: JSON.
@@ -140,6 +146,12 @@ pub fn error(
                 .insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
         }
         _ => {}
+    }
+    if let Some(wait) = err.retry_after() {
+        // Whole seconds, rounded up (RFC 9110 §10.2.3), never 0.
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     }
     r
 }

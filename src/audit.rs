@@ -1,0 +1,638 @@
+//! The audit trail (SPEC §7): one JSON line per decision on a tools/call and per refusal,
+//! auth failure and rate-limit hit. One writer task owns the file, so lines are never
+//! interleaved and each can carry the SHA-256 of the line before it (tamper evidence).
+//! Records of `durable` tools are written *and fsynced* before the call is forwarded; if
+//! that fails the call is refused. Other records go through a bounded queue: an overflow
+//! drops the record, counts it and logs it, and never blocks a request.
+
+use crate::config::glob::Matcher;
+use prometheus_client::metrics::counter::Counter;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, oneshot};
+
+/// What the first line of a chain hashes: this, then the file's start time.
+pub const GENESIS: &str = "mcpgate-audit-v1";
+
+/// Audit settings from `[audit]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditSettings {
+    pub path: PathBuf,
+    /// Tools (names or globs) whose calls get a fsynced `begin` record before forwarding.
+    pub durable: Vec<String>,
+    /// Argument keys whose values are replaced by `{sha256, len}`.
+    pub redact: Vec<String>,
+    /// Rotate when the file grows past this many bytes (`None`: never; use SIGUSR1).
+    pub max_size: Option<u64>,
+    /// Rotated files kept (`audit.jsonl.1` … `.N`).
+    pub keep: u32,
+    /// Records waiting for the writer before new ones are dropped.
+    pub queue: usize,
+}
+
+/// Largest `arguments` value kept in a record; bigger ones keep only their hash and size.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 << 10;
+
+enum Command {
+    Record(Map<String, Value>),
+    /// Write, fsync, then answer: for durable records.
+    Durable(Map<String, Value>, oneshot::Sender<Result<(), String>>),
+    Reopen,
+    /// Write everything queued before it, sync, answer, and stop.
+    Close(oneshot::Sender<()>),
+}
+
+/// The handle requests use. Cheap to clone.
+#[derive(Clone)]
+pub struct Audit {
+    tx: mpsc::Sender<Command>,
+    dropped: Counter,
+    durable: Arc<Matcher>,
+    pub settings: Arc<AuditSettings>,
+}
+
+impl Audit {
+    /// Opens the file (creating it) and starts the writer. Fails if the file cannot be
+    /// opened; a file that later fails to write is handled per record.
+    /// `dropped` is the `mcpgate_audit_dropped_total` counter.
+    pub fn start(
+        settings: AuditSettings,
+        dropped: Counter,
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), String> {
+        let writer = Writer::open(&settings)?;
+        let (tx, rx) = mpsc::channel(settings.queue.max(1));
+        let task = tokio::task::spawn_blocking({
+            let dropped = dropped.clone();
+            move || writer.run(rx, dropped)
+        });
+        let durable = Arc::new(Matcher::new(settings.durable.iter().map(String::as_str)));
+        Ok((
+            Audit {
+                tx,
+                dropped,
+                durable,
+                settings: Arc::new(settings),
+            },
+            task,
+        ))
+    }
+
+    /// Queues a record; never waits. A full queue drops it, counted and logged.
+    pub fn record(&self, record: Map<String, Value>) {
+        if self.tx.try_send(Command::Record(record)).is_err() {
+            let n = self.dropped.inc() + 1;
+            // Logged at powers of two so a storm of drops does not flood the log.
+            if n.is_power_of_two() {
+                tracing::error!(dropped_total = n, "audit queue full: record dropped");
+            }
+        }
+    }
+
+    /// Writes and fsyncs a record before returning. `Err`: it is not on disk.
+    pub async fn durable(&self, record: Map<String, Value>) -> Result<(), String> {
+        let (ack, done) = oneshot::channel();
+        let send = self.tx.send(Command::Durable(record, ack));
+        match tokio::time::timeout(Duration::from_secs(5), send).await {
+            Ok(Ok(())) => {}
+            _ => return Err("the audit writer is not accepting records".into()),
+        }
+        match tokio::time::timeout(Duration::from_secs(5), done).await {
+            Ok(Ok(r)) => r,
+            _ => Err("the audit writer did not confirm the record".into()),
+        }
+    }
+
+    /// Flushes and stops the writer (at shutdown). Records sent after it are dropped.
+    pub async fn close(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Command::Close(ack)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Closes and reopens the file (after logrotate moved it). The chain continues.
+    pub fn reopen(&self) {
+        let _ = self.tx.try_send(Command::Reopen);
+    }
+
+    pub fn is_durable(&self, tool: &str) -> bool {
+        self.durable.matches(tool)
+    }
+}
+
+struct Writer {
+    settings: AuditSettings,
+    file: File,
+    size: u64,
+    /// SHA-256 of the last line written (hex), what the next line carries as `prev`.
+    last: String,
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    crate::token::to_hex(&Sha256::digest(bytes))
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+impl Writer {
+    fn open(settings: &AuditSettings) -> Result<Writer, String> {
+        let (file, size) = open_append(&settings.path)?;
+        let last = last_line_hash(&settings.path).unwrap_or_default();
+        let mut w = Writer {
+            settings: settings.clone(),
+            file,
+            size,
+            last,
+        };
+        if w.last.is_empty() {
+            // A file that opens but cannot be written (a full disk) is not fatal: durable
+            // calls are refused while it lasts, everything else is served and counted.
+            if let Err(e) = w.write_genesis() {
+                tracing::error!(path = %settings.path.display(), error = %e, "cannot write the audit file");
+            }
+        }
+        Ok(w)
+    }
+
+    /// The first line of a new chain: it hashes the genesis value and the start time.
+    fn write_genesis(&mut self) -> std::io::Result<()> {
+        let started = now_rfc3339();
+        let mut m = Map::new();
+        m.insert("type".into(), "genesis".into());
+        m.insert("time".into(), started.clone().into());
+        self.last = hex_sha256(format!("{GENESIS}{started}").as_bytes());
+        self.write(m, true)
+    }
+
+    fn write(&mut self, mut record: Map<String, Value>, sync: bool) -> std::io::Result<()> {
+        record.insert("prev".into(), Value::String(self.last.clone()));
+        let mut line = serde_json::to_vec(&record).expect("records are JSON");
+        let hash = hex_sha256(&line);
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        if sync {
+            self.file.sync_data()?;
+        }
+        self.last = hash;
+        self.size += line.len() as u64;
+        if self.settings.max_size.is_some_and(|max| self.size >= max) {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    /// `audit.jsonl` → `.1` → `.2` …, keeping `keep` files, then a fresh file whose first
+    /// line continues the chain.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let p = &self.settings.path;
+        let numbered = |n: u32| PathBuf::from(format!("{}.{n}", p.display()));
+        let _ = std::fs::remove_file(numbered(self.settings.keep.max(1)));
+        for n in (1..self.settings.keep.max(1)).rev() {
+            let _ = std::fs::rename(numbered(n), numbered(n + 1));
+        }
+        std::fs::rename(p, numbered(1))?;
+        self.reopen()
+    }
+
+    fn reopen(&mut self) -> std::io::Result<()> {
+        let (file, size) = open_append(&self.settings.path).map_err(std::io::Error::other)?;
+        self.file = file;
+        self.size = size;
+        let mut m = Map::new();
+        m.insert("type".into(), "continued".into());
+        m.insert("time".into(), now_rfc3339().into());
+        self.write(m, true)
+    }
+
+    fn run(mut self, mut rx: mpsc::Receiver<Command>, dropped_metric: Counter) {
+        while let Some(cmd) = rx.blocking_recv() {
+            match cmd {
+                Command::Record(r) => {
+                    if let Err(e) = self.write(r, false) {
+                        dropped_metric.inc();
+                        tracing::error!(error = %e, "audit record could not be written");
+                    }
+                }
+                Command::Durable(r, ack) => {
+                    let result = self.write(r, true).map_err(|e| e.to_string());
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "durable audit record could not be written");
+                    }
+                    let _ = ack.send(result);
+                }
+                Command::Close(ack) => {
+                    let _ = self.file.sync_all();
+                    let _ = ack.send(());
+                    return;
+                }
+                Command::Reopen => match self.reopen() {
+                    Ok(()) => {
+                        tracing::info!(path = %self.settings.path.display(), "audit file reopened")
+                    }
+                    Err(e) => tracing::error!(error = %e, "audit file could not be reopened"),
+                },
+            }
+        }
+        let _ = self.file.sync_all();
+    }
+}
+
+fn open_append(path: &Path) -> Result<(File, u64), String> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open the audit file {}: {e}", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((file, size))
+}
+
+/// The hash of the last complete line of an existing regular file, so a restart continues
+/// its chain. Reads only the file's tail (devices such as /dev/full never end).
+fn last_line_hash(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok().filter(|m| m.is_file())?.len();
+    let tail = len.min(MAX_ARGUMENTS_BYTES as u64 * 4);
+    f.seek(SeekFrom::Start(len - tail)).ok()?;
+    let mut text = Vec::with_capacity(tail as usize);
+    f.read_to_end(&mut text).ok()?;
+    let body = text.strip_suffix(b"\n")?;
+    let start = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    (!body[start..].is_empty()).then(|| hex_sha256(&body[start..]))
+}
+
+/// Replaces the values of `redact` keys (at any depth) by their SHA-256 and length, and
+/// shrinks oversized arguments to their hash and size.
+pub fn redact_arguments(
+    arguments: Option<&serde_json::value::RawValue>,
+    redact: &[String],
+) -> Value {
+    let Some(raw) = arguments else {
+        return Value::Null;
+    };
+    let text = raw.get();
+    if text.len() > MAX_ARGUMENTS_BYTES {
+        return serde_json::json!({"truncated": true, "sha256": hex_sha256(text.as_bytes()), "len": text.len()});
+    }
+    let mut v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    if !redact.is_empty() {
+        redact_value(&mut v, redact);
+    }
+    v
+}
+
+fn redact_value(v: &mut Value, redact: &[String]) {
+    match v {
+        Value::Object(map) => {
+            for (k, val) in map.iter_mut() {
+                if redact.iter().any(|r| r == k) {
+                    let bytes = match &*val {
+                        Value::String(s) => s.as_bytes().to_vec(),
+                        other => other.to_string().into_bytes(),
+                    };
+                    *val = serde_json::json!({"sha256": hex_sha256(&bytes), "len": bytes.len()});
+                } else {
+                    redact_value(val, redact);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| redact_value(i, redact)),
+        _ => {}
+    }
+}
+
+/// `mcpgate audit verify FILE`: walks the chain. `Ok(lines)`, or the first broken line
+/// (1-based) and why.
+pub fn verify(path: &Path) -> Result<usize, (usize, String)> {
+    let text =
+        std::fs::read(path).map_err(|e| (0, format!("cannot read {}: {e}", path.display())))?;
+    let mut prev: Option<String> = None;
+    let mut n = 0;
+    for line in text.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        n += 1;
+        let v: Map<String, Value> =
+            serde_json::from_slice(line).map_err(|e| (n, format!("not a JSON record: {e}")))?;
+        let claimed = v
+            .get("prev")
+            .and_then(Value::as_str)
+            .ok_or((n, "no \"prev\" field".to_string()))?;
+        let expected = match &prev {
+            Some(p) => p.clone(),
+            None => match v.get("type").and_then(Value::as_str) {
+                Some("genesis") => {
+                    let time = v.get("time").and_then(Value::as_str).unwrap_or("");
+                    hex_sha256(format!("{GENESIS}{time}").as_bytes())
+                }
+                // A rotated file starts by continuing the previous file's chain; its first
+                // link can only be checked against that file.
+                Some("continued") => claimed.to_string(),
+                _ => {
+                    return Err((
+                        n,
+                        "the first line is neither a genesis nor a continuation".into(),
+                    ));
+                }
+            },
+        };
+        if claimed != expected {
+            return Err((
+                n,
+                format!("\"prev\" is {claimed} but the line before hashes to {expected}"),
+            ));
+        }
+        prev = Some(hex_sha256(line));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hashes_values_at_any_depth() {
+        let raw = serde_json::value::RawValue::from_string(
+            r#"{"id":"a","content":"secret text","nested":{"content":[1,2]}}"#.into(),
+        )
+        .unwrap();
+        let v = redact_arguments(Some(&raw), &["content".to_string()]);
+        assert_eq!(v["id"], "a");
+        assert_eq!(v["content"]["len"], 11);
+        assert_eq!(v["content"]["sha256"], hex_sha256(b"secret text"));
+        assert_eq!(v["nested"]["content"]["len"], 5);
+        assert!(!v.to_string().contains("secret"));
+    }
+}
+
+/// One tools/call of a request, as the audit trail needs it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The JSON-RPC id as raw JSON text (`None` for a notification).
+    pub rpc_id: Option<String>,
+    pub tool: String,
+    pub arguments: Value,
+    pub durable: bool,
+}
+
+/// A record: the request's common fields, then the call's.
+pub fn call_record(base: &Map<String, Value>, call: &Call) -> Map<String, Value> {
+    let mut r = base.clone();
+    r.insert("time".into(), now_rfc3339().into());
+    r.insert("tool".into(), call.tool.clone().into());
+    r.insert(
+        "rpc_id".into(),
+        call.rpc_id
+            .as_deref()
+            .and_then(|id| serde_json::from_str(id).ok())
+            .unwrap_or(Value::Null),
+    );
+    r.insert("arguments".into(), call.arguments.clone());
+    r
+}
+
+/// A record of a request with no tools/call (a refusal, an auth failure, a rate-limit hit).
+pub fn request_record(base: &Map<String, Value>) -> Map<String, Value> {
+    let mut r = base.clone();
+    r.insert("time".into(), now_rfc3339().into());
+    r
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerHead<'a> {
+    #[serde(borrow)]
+    id: Option<&'a serde_json::value::RawValue>,
+    result: Option<ResultHead>,
+    error: Option<ErrorHead>,
+}
+
+#[derive(serde::Deserialize)]
+struct ResultHead {
+    #[serde(rename = "isError", default)]
+    is_error: Option<bool>,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorHead {
+    #[serde(default)]
+    code: i64,
+}
+
+/// The outcome of each answered id in a JSON text (a response or a batch of them).
+fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
+    let heads: Vec<AnswerHead> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        serde_json::from_str(text)
+            .map(|h| vec![h])
+            .unwrap_or_default()
+    };
+    heads
+        .into_iter()
+        .filter_map(|h| {
+            let outcome = match (&h.result, &h.error) {
+                (_, Some(e)) if e.code == crate::error::code::UPSTREAM_TIMEOUT => "timeout",
+                (_, Some(e)) if e.code == crate::error::code::UPSTREAM => "upstream_error",
+                (_, Some(_)) => "jsonrpc_error",
+                (Some(r), None) if r.is_error == Some(true) => "is_error",
+                (Some(_), None) => "ok",
+                (None, None) => return None,
+            };
+            Some((h.id?.get().trim().to_string(), outcome))
+        })
+        .collect()
+}
+
+/// Largest JSON answer read to learn outcomes; a bigger one is recorded as `ok` if its
+/// status was, without being parsed.
+const MAX_OBSERVED_JSON: usize = 4 << 20;
+
+struct Pending {
+    id: Option<String>,
+    record: Map<String, Value>,
+    outcome: Option<&'static str>,
+}
+
+/// Wraps the answer to a request with tools/call elements: passes every byte on untouched,
+/// reads along to learn each call's outcome, and writes the records when the answer ends,
+/// fails, or the client goes away.
+pub struct AuditTap {
+    inner: crate::body::GateBody,
+    audit: Audit,
+    pending: Vec<Pending>,
+    sse: Option<crate::transport::sse::Decoder>,
+    json: Vec<u8>,
+    started: std::time::Instant,
+    finished: bool,
+}
+
+impl AuditTap {
+    pub fn new(
+        inner: crate::body::GateBody,
+        audit: Audit,
+        records: Vec<(Option<String>, Map<String, Value>)>,
+        sse: bool,
+        started: std::time::Instant,
+    ) -> Self {
+        AuditTap {
+            inner,
+            audit,
+            pending: records
+                .into_iter()
+                .map(|(id, record)| Pending {
+                    id,
+                    record,
+                    outcome: None,
+                })
+                .collect(),
+            sse: sse.then(crate::transport::sse::Decoder::new),
+            json: Vec::new(),
+            started,
+            finished: false,
+        }
+    }
+
+    fn scan(&mut self, text: &str) {
+        for (id, outcome) in outcomes_in(text) {
+            for p in self
+                .pending
+                .iter_mut()
+                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(&id))
+            {
+                p.outcome = Some(outcome);
+            }
+        }
+    }
+
+    fn observe(&mut self, data: &[u8]) {
+        match &mut self.sse {
+            Some(decoder) => {
+                decoder.feed(data);
+                let mut texts = Vec::new();
+                while let Some(ev) = decoder.next_event() {
+                    if let Some(d) = ev.data {
+                        texts.push(d);
+                    }
+                }
+                for t in texts {
+                    self.scan(&t);
+                }
+            }
+            None if self.json.len() + data.len() <= MAX_OBSERVED_JSON => {
+                self.json.extend_from_slice(data)
+            }
+            None => {}
+        }
+    }
+
+    /// Writes one record per call; a call whose answer was not seen gets `otherwise`.
+    fn finish(&mut self, otherwise: &'static str) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if !self.json.is_empty() {
+            let json = std::mem::take(&mut self.json);
+            self.scan(&String::from_utf8_lossy(&json));
+        }
+        let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        for p in self.pending.drain(..) {
+            let mut r = p.record;
+            r.insert("outcome".into(), p.outcome.unwrap_or(otherwise).into());
+            r.insert("total_ms".into(), total_ms.into());
+            self.audit.record(r);
+        }
+    }
+}
+
+impl http_body::Body for AuditTap {
+    type Data = bytes::Bytes;
+    type Error = crate::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    let d = d.clone();
+                    this.observe(&d);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                // The answer ended without this call's response in it.
+                this.finish("upstream_error");
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let outcome = if e.is::<crate::body::DeadlineExceeded>() {
+                    "timeout"
+                } else {
+                    "upstream_error"
+                };
+                this.finish(outcome);
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for AuditTap {
+    fn drop(&mut self) {
+        // Dropped before the end: the client went away (or the connection broke).
+        self.finish("client_gone");
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::outcomes_in;
+
+    #[test]
+    fn outcomes() {
+        assert_eq!(
+            outcomes_in(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#),
+            [("1".to_string(), "ok")]
+        );
+        assert_eq!(
+            outcomes_in(r#"{"jsonrpc":"2.0","id":"a","result":{"isError":true}}"#),
+            [("\"a\"".to_string(), "is_error")]
+        );
+        assert_eq!(
+            outcomes_in(r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"x"}}"#),
+            [("2".to_string(), "jsonrpc_error")]
+        );
+        assert_eq!(
+            outcomes_in(r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32004,"message":"x"}}"#),
+            [("3".to_string(), "timeout")]
+        );
+        assert_eq!(
+            outcomes_in(r#"[{"id":4,"result":{}},{"method":"notifications/x"}]"#),
+            [("4".to_string(), "ok")]
+        );
+        assert!(outcomes_in("not json").is_empty());
+    }
+}

@@ -40,6 +40,10 @@ enum Command {
     /// Work with audit files.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) to stdout: `mcpgate man > /usr/share/man/man1/mcpgate.1`.
+    Man,
     /// Start a sample MCP server and the gateway in front of it, and print curl commands.
     Demo {
         /// Where the gateway listens.
@@ -113,6 +117,18 @@ fn dispatch(command: Command) -> Result<()> {
             let id = id.unwrap_or_else(|| format!("token-{}", &token::to_hex(&hash)[..8]));
             println!("token: {secret}\n\n# add to the configuration (only the hash is stored):");
             print!("{}", token::toml_entry(&id, &hash, &profiles));
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "mcpgate", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .context("writing the man page")?;
             Ok(())
         }
         Command::Audit(AuditCommand::Verify { file }) => match mcpgate::audit::verify(&file) {

@@ -40,6 +40,16 @@ enum Command {
     /// Work with audit files.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Exit 0 if the admin listener answers /healthz, or /readyz with --ready (for
+    /// container probes: the admin listener can stay on loopback).
+    Healthcheck {
+        /// The admin address.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin: SocketAddr,
+        /// Check readiness (503 while draining) instead of liveness.
+        #[arg(long)]
+        ready: bool,
+    },
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff) to stdout: `mcpgate man > /usr/share/man/man1/mcpgate.1`.
@@ -119,6 +129,14 @@ fn dispatch(command: Command) -> Result<()> {
             print!("{}", token::toml_entry(&id, &hash, &profiles));
             Ok(())
         }
+        Command::Healthcheck { admin, ready } => {
+            let path = if ready { "/readyz" } else { "/healthz" };
+            let status = runtime()?.block_on(healthcheck(admin, path))?;
+            if status != 200 {
+                bail!("http://{admin}{path} answered {status}");
+            }
+            Ok(())
+        }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "mcpgate", &mut std::io::stdout());
@@ -152,6 +170,18 @@ fn dispatch(command: Command) -> Result<()> {
             Ok(())
         }
     }
+}
+
+async fn healthcheck(admin: SocketAddr, path: &str) -> Result<u16> {
+    use http_body_util::Empty;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    let uri: http::Uri = format!("http://{admin}{path}").parse()?;
+    let response = tokio::time::timeout(std::time::Duration::from_secs(3), client.get(uri))
+        .await
+        .context("no answer within 3 s")?
+        .with_context(|| format!("cannot reach the admin listener at {admin}"))?;
+    Ok(response.status().as_u16())
 }
 
 fn config_path(flag: Option<PathBuf>) -> PathBuf {

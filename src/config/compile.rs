@@ -1253,7 +1253,12 @@ impl Compiler<'_> {
             if out.values().any(|e| &e.id == id) {
                 return fail(t.id.span(), format!("duplicate token id {id:?}"));
             }
-            let hash = at(&t.sha256, crate::token::parse_hex32(t.sha256.get_ref()))?;
+            // `${file:…}` lets the hash live in a Kubernetes Secret (watched like any file).
+            let hex = at(
+                &t.sha256,
+                resolve_secrets_noting(t.sha256.get_ref(), &mut self.files.borrow_mut()),
+            )?;
+            let hash = at(&t.sha256, crate::token::parse_hex32(&hex))?;
             for p in t.profiles.get_ref() {
                 if !profiles.contains_key(p) {
                     return fail(

@@ -35,14 +35,14 @@ fn main() {
         rate: vec![Arc::new(rule)],
         ..Default::default()
     };
-    let profile: Arc<str> = "bench".into();
+    let profile = "bench";
 
     let before = rss_kib();
     let started = Instant::now();
     for i in 0..KEYS {
         let caller = Caller {
             token: None,
-            profile: &profile,
+            profile,
             ip: ip(i),
         };
         black_box(limits.check(&caller, &[]).is_ok());
@@ -55,7 +55,7 @@ fn main() {
     for i in 0..CHECKS {
         let caller = Caller {
             token: None,
-            profile: &profile,
+            profile,
             ip: ip(i % KEYS),
         };
         black_box(limits.check(&caller, &[]).is_ok());

@@ -430,14 +430,7 @@ struct ErrorHead {
 
 /// The outcome of each answered id in a JSON text (a response or a batch of them).
 fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
-    let heads: Vec<AnswerHead> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(text).unwrap_or_default()
-    } else {
-        serde_json::from_str(text)
-            .map(|h| vec![h])
-            .unwrap_or_default()
-    };
-    heads
+    crate::pipeline::jsonrpc::one_or_many::<AnswerHead>(text)
         .into_iter()
         .filter_map(|h| {
             let outcome = match (&h.result, &h.error) {

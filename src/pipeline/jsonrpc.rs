@@ -284,6 +284,19 @@ fn message(json: &str) -> Result<Message<'_>, GateError> {
     })
 }
 
+/// Parses a JSON text that is one message or a batch of them into its elements, each as
+/// `T`; anything unparseable gives no element. For reading answers, where a bad one is
+/// the client's to see, not mcpgate's to refuse.
+pub fn one_or_many<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Vec<T> {
+    if text.trim_start().starts_with('[') {
+        serde_json::from_str(text).unwrap_or_default()
+    } else {
+        serde_json::from_str(text)
+            .map(|one| vec![one])
+            .unwrap_or_default()
+    }
+}
+
 /// The decoded string, if `v` is a JSON string.
 fn as_text(v: Option<&RawValue>) -> Option<Text<'_>> {
     v.and_then(|v| serde_json::from_str::<Text>(v.get()).ok())

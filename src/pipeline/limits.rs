@@ -153,7 +153,7 @@ pub struct Limits {
 /// Who is asking, for building keys.
 pub struct Caller<'a> {
     pub token: Option<&'a [u8; 32]>,
-    pub profile: &'a Arc<str>,
+    pub profile: &'a str,
     pub ip: IpAddr,
 }
 
@@ -207,7 +207,7 @@ impl Limits {
                     KeyKind::TokenTool => {
                         RateKey::TokenTool(*caller.token?, tool.unwrap_or("").into())
                     }
-                    KeyKind::Profile => RateKey::Profile(caller.profile.clone()),
+                    KeyKind::Profile => RateKey::Profile(caller.profile.into()),
                     KeyKind::Global => RateKey::Global,
                     KeyKind::ClientIp => RateKey::Ip(caller.ip),
                 })
@@ -332,15 +332,15 @@ mod tests {
             rate: vec![rule(KeyKind::Token, "2/m", None)],
             ..Default::default()
         };
-        let profile: Arc<str> = "p".into();
+        let profile = "p";
         let a = Caller {
             token: Some(&[1; 32]),
-            profile: &profile,
+            profile,
             ip: [127, 0, 0, 1].into(),
         };
         let b = Caller {
             token: Some(&[2; 32]),
-            profile: &profile,
+            profile,
             ip: [127, 0, 0, 1].into(),
         };
         assert!(limits.check(&a, &[]).is_ok());
@@ -353,7 +353,7 @@ mod tests {
         // No token (auth = "none"): a token rule does not apply.
         let open = Caller {
             token: None,
-            profile: &profile,
+            profile,
             ip: [127, 0, 0, 1].into(),
         };
         for _ in 0..5 {
@@ -367,10 +367,10 @@ mod tests {
             rate: vec![rule(KeyKind::TokenTool, "1/m", Some(&["delete_*"]))],
             ..Default::default()
         };
-        let profile: Arc<str> = "p".into();
+        let profile = "p";
         let a = Caller {
             token: Some(&[1; 32]),
-            profile: &profile,
+            profile,
             ip: [127, 0, 0, 1].into(),
         };
         for _ in 0..3 {
@@ -394,10 +394,10 @@ mod tests {
             ))],
             ..Default::default()
         };
-        let profile: Arc<str> = "p".into();
+        let profile = "p";
         let c = Caller {
             token: None,
-            profile: &profile,
+            profile,
             ip: [127, 0, 0, 1].into(),
         };
         let held = limits.check(&c, &["ingest"]).unwrap();

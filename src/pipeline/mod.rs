@@ -431,10 +431,9 @@ async fn run(
         Method::DELETE => (true, Want::Either),
         _ => return Err(GateError::MethodNotAllowed),
     };
-    let profile_name: Arc<str> = profile.name.as_str().into();
     let caller = limits::Caller {
         token: ctx.token.as_ref().map(|(h, _)| h),
-        profile: &profile_name,
+        profile: &profile.name,
         ip: peer.ip(),
     };
     snapshot.limits.check(&caller, &[])?;
@@ -551,10 +550,9 @@ async fn post(
             _ => None,
         })
         .collect();
-    let profile_name: Arc<str> = profile.name.as_str().into();
     let caller = limits::Caller {
         token: ctx.token.as_ref().map(|(h, _)| h),
-        profile: &profile_name,
+        profile: &profile.name,
         ip: peer.ip(),
     };
     let permits = snapshot.limits.check(&caller, &tools)?;

@@ -35,14 +35,7 @@ struct Head<'a> {
 
 /// The ids of the responses in one JSON text (a message or a batch).
 fn response_ids(text: &str) -> Vec<&str> {
-    let heads: Vec<Head> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(text).unwrap_or_default()
-    } else {
-        serde_json::from_str(text)
-            .map(|h| vec![h])
-            .unwrap_or_default()
-    };
-    heads
+    crate::pipeline::jsonrpc::one_or_many::<Head>(text)
         .into_iter()
         .filter(|h| h.method.is_none())
         .filter_map(|h| h.id.map(|id| id.get().trim()))

@@ -353,15 +353,16 @@ impl Reply {
 
 pub const SDK_ACCEPT: &str = "application/json, text/event-stream";
 
-pub async fn send(
+/// Sends one request on a fresh client and returns the answer's head and body stream.
+async fn request(
     method: Method,
     url: &str,
     headers: &[(&str, &str)],
-    body: impl Into<Bytes>,
-) -> Reply {
+    body: Bytes,
+) -> http::Response<hyper::body::Incoming> {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
-    let mut req = Request::new(Full::new(body.into()));
+    let mut req = Request::new(Full::new(body));
     *req.method_mut() = method;
     *req.uri_mut() = url.parse().unwrap();
     for (k, v) in headers {
@@ -370,7 +371,16 @@ pub async fn send(
             HeaderValue::from_str(v).unwrap(),
         );
     }
-    let resp = client.request(req).await.unwrap();
+    client.request(req).await.unwrap()
+}
+
+pub async fn send(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply {
+    let resp = request(method, url, headers, body.into()).await;
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     Reply {
@@ -427,18 +437,7 @@ pub async fn send_stream(
     body: impl Into<Bytes>,
     limit: Duration,
 ) -> (Reply, bool) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
-    let mut req = Request::new(Full::new(body.into()));
-    *req.method_mut() = method;
-    *req.uri_mut() = url.parse().unwrap();
-    for (k, v) in headers {
-        req.headers_mut().append(
-            HeaderName::from_bytes(k.as_bytes()).unwrap(),
-            HeaderValue::from_str(v).unwrap(),
-        );
-    }
-    let resp = client.request(req).await.unwrap();
+    let resp = request(method, url, headers, body.into()).await;
     let (parts, mut body) = resp.into_parts();
     let mut bytes = Vec::new();
     let deadline = tokio::time::Instant::now() + limit;

@@ -36,3 +36,10 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --no-fail-fast "$@"
 fi
+
+# The benchmark harness (mcpgate vs nginx vs direct) must keep working: one short round
+# with a debug build. It checks the harness runs, not timings. Skipped when the tests were
+# filtered (arguments given).
+if [ $# -eq 0 ]; then
+  bench/run.sh --smoke
+fi

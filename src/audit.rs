@@ -446,9 +446,11 @@ fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
         .collect()
 }
 
-/// Largest JSON answer read to learn outcomes; a bigger one is recorded as `ok` if its
-/// status was, without being parsed.
-const MAX_OBSERVED_JSON: usize = 4 << 20;
+/// Largest JSON answer kept whole to learn outcomes. A bigger one (a large tool result)
+/// is not held: only its last `TAIL` bytes are kept, and the outcome comes from them
+/// (`"isError": true` there means `is_error`, otherwise `ok`), so memory stays flat.
+const MAX_OBSERVED_JSON: usize = 256 << 10;
+const TAIL: usize = 4 << 10;
 
 struct Pending {
     id: Option<String>,
@@ -465,6 +467,8 @@ pub struct AuditTap {
     pending: Vec<Pending>,
     sse: Option<crate::transport::sse::Decoder>,
     json: Vec<u8>,
+    /// Set once `json` outgrew `MAX_OBSERVED_JSON`: from then on it holds only a tail.
+    overflowed: bool,
     started: std::time::Instant,
     finished: bool,
 }
@@ -490,6 +494,7 @@ impl AuditTap {
                 .collect(),
             sse: sse.then(crate::transport::sse::Decoder::new),
             json: Vec::new(),
+            overflowed: false,
             started,
             finished: false,
         }
@@ -521,10 +526,15 @@ impl AuditTap {
                     self.scan(&t);
                 }
             }
-            None if self.json.len() + data.len() <= MAX_OBSERVED_JSON => {
-                self.json.extend_from_slice(data)
+            None => {
+                self.json.extend_from_slice(data);
+                if self.json.len() > MAX_OBSERVED_JSON {
+                    self.overflowed = true;
+                }
+                if self.overflowed && self.json.len() > TAIL {
+                    self.json.drain(..self.json.len() - TAIL);
+                }
             }
-            None => {}
         }
     }
 
@@ -534,7 +544,22 @@ impl AuditTap {
             return;
         }
         self.finished = true;
-        if !self.json.is_empty() {
+        if self.overflowed {
+            let tail: Vec<u8> = self
+                .json
+                .iter()
+                .copied()
+                .filter(|b| !b.is_ascii_whitespace())
+                .collect();
+            let outcome = if tail.windows(15).any(|w| w == b"\"isError\":true") {
+                "is_error"
+            } else {
+                "ok"
+            };
+            for p in self.pending.iter_mut().filter(|p| p.outcome.is_none()) {
+                p.outcome = Some(outcome);
+            }
+        } else if !self.json.is_empty() {
             let json = std::mem::take(&mut self.json);
             self.scan(&String::from_utf8_lossy(&json));
         }

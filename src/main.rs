@@ -54,6 +54,24 @@ enum Command {
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff) to stdout: `mcpgate man > /usr/share/man/man1/mcpgate.1`.
     Man,
+    /// Run only the sample MCP server (benchmarks and experiments).
+    #[command(hide = true)]
+    SampleUpstream {
+        #[arg(long, default_value = "127.0.0.1:8000")]
+        listen: SocketAddr,
+        /// Answer in SSE (with a priming event) instead of JSON.
+        #[arg(long)]
+        sse: bool,
+        /// List this many generated tools.
+        #[arg(long)]
+        tools: Option<usize>,
+        /// Every tools/call result carries a text of this many bytes.
+        #[arg(long)]
+        result_bytes: Option<usize>,
+        /// Serve GET streams: one notification per second, held open.
+        #[arg(long)]
+        streams: bool,
+    },
     /// Start a sample MCP server and the gateway in front of it, and print curl commands.
     Demo {
         /// Where the gateway listens.
@@ -136,6 +154,34 @@ fn dispatch(command: Command) -> Result<()> {
                 bail!("http://{admin}{path} answered {status}");
             }
             Ok(())
+        }
+        Command::SampleUpstream {
+            listen,
+            sse,
+            tools,
+            result_bytes,
+            streams,
+        } => {
+            let opts = mcpgate::sample::Options {
+                mode: if sse {
+                    mcpgate::sample::Mode::Sse
+                } else {
+                    mcpgate::sample::Mode::Json
+                },
+                generated_tools: tools,
+                result_bytes,
+                stream: streams.then_some((usize::MAX, std::time::Duration::from_secs(1))),
+                record: false,
+                ..Default::default()
+            };
+            runtime()?.block_on(async {
+                let server = mcpgate::sample::start(listen, opts)
+                    .await
+                    .context("starting the sample server")?;
+                eprintln!("sample upstream on {}", server.url());
+                shutdown_signal().await;
+                Ok(())
+            })
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

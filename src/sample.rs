@@ -42,6 +42,12 @@ pub struct Options {
     /// Serve a GET stream (and `subscriptions/listen`): this many notifications at this
     /// interval, then silence with the stream held open. `None`: GET answers 405.
     pub stream: Option<(usize, Duration)>,
+    /// Benchmarks: list this many generated tools (`tool_000`…) instead of the store's.
+    pub generated_tools: Option<usize>,
+    /// Benchmarks: every tools/call result carries a text of this many bytes.
+    pub result_bytes: Option<usize>,
+    /// Keep every request for `received()` (tests); off for long benchmark runs.
+    pub record: bool,
 }
 
 impl Default for Options {
@@ -52,6 +58,9 @@ impl Default for Options {
             cache_scope: false,
             call_delay: None,
             stream: None,
+            generated_tools: None,
+            result_bytes: None,
+            record: true,
         }
     }
 }
@@ -227,12 +236,14 @@ async fn serve(state: &Arc<State>, req: Request<Incoming>) -> Reply {
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
-    state.received.lock().expect("lock").push(Received {
-        method: parts.method.clone(),
-        uri: parts.uri.to_string(),
-        headers: parts.headers.clone(),
-        body: body.clone(),
-    });
+    if state.opts.record {
+        state.received.lock().expect("lock").push(Received {
+            method: parts.method.clone(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
+        });
+    }
     match parts.method {
         Method::POST => {}
         Method::DELETE => return plain(StatusCode::OK, ""),
@@ -326,7 +337,20 @@ fn answer(state: &State, id: Value, method: &str, params: &Value) -> Value {
             )
         }
         "ping" => ok(id, json!({})),
+        "tools/list" if state.opts.generated_tools.is_some() => {
+            let tools: Vec<Value> = (0..state.opts.generated_tools.unwrap_or(0))
+                .map(|i| json!({"name": format!("tool_{i:03}"), "description": "A generated tool for benchmarks.", "inputSchema": {"type": "object"}}))
+                .collect();
+            ok(id, json!({"tools": tools}))
+        }
         "tools/list" => ok(id, tools_page(&state.opts, params["cursor"].as_str())),
+        "tools/call" if state.opts.result_bytes.is_some() => {
+            let text = "x".repeat(state.opts.result_bytes.unwrap_or(0));
+            ok(
+                id,
+                json!({"content": [{"type": "text", "text": text}], "isError": false}),
+            )
+        }
         "tools/call" => {
             let name = params["name"].as_str().unwrap_or("");
             match call(state, name, &params["arguments"]) {

@@ -1237,6 +1237,8 @@ impl Compiler<'_> {
         profiles: &BTreeMap<String, Arc<Profile>>,
     ) -> Result<HashMap<[u8; 32], TokenEntry>, Fail> {
         let mut out: HashMap<[u8; 32], TokenEntry> = HashMap::with_capacity(raw.len());
+        let mut ids: std::collections::HashSet<&str> =
+            std::collections::HashSet::with_capacity(raw.len());
         for t in raw {
             let t = t.get_ref();
             let id = t.id.get_ref();
@@ -1250,7 +1252,7 @@ impl Compiler<'_> {
                     "token id must be non-empty and use only letters, digits, '-', '_' and '.'",
                 );
             }
-            if out.values().any(|e| &e.id == id) {
+            if !ids.insert(id.as_str()) {
                 return fail(t.id.span(), format!("duplicate token id {id:?}"));
             }
             // `${file:…}` lets the hash live in a Kubernetes Secret (watched like any file).

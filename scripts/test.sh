@@ -31,15 +31,15 @@ if [ ! -x "$peers/.venv/bin/python" ] || ! cmp -s "$peers/requirements.txt" "$pe
   cp "$peers/requirements.txt" "$peers/.venv/.installed-requirements.txt"
 fi
 
+# The benchmark harness (mcpgate vs nginx vs direct) must keep working: one short round
+# with a debug build checks it runs, not timings. It goes first so the test runner's
+# summary is the last thing printed. Skipped when the tests were filtered (arguments given).
+if [ $# -eq 0 ]; then
+  bench/run.sh --smoke
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --no-fail-fast "$@"
 else
   cargo test --no-fail-fast "$@"
-fi
-
-# The benchmark harness (mcpgate vs nginx vs direct) must keep working: one short round
-# with a debug build. It checks the harness runs, not timings. Skipped when the tests were
-# filtered (arguments given).
-if [ $# -eq 0 ]; then
-  bench/run.sh --smoke
 fi

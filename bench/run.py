@@ -74,8 +74,9 @@ def wrk(url, script, extra_env=None):
         raise SystemExit(f"wrk printed no latencies for {url}:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = parse_ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = parse_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    # Anchored: the "+/- Stdev" column can hold values such as "72.50%".
+    p50 = parse_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = parse_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     failed = (int(bad.group(1)) if bad else 0) + (sum(int(x) for x in errors.groups()) if errors else 0)

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("MCPGATE_BIN", "target/release/mcpgate"))
 TOKEN = "bench-token-0123456789abcdefghijklmnopqrstuvw"
 TICK = os.sysconf("SC_CLK_TCK")
-PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929}
+PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "UPSTREAM_STREAMS": 18903, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929}
 
 
 def free(port):
@@ -100,7 +100,7 @@ def main():
         open(path, "w").write(text)
         return path
 
-    tokens = f'[[tokens]]\nid = "bench"\nsha256 = "{token_hash}"\nprofiles = ["gpt", "big"]\n'
+    tokens = f'[[tokens]]\nid = "bench"\nsha256 = "{token_hash}"\nprofiles = ["gpt", "big", "streams"]\n'
     procs = []
 
     def start(args, **kw):
@@ -111,7 +111,8 @@ def main():
     try:
         upstream = start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM']}", "--tools", "500"])
         start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM_BIG']}", "--result-bytes", str(10 << 20)])
-        wait_port(PORTS["UPSTREAM"]); wait_port(PORTS["UPSTREAM_BIG"])
+        start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM_STREAMS']}", "--streams"])
+        wait_port(PORTS["UPSTREAM"]); wait_port(PORTS["UPSTREAM_BIG"]); wait_port(PORTS["UPSTREAM_STREAMS"])
         for d in ("client_body", "proxy"):
             os.makedirs(os.path.join(work, d), exist_ok=True)
         conf = render("nginx.conf")
@@ -161,6 +162,25 @@ def main():
                 peak = max(peak, rss_kib([gate.pid]))
                 time.sleep(0.001)
         big = {"bytes": got, "rss_growth_kib": peak - base}
+
+        # Idle SSE streams (GET, the server-initiated stream): RSS with N of them open.
+        n_streams = 50 if SMOKE else 1000
+        streams = {}
+        for target, port in (("nginx", PORTS["NGINX"]), ("mcpgate", PORTS["MCPGATE"])):
+            pids = targets[target][1]
+            socks, ok = [], 0
+            for _ in range(n_streams):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(f"GET /streams/{TOKEN}/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode())
+                socks.append(s)
+            for s in socks:
+                s.settimeout(10)
+                ok += s.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(1.5)
+            streams[target] = (ok, rss_kib(pids))
+            for s in socks:
+                s.close()
+            time.sleep(0.5)
 
         # A reload of 10,000 tokens while load runs.
         many = "".join(f'[[tokens]]\nid = "t{i}"\nsha256 = "{i:064x}"\nprofiles = ["gpt"]\n' for i in range(1, 10_000))
@@ -212,10 +232,11 @@ def main():
     row("tools/list 500→100: CPU/request vs nginx pass-through", "≤ 2.0", f"{ln:.1f} µs", f"{lg:.1f} µs", f"{lg/ln:.2f}", lg / ln <= 2.0)
     row("RSS growth streaming a 10 MiB result", "< 2 MiB", "-", f"{big['rss_growth_kib']} KiB ({big['bytes']} bytes)", "-", big["rss_growth_kib"] < 2048)
     row("RSS idle", "< 16 MiB", f"{idle_rss['nginx']} KiB", f"{idle_rss['mcpgate']} KiB", "-", idle_rss["mcpgate"] < 16384)
+    row(f"RSS with {n_streams} idle SSE streams", "< 64 MiB", f"{streams['nginx'][1]} KiB ({streams['nginx'][0]} open)",
+        f"{streams['mcpgate'][1]} KiB ({streams['mcpgate'][0]} open)", "-", streams["mcpgate"][1] < 65536 and streams["mcpgate"][0] == n_streams)
     row("reload of 10,000 tokens under load", "< 200 ms, 0 failed", "-", f"{max(reloads):.0f} ms max, {reload_failed} failed of {reload_requests}", "-", max(reloads) < 200 and reload_failed == 0)
     sse_n, sse_g = med("call_sse", "nginx", "cpu_us_per_req"), med("call_sse", "mcpgate", "cpu_us_per_req")
     print(f"\nSSE conversion (mcpgate turns the JSON answer into an SSE frame; nginx passes JSON): {sse_g:.1f} vs {sse_n:.1f} µs CPU/request.")
-    print("Not measured by this harness yet: 1,000 idle SSE streams.")
 
 
 if __name__ == "__main__":

@@ -49,16 +49,118 @@ struct Response<'a> {
 
 #[derive(Deserialize)]
 struct ListResult<'a> {
+    /// Each tool as its raw JSON: one scan of the array yields every tool's bytes.
     #[serde(borrow)]
-    tools: Option<&'a RawValue>,
+    tools: Option<Vec<&'a RawValue>>,
     #[serde(borrow, rename = "cacheScope")]
     cache_scope: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct Tool<'a> {
-    #[serde(borrow)]
-    name: Option<Text<'a>>,
+/// The value of a tool object's top-level `"name"` key, when it is a string, found by a
+/// light scan instead of a second full parse (serde_json has already validated the JSON).
+/// `None` if absent, not a string, or given twice (parsers would disagree which counts).
+fn tool_name(object: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let b = object.as_bytes();
+    let mut i = b.iter().position(|&c| c == b'{')? + 1;
+    let mut found = None;
+    loop {
+        i += b
+            .get(i..)?
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        match b.get(i)? {
+            b'}' => return found,
+            b',' => {
+                i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_end = string_end(b, i)?;
+        let key = &object[i..key_end];
+        i = key_end;
+        i += b
+            .get(i..)?
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+        i += b
+            .get(i..)?
+            .iter()
+            .take_while(|c| c.is_ascii_whitespace())
+            .count();
+        let value_start = i;
+        i = value_end(b, i)?;
+        let is_name = key == "\"name\""
+            || (key.contains('\\')
+                && serde_json::from_str::<Text>(key).is_ok_and(|Text(k)| k == "name"));
+        if is_name {
+            if found.is_some() {
+                return None;
+            }
+            let value = &object[value_start..i];
+            found = Some(
+                match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                    Some(plain) if !plain.contains('\\') => std::borrow::Cow::Borrowed(plain),
+                    Some(_) => serde_json::from_str::<Text>(value).ok()?.0,
+                    None => return None,
+                },
+            );
+        }
+    }
+}
+
+/// The index just past the string starting at `start` (which is a `"`).
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        match *b.get(i)? {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+}
+
+/// The index just past the JSON value starting at `start`.
+fn value_end(b: &[u8], start: usize) -> Option<usize> {
+    match *b.get(start)? {
+        b'"' => string_end(b, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = start;
+            loop {
+                match *b.get(i)? {
+                    b'"' => {
+                        i = string_end(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => Some(
+            start
+                + b[start..]
+                    .iter()
+                    .position(|c| matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace())
+                    .unwrap_or(b.len() - start),
+        ),
+    }
 }
 
 /// Where `part` (a slice of `whole`) sits in `whole`.
@@ -120,29 +222,26 @@ fn edits_for(
     let Some(tools) = list.tools else {
         return Err("tools/list result has no \"tools\" array".into());
     };
-    let all: Vec<&RawValue> =
-        serde_json::from_str(tools.get()).map_err(|e| format!("tools/list tools: {e}"))?;
-    let mut kept = String::with_capacity(tools.get().len());
-    kept.push('[');
-    let mut removed = false;
-    for tool in all {
-        // A tool whose name cannot be read cannot be shown to be allowed: drop it.
-        let keep = serde_json::from_str::<Tool>(tool.get())
-            .ok()
-            .and_then(|t| t.name)
-            .is_some_and(|Text(name)| filter.keeps(&name));
-        if keep {
-            if kept.len() > 1 {
-                kept.push(',');
+    if let (Some(first), Some(last)) = (tools.first(), tools.last()) {
+        // The elements are replaced from the first one's start to the last one's end, so
+        // the brackets and the whitespace around them stay as the upstream wrote them.
+        let region = span_in(whole, first.get()).start..span_in(whole, last.get()).end;
+        let mut kept = String::with_capacity(region.len());
+        let mut removed = false;
+        for tool in &tools {
+            // A tool whose name cannot be read cannot be shown to be allowed: drop it.
+            if tool_name(tool.get()).is_some_and(|name| filter.keeps(&name)) {
+                if !kept.is_empty() {
+                    kept.push(',');
+                }
+                kept.push_str(tool.get());
+            } else {
+                removed = true;
             }
-            kept.push_str(tool.get());
-        } else {
-            removed = true;
         }
-    }
-    kept.push(']');
-    if removed {
-        edits.push((span_in(whole, tools.get()), kept));
+        if removed {
+            edits.push((region, kept));
+        }
     }
     if let Some(scope) = list.cache_scope {
         if filter.restricts() {
@@ -189,7 +288,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             out,
-            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a","x":{"name":"z"}}],"nextCursor":"c2","_meta":{"k":[1]},"cacheScope":"private","extra":true}}"#
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[ {"name":"a","x":{"name":"z"}} ],"nextCursor":"c2","_meta":{"k":[1]},"cacheScope":"private","extra":true}}"#
         );
     }
 
@@ -215,7 +314,36 @@ mod tests {
         let out = rewrite(&batch, &["3".into()], &filter("\"b\"", ""))
             .unwrap()
             .unwrap();
-        assert!(out.starts_with(r#"[{"jsonrpc":"2.0","id":1,"result":{}}, {"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"b"}]"#), "{out}");
+        assert!(out.starts_with(r#"[{"jsonrpc":"2.0","id":1,"result":{}}, {"jsonrpc":"2.0","id":3,"result":{"tools":[ {"name":"b"} ]"#), "{out}");
+    }
+
+    #[test]
+    fn tool_names_by_scan() {
+        assert_eq!(tool_name(r#"{"name":"a"}"#).as_deref(), Some("a"));
+        assert_eq!(
+            tool_name(r#" { "x" : {"name":"inner","y":[1,"}"]} , "name" : "outer" } "#).as_deref(),
+            Some("outer")
+        );
+        assert_eq!(
+            tool_name(r#"{"n\u0061me":"m\u006fve"}"#).as_deref(),
+            Some("move")
+        );
+        assert_eq!(
+            tool_name(r#"{"description":"has \"name\": inside","name":"b"}"#).as_deref(),
+            Some("b")
+        );
+        assert_eq!(tool_name(r#"{"name":7}"#), None);
+        assert_eq!(tool_name(r#"{"nope":"a"}"#), None);
+        assert_eq!(
+            tool_name(r#"{"name":"a","name":"b"}"#),
+            None,
+            "a repeated name is unreadable"
+        );
+        assert_eq!(tool_name(r#"{"name":"a","n\u0061me":"b"}"#), None);
+        assert_eq!(
+            tool_name(r#"{"x":-1.5e3,"name":"c","y":true}"#).as_deref(),
+            Some("c")
+        );
     }
 
     #[test]

@@ -95,9 +95,8 @@ async fn reload_by_every_trigger() {
     );
     drop(gw);
 
-    // SIGHUP, with the file watcher unable to see the change: the file is replaced in a
-    // folder mcpgate does not watch and only its symlink target moves... simpler: change the
-    // file, then ask; whichever comes first, the signal path must work on its own too.
+    // SIGHUP: the watcher may see the change too; the log must show a SIGHUP reload, so
+    // the signal path is checked on its own (asserted below).
     std::fs::write(&path, &base).unwrap();
     let gw = Gateway::start_at(&path);
     std::fs::write(&path, with_new_token(&base)).unwrap();
@@ -676,19 +675,26 @@ async fn until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> (Durati
 async fn connection_hygiene_knobs() {
     use tokio::io::AsyncWriteExt;
     let up = json_upstream().await;
-    let text = format!(
-        "{}\n[server]\nheader_read_timeout = \"400ms\"\nidle_timeout = \"700ms\"\nmax_header_size = \"8KiB\"\nmax_connections = 2\n",
+    // Each timeout is tested where the other one is an hour, so only it can close.
+    let header_only = format!(
+        "{}\n[server]\nheader_read_timeout = \"400ms\"\nidle_timeout = \"1h\"\nmax_header_size = \"8KiB\"\nmax_connections = 2\n",
         config(&up.url(), "300ms")
     );
-    let gw = Gateway::start(&text);
-    let addr = gw.listeners["main"];
+    let idle_only = format!(
+        "{}\n[server]\nheader_read_timeout = \"1h\"\nidle_timeout = \"700ms\"\n",
+        config(&up.url(), "300ms")
+    );
+    let idle_gw = Gateway::start(&idle_only);
     assert!(
-        gw.log()
+        idle_gw
+            .log()
             .contains("idle_timeout is not longer than transport.sse_keepalive"),
         "check's warnings are logged at start"
     );
+    let gw = Gateway::start(&header_only);
+    let addr = gw.listeners["main"];
 
-    // Slow headers (slowloris): closed once the header read timeout passes.
+    // Slow headers (slowloris): closed by the header read timeout.
     let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
@@ -700,8 +706,10 @@ async fn connection_hygiene_knobs() {
     );
     drop(slow);
 
-    // An idle keep-alive connection is closed too.
-    let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A keep-alive connection idle after its answer: closed by the idle timeout.
+    let mut idle = tokio::net::TcpStream::connect(idle_gw.listeners["main"])
+        .await
+        .unwrap();
     let body = list(1);
     let req = format!(
         "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",

@@ -109,7 +109,7 @@ def main():
         return p
 
     try:
-        upstream = start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM']}", "--tools", "500"])
+        upstream = start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM']}", "--tools", "500", "--result-bytes", "200"])
         start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM_BIG']}", "--result-bytes", str(10 << 20)])
         start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM_STREAMS']}", "--streams"])
         wait_port(PORTS["UPSTREAM"]); wait_port(PORTS["UPSTREAM_BIG"]); wait_port(PORTS["UPSTREAM_STREAMS"])

@@ -51,6 +51,42 @@ async fn metrics(gw: &Gateway) -> String {
         .body
 }
 
+/// Files written on every request next to the configuration (the audit trail here) must
+/// not wake the watcher; a change to the configuration itself must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_files_beside_the_configuration_do_not_wake_the_watcher() {
+    let up = json_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcpgate.toml");
+    let audit = dir.path().join("audit.jsonl");
+    let base = format!(
+        "{}\n[audit]\npath = \"{}\"\n",
+        config(&up.url(), "10s"),
+        audit.display()
+    );
+    std::fs::write(&path, &base).unwrap();
+    let gw = Gateway::start_at(&path);
+    let woke = "configuration folder changed";
+    for i in 0..20 {
+        let r = post(
+            &gw.url(&format!("/gpt-mcp/{GPT}/mcp")),
+            &[],
+            &call(i, "get_document"),
+        )
+        .await;
+        assert_eq!(r.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        std::fs::metadata(&audit).unwrap().len() > 0,
+        "the audit file was written"
+    );
+    assert!(!gw.log().contains(woke), "{}", gw.log());
+    std::fs::write(&path, with_new_token(&base)).unwrap();
+    assert!(eventually_new_token_works(&gw).await);
+    assert!(gw.log().contains(woke));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_by_every_trigger() {
     let up = json_upstream().await;

@@ -2,13 +2,18 @@
 //! any file it references. The watcher watches the *folders* of those files, so editors
 //! that write a new file and rename it over the old one, and Kubernetes ConfigMap updates
 //! (an atomic swap of the `..data` symlink), are seen. Events are debounced, and a reload
-//! happens only if the files' contents changed (folders like /etc see unrelated events).
+//! happens only if the files' contents changed.
+//!
+//! Only finished changes wake the watcher (inotify's close-after-write, rename, create,
+//! delete), never each `write(2)`: an audit file or a log kept in the same folder as the
+//! configuration is written on every request and must cost nothing here. Linux only;
+//! elsewhere SIGHUP and `POST /reload` remain.
 
 use crate::gateway::Gateway;
-use notify::{EventKind, RecursiveMode, Watcher};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +45,24 @@ fn folders(files: &[PathBuf]) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// The names an event must carry to concern the configuration: the watched files' own
+/// names. Names starting with `..` are Kubernetes' `..data` swap, which changes what a
+/// symlinked file points to without touching the file's name.
+fn names(files: &[PathBuf]) -> BTreeSet<OsString> {
+    files
+        .iter()
+        .filter_map(|f| f.file_name().map(ToOwned::to_owned))
+        .collect()
+}
+
+fn concerns(names: &BTreeSet<OsString>, event_name: Option<&std::ffi::OsStr>) -> bool {
+    match event_name {
+        // An event on the folder itself, or a queue overflow: look.
+        None => true,
+        Some(n) => names.contains(n) || n.as_encoded_bytes().starts_with(b".."),
+    }
+}
+
 /// Starts the SIGHUP handler and the file watcher. Runs until the runtime stops.
 pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
     #[cfg(unix)]
@@ -53,28 +76,60 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
             }
         });
     }
+    watch_files(gw)
+}
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(e) = event {
-            if matches!(
-                e.kind,
-                EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any
-            ) {
-                let _ = tx.send(());
+#[cfg(not(target_os = "linux"))]
+fn watch_files(_gw: Arc<Gateway>) -> Result<(), String> {
+    Err("configuration files are watched on Linux only".into())
+}
+
+#[cfg(target_os = "linux")]
+fn watch_files(gw: Arc<Gateway>) -> Result<(), String> {
+    use futures_util::StreamExt;
+    use inotify::{Inotify, WatchMask};
+
+    let inotify = Inotify::init().map_err(|e| format!("cannot watch the configuration: {e}"))?;
+    let mut watches = inotify.watches();
+    let mut watched = BTreeSet::new();
+    let mask = WatchMask::CLOSE_WRITE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::CREATE
+        | WatchMask::DELETE;
+    let mut watch_folders = move |files: &[PathBuf]| {
+        for dir in folders(files) {
+            if watched.contains(&dir) {
+                continue;
+            }
+            match watches.add(&dir, mask) {
+                Ok(_) => {
+                    watched.insert(dir);
+                }
+                Err(e) => {
+                    tracing::warn!(folder = %dir.display(), error = %e, "cannot watch folder for configuration changes")
+                }
             }
         }
-    })
-    .map_err(|e| format!("cannot watch the configuration: {e}"))?;
-    let mut watched = BTreeSet::new();
-    watch_folders(&mut watcher, &mut watched, &gw.snapshot().files);
+    };
+    watch_folders(&gw.snapshot().files);
+    let mut events = inotify
+        .into_event_stream(vec![0u8; 4096])
+        .map_err(|e| format!("cannot watch the configuration: {e}"))?;
 
     tokio::spawn(async move {
         let mut last = fingerprint(&gw.snapshot().files);
-        while rx.recv().await.is_some() {
-            // Let a burst of events (write, rename, chmod…) settle into one reload.
+        let mut relevant = names(&gw.snapshot().files);
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { break };
+            if !concerns(&relevant, event.name.as_deref()) {
+                continue;
+            }
+            tracing::debug!(name = ?event.name, "configuration folder changed; comparing contents");
+            // Let a burst of events (write, rename, chmod…) settle into one reload: wait,
+            // then take whatever else arrived meanwhile without waiting for more.
             tokio::time::sleep(DEBOUNCE).await;
-            while rx.try_recv().is_ok() {}
+            while let Some(Some(_)) = futures_util::FutureExt::now_or_never(events.next()) {}
             let files = gw.snapshot().files.clone();
             let now = tokio::task::spawn_blocking(move || fingerprint(&files))
                 .await
@@ -85,30 +140,37 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
             last = now;
             if gw.reload("file change").await.is_ok() {
                 // The new configuration may reference files in other folders.
-                watch_folders(&mut watcher, &mut watched, &gw.snapshot().files);
-                last = fingerprint(&gw.snapshot().files);
+                let files = gw.snapshot().files.clone();
+                watch_folders(&files);
+                relevant = names(&files);
+                last = fingerprint(&files);
             }
         }
+        tracing::warn!("the configuration watcher stopped; reload with SIGHUP or POST /reload");
     });
     Ok(())
 }
 
-fn watch_folders(
-    watcher: &mut notify::RecommendedWatcher,
-    watched: &mut BTreeSet<PathBuf>,
-    files: &[PathBuf],
-) {
-    for dir in folders(files) {
-        if watched.contains(&dir) {
-            continue;
-        }
-        match watcher.watch(Path::new(&dir), RecursiveMode::NonRecursive) {
-            Ok(()) => {
-                watched.insert(dir);
-            }
-            Err(e) => {
-                tracing::warn!(folder = %dir.display(), error = %e, "cannot watch folder for configuration changes")
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_configuration_names_concern_the_watcher() {
+        let files = [
+            PathBuf::from("/etc/mcpgate/mcpgate.toml"),
+            PathBuf::from("/etc/mcpgate/tls/cert.pem"),
+        ];
+        let n = names(&files);
+        let c = |s: &str| concerns(&n, Some(std::ffi::OsStr::new(s)));
+        assert!(c("mcpgate.toml"));
+        assert!(c("cert.pem"));
+        assert!(c("..data"), "the Kubernetes swap");
+        assert!(!c("audit.jsonl"));
+        assert!(
+            !c(".mcpgate.toml.swp"),
+            "an editor's scratch file is not the file"
+        );
+        assert!(concerns(&n, None));
     }
 }

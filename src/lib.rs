@@ -19,3 +19,4 @@ pub mod tls;
 pub mod token;
 pub mod tools_list;
 pub mod transport;
+pub mod workers;

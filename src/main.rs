@@ -262,16 +262,11 @@ fn init_logging(settings: &config::LogSettings) {
     }
 }
 
+/// The control thread's runtime: signals, reloads, the admin listener and accepting.
+/// Connections are served on the worker threads (`mcpgate::workers`).
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    if std::env::var_os("XX_CT").is_some() {
-        return tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("rt");
-    }
-    tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .thread_name("mcpgate-worker")
         .build()
         .context("starting the async runtime")
 }

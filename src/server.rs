@@ -6,6 +6,7 @@
 use crate::gateway::Gateway;
 use crate::pipeline;
 use crate::tls;
+use crate::workers::Workers;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -105,11 +106,25 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     // Shared by the accept loops only; each connection holds its own `Watcher`.
     let graceful = Arc::new(GracefulShutdown::new());
     let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
+    let workers = match Workers::start() {
+        Ok(w) => Arc::new(w),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the worker threads");
+            return;
+        }
+    };
+    tracing::debug!(workers = crate::workers::count(), "worker threads started");
     let mut accepting = tokio::task::JoinSet::new();
     for b in sockets.listeners {
         let tls = if b.tls.is_some() { "https" } else { "http" };
         tracing::info!(listener = %b.name, addr = %b.addr, scheme = tls, "listening");
-        accepting.spawn(accept_loop(gw.clone(), b, graceful.clone(), limit.clone()));
+        accepting.spawn(accept_loop(
+            gw.clone(),
+            b,
+            graceful.clone(),
+            limit.clone(),
+            workers.clone(),
+        ));
     }
     let admin = sockets.admin.map(|(addr, socket)| {
         tracing::info!(listener = "admin", addr = %addr, "listening");
@@ -130,6 +145,10 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
             tracing::warn!("shutdown grace elapsed with connections still open; closing them")
         }
     }
+    // Whatever still runs on the workers (connections past the grace) is dropped here.
+    if let Ok(workers) = Arc::try_unwrap(workers) {
+        workers.stop().await;
+    }
     if let Some(a) = admin {
         a.abort();
     }
@@ -140,6 +159,7 @@ async fn accept_loop(
     bound: Bound,
     graceful: Arc<GracefulShutdown>,
     limit: Arc<Semaphore>,
+    workers: Arc<Workers>,
 ) {
     loop {
         // Past max_connections, new connections wait in the kernel's accept queue.
@@ -156,12 +176,23 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        // The socket moves to the worker's own event loop: detach it from this one.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot hand the connection to a worker");
+                continue;
+            }
+        };
         let gw = gw.clone();
         let graceful = graceful.watcher();
         let tls = bound.tls.clone();
         let index = bound.index;
-        tokio::spawn(async move {
+        workers.spawn(async move {
             let _permit = permit;
+            let Ok(stream) = TcpStream::from_std(stream) else {
+                return;
+            };
             let settings = gw.snapshot().server.clone();
             let last_activity = Arc::new(AtomicU64::new(0));
             let started = Instant::now();

@@ -20,7 +20,7 @@ use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
@@ -99,7 +99,24 @@ pub struct Upstream {
     pub stream_idle_timeout: Duration,
     /// Configured headers with secrets resolved. Never printed.
     pub headers: HeaderMap,
-    pub client: UpstreamClient,
+    /// One connection pool per worker (see `workers::slot`), made on first use, so an
+    /// upstream connection is only ever driven by the worker whose requests use it.
+    clients: Box<[OnceLock<UpstreamClient>]>,
+}
+
+impl Upstream {
+    /// This thread's pool of keep-alive connections to the upstream.
+    pub fn client(&self) -> &UpstreamClient {
+        let slot = crate::workers::slot() % self.clients.len();
+        self.clients[slot].get_or_init(|| {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(self.connect_timeout));
+            connector.set_nodelay(true);
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(connector)
+        })
+    }
 }
 
 impl fmt::Debug for Upstream {
@@ -1066,12 +1083,6 @@ impl Compiler<'_> {
                 })?;
                 headers.append(hname, hvalue);
             }
-            let mut connector = HttpConnector::new();
-            connector.set_connect_timeout(Some(connect_timeout));
-            connector.set_nodelay(true);
-            let client = Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(connector);
             out.insert(
                 name.clone(),
                 Arc::new(Upstream {
@@ -1081,7 +1092,9 @@ impl Compiler<'_> {
                     timeout,
                     stream_idle_timeout,
                     headers,
-                    client,
+                    clients: (0..=crate::workers::count())
+                        .map(|_| OnceLock::new())
+                        .collect(),
                 }),
             );
         }

@@ -130,7 +130,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     let started = std::time::Instant::now();
     let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
     let response = tokio::select! {
-        r = upstream.client.request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        r = upstream.client().request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
         _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
     };
     Ok(Answer {

@@ -29,6 +29,11 @@ pub enum GateBody {
         deadline: Option<Pin<Box<Sleep>>>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),
+    /// Bytes already read from `rest`, sent first.
+    Continued {
+        head: Option<Bytes>,
+        rest: Box<GateBody>,
+    },
     /// A body that holds concurrency permits until it is done or dropped.
     Held(Box<GateBody>, Vec<tokio::sync::OwnedSemaphorePermit>),
 }
@@ -66,6 +71,10 @@ impl Body for GateBody {
                 Poll::Pending
             }
             GateBody::Stream(inner) => Pin::new(inner).poll_frame(cx),
+            GateBody::Continued { head, rest } => match head.take() {
+                Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                None => Pin::new(rest.as_mut()).poll_frame(cx),
+            },
             GateBody::Held(inner, _) => Pin::new(inner.as_mut()).poll_frame(cx),
         }
     }
@@ -76,6 +85,7 @@ impl Body for GateBody {
             GateBody::Full(bytes) | GateBody::Streamed(bytes) => bytes.is_none(),
             GateBody::Upstream { body, .. } => body.is_end_stream(),
             GateBody::Stream(inner) => inner.is_end_stream(),
+            GateBody::Continued { head, rest } => head.is_none() && rest.is_end_stream(),
             GateBody::Held(inner, _) => inner.is_end_stream(),
         }
     }
@@ -89,6 +99,15 @@ impl Body for GateBody {
             GateBody::Streamed(_) => SizeHint::default(),
             GateBody::Upstream { body, .. } => body.size_hint(),
             GateBody::Stream(inner) => inner.size_hint(),
+            GateBody::Continued { head, rest } => {
+                let mut hint = rest.size_hint();
+                let n = head.as_ref().map_or(0, |b| b.len() as u64);
+                hint.set_lower(hint.lower() + n);
+                if let Some(upper) = hint.upper() {
+                    hint.set_upper(upper + n);
+                }
+                hint
+            }
             GateBody::Held(inner, _) => inner.size_hint(),
         }
     }

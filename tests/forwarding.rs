@@ -215,3 +215,77 @@ async fn http2_prior_knowledge_is_served() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 9);
 }
+
+/// An upstream that answers every request with `reply` and closes the connection.
+fn raw_upstream(reply: &'static [u8]) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            use std::io::{Read, Write};
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read the head and the body its Content-Length announces, then answer.
+            loop {
+                let Ok(n) = conn.read(&mut buf) else { break };
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if seen.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            let _ = conn.write_all(reply);
+        }
+    });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_answers_leave_whole_or_stream_when_large() {
+    // Small: read whole, sent with its length.
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(1, "get_document")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), r.body.len().to_string());
+    assert_eq!(r.json()["id"], 1);
+    drop(gw);
+
+    // Large: past 64 KiB the answer streams on (chunked), complete and unchanged.
+    let up = upstream(sample::Options {
+        result_bytes: Some(300_000),
+        ..Default::default()
+    })
+    .await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(2, "get_document")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("transfer-encoding"), "chunked");
+    let text = r.json()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .len();
+    assert_eq!(text, 300_000);
+    drop(gw);
+
+    // Cut off mid-body: a JSON-RPC error for the call, not half a JSON text.
+    let cut = raw_upstream(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":3,\"res",
+    );
+    let gw = Gateway::start(&config(&cut, "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(3, "get_document")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32002);
+    assert_eq!(r.json()["id"], 3);
+}

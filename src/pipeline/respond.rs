@@ -263,7 +263,14 @@ pub async fn upstream(
                     parts.headers.remove(header::CONTENT_LENGTH);
                     GateBody::full(relay::json_text(body, Some(list)).await?)
                 }
-                None => body,
+                None => {
+                    let (body, whole) = relay::json_answer(body).await?;
+                    if whole {
+                        // hyper writes the length of the bytes actually sent.
+                        parts.headers.remove(header::CONTENT_LENGTH);
+                    }
+                    body
+                }
             },
             (Format::Json, Want::Sse) => {
                 let text = relay::json_text(body, shaping.list.as_ref()).await?;

@@ -253,6 +253,53 @@ fn body_error(e: BoxError) -> GateError {
     }
 }
 
+/// A JSON answer up to this size is read whole before it is sent on.
+pub const WHOLE_JSON_BYTES: usize = 64 << 10;
+
+/// A JSON answer passed on as it is. A client can only use a JSON body whole, so waiting
+/// for a small one costs it nothing, and the gateway gains: the answer leaves with a
+/// `Content-Length` in one write, and an upstream that fails mid-body gets a JSON-RPC
+/// error instead of a cut-off body. Past `WHOLE_JSON_BYTES` the bytes read so far are sent
+/// and the rest streams, so a large answer is never held in memory.
+/// `Ok(body, true)`: the body is whole.
+pub async fn json_answer(mut body: GateBody) -> Result<(GateBody, bool), GateError> {
+    let mut first: Option<Bytes> = None;
+    let mut more = bytes::BytesMut::new();
+    loop {
+        let Some(frame) = body.frame().await else {
+            let whole = match first {
+                Some(b) if more.is_empty() => b,
+                Some(b) => {
+                    let mut all = bytes::BytesMut::with_capacity(b.len() + more.len());
+                    all.extend_from_slice(&b);
+                    all.extend_from_slice(&more);
+                    all.freeze()
+                }
+                None => Bytes::new(),
+            };
+            return Ok((GateBody::full(whole), true));
+        };
+        let Ok(data) = frame.map_err(body_error)?.into_data() else {
+            continue;
+        };
+        if first.is_none() {
+            first = Some(data);
+        } else {
+            more.extend_from_slice(&data);
+        }
+        let read = first.as_ref().map_or(0, Bytes::len) + more.len();
+        if read > WHOLE_JSON_BYTES {
+            let mut head = bytes::BytesMut::from(first.take().unwrap_or_default());
+            head.extend_from_slice(&more);
+            let body = GateBody::Continued {
+                head: Some(head.freeze()),
+                rest: Box::new(body),
+            };
+            return Ok((body, false));
+        }
+    }
+}
+
 /// Reads a JSON answer whole (at most `MAX_REWRITE_BYTES`) and applies the tools/list
 /// rewrite if there is one.
 pub async fn json_text(body: GateBody, list: Option<&ListRewrite>) -> Result<Bytes, GateError> {

@@ -247,18 +247,19 @@ fn init_logging(settings: &config::LogSettings) {
         config::LogFormat::Pretty => false,
         config::LogFormat::Auto => !terminal,
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
     if json {
-        builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry()
+            .with(filter)
+            .with(mcpgate::logjson::JsonLayer::new(mcpgate::logjson::Stderr))
             .init();
     } else {
-        builder.with_ansi(terminal).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(terminal)
+            .init();
     }
 }
 

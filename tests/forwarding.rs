@@ -227,8 +227,7 @@ fn raw_upstream(reply: &'static [u8]) -> String {
             let mut seen = Vec::new();
             let mut buf = [0u8; 4096];
             // Read the head and the body its Content-Length announces, then answer.
-            loop {
-                let Ok(n) = conn.read(&mut buf) else { break };
+            while let Ok(n) = conn.read(&mut buf) {
                 if n == 0 {
                     break;
                 }

@@ -2,23 +2,37 @@
 //! sustains, and the latency a durable record (write + fsync, before forwarding) adds.
 //! Run: `cargo bench --bench audit` (the file goes to the system temp folder).
 
-use mcpgate::audit::{Audit, AuditSettings};
+use mcpgate::audit::{Audit, AuditSettings, Base, Call, Record};
 use prometheus_client::metrics::counter::Counter;
-use serde_json::{Map, Value, json};
+use serde_json::json;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn record(i: u64) -> Map<String, Value> {
-    let v = json!({
-        "time": "2026-11-22T05:00:00.000Z", "request_id": format!("{i:032x}"), "listener": "public",
-        "route": "/gpt-mcp/{token}/mcp", "profile": "gpt", "token": "chatgpt-app", "client": "127.0.0.1",
-        "method": "tools/call", "tool": "get_document", "rpc_id": i, "arguments": {"id": "welcome"},
-        "decision": "allow", "reason": null, "status": 200, "outcome": "ok",
-        "total_ms": 1.2, "upstream_ms": 0.9, "gateway_ms": 0.3
+/// A typical record: an allowed tools/call with its outcome and timings.
+fn record(i: u64) -> Record {
+    let base = Arc::new(Base {
+        request_id: format!("{i:032x}"),
+        listener: "public".into(),
+        route: None,
+        token: Some("chatgpt-app".into()),
+        client: [127, 0, 0, 1].into(),
+        method: "tools/call".into(),
     });
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!(),
-    }
+    let call = Arc::new(Call {
+        rpc_id: Some(i.to_string()),
+        tool: "get_document".into(),
+        arguments: json!({"id": "welcome"}),
+        durable: false,
+    });
+    let mut r = Record::new(base, Some(call));
+    r.decision = Some("allow");
+    r.reason = Some(None);
+    r.status = Some(200);
+    r.outcome = Some(Some("ok"));
+    r.total_ms = Some(1.2);
+    r.upstream_ms = Some(Some(0.9));
+    r.gateway_ms = Some(0.3);
+    r
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -39,9 +39,9 @@ pub struct AuditSettings {
 pub const MAX_ARGUMENTS_BYTES: usize = 64 << 10;
 
 enum Command {
-    Record(Map<String, Value>),
+    Record(Box<Record>),
     /// Write, fsync, then answer: for durable records.
-    Durable(Map<String, Value>, oneshot::Sender<Result<(), String>>),
+    Durable(Box<Record>, oneshot::Sender<Result<(), String>>),
     Reopen,
     /// Write everything queued before it, sync, answer, and stop.
     Close(oneshot::Sender<()>),
@@ -83,8 +83,8 @@ impl Audit {
     }
 
     /// Queues a record; never waits. A full queue drops it, counted and logged.
-    pub fn record(&self, record: Map<String, Value>) {
-        if self.tx.try_send(Command::Record(record)).is_err() {
+    pub fn record(&self, record: Record) {
+        if self.tx.try_send(Command::Record(Box::new(record))).is_err() {
             let n = self.dropped.inc() + 1;
             // Logged at powers of two so a storm of drops does not flood the log.
             if n.is_power_of_two() {
@@ -94,9 +94,9 @@ impl Audit {
     }
 
     /// Writes and fsyncs a record before returning. `Err`: it is not on disk.
-    pub async fn durable(&self, record: Map<String, Value>) -> Result<(), String> {
+    pub async fn durable(&self, record: Record) -> Result<(), String> {
         let (ack, done) = oneshot::channel();
-        let send = self.tx.send(Command::Durable(record, ack));
+        let send = self.tx.send(Command::Durable(Box::new(record), ack));
         match tokio::time::timeout(Duration::from_secs(5), send).await {
             Ok(Ok(())) => {}
             _ => return Err("the audit writer is not accepting records".into()),
@@ -174,17 +174,29 @@ impl Writer {
         self.write(m, true)
     }
 
-    /// Links `record` to the chain and returns its line (newline included).
-    fn chain(&mut self, mut record: Map<String, Value>) -> Vec<u8> {
-        record.insert("prev".into(), Value::String(std::mem::take(&mut self.last)));
-        let mut line = serde_json::to_vec(&record).expect("records are JSON");
+    /// Links a chain marker (`genesis`, `continued`) and returns its line, newline included.
+    fn chain_marker(&mut self, mut marker: Map<String, Value>) -> Vec<u8> {
+        marker.insert("prev".into(), Value::String(std::mem::take(&mut self.last)));
+        let mut line = serde_json::to_vec(&marker).expect("markers are JSON");
         self.last = hex_sha256(&line);
         line.push(b'\n');
         line
     }
 
-    fn write(&mut self, record: Map<String, Value>, sync: bool) -> std::io::Result<()> {
-        let line = self.chain(record);
+    /// Appends `record`, linked to the chain, to `buf` as one line.
+    fn chain_record(&mut self, record: &Record, buf: &mut Vec<u8>) {
+        let start = buf.len();
+        let line = Line {
+            record,
+            prev: &self.last,
+        };
+        serde_json::to_writer(&mut *buf, &line).expect("records are JSON");
+        self.last = hex_sha256(&buf[start..]);
+        buf.push(b'\n');
+    }
+
+    fn write(&mut self, marker: Map<String, Value>, sync: bool) -> std::io::Result<()> {
+        let line = self.chain_marker(marker);
         self.file.write_all(&line)?;
         if sync {
             self.file.sync_data()?;
@@ -250,11 +262,11 @@ impl Writer {
         for cmd in batch.drain(..) {
             match cmd {
                 Command::Record(r) => {
-                    pending.buf.extend(self.chain(r));
+                    self.chain_record(&r, &mut pending.buf);
                     pending.plain += 1;
                 }
                 Command::Durable(r, ack) => {
-                    pending.buf.extend(self.chain(r));
+                    self.chain_record(&r, &mut pending.buf);
                     pending.acks.push(ack);
                 }
                 // Everything queued before a reopen or close goes to the old file first.
@@ -465,27 +477,130 @@ pub struct Call {
     pub durable: bool,
 }
 
-/// A record: the request's common fields, then the call's.
-pub fn call_record(base: &Map<String, Value>, call: &Call) -> Map<String, Value> {
-    let mut r = base.clone();
-    r.insert("time".into(), now_rfc3339().into());
-    r.insert("tool".into(), call.tool.clone().into());
-    r.insert(
-        "rpc_id".into(),
-        call.rpc_id
-            .as_deref()
-            .and_then(|id| serde_json::from_str(id).ok())
-            .unwrap_or(Value::Null),
-    );
-    r.insert("arguments".into(), call.arguments.clone());
-    r
+/// The fields every record of one request shares.
+#[derive(Debug)]
+pub struct Base {
+    pub request_id: String,
+    pub listener: String,
+    /// The matched route: its template and profile name are written (`-` without one).
+    pub route: Option<Arc<crate::config::Route>>,
+    pub token: Option<String>,
+    pub client: std::net::IpAddr,
+    /// The JSON-RPC method, or the HTTP method when there is none.
+    pub method: String,
 }
 
-/// A record of a request with no tools/call (a refusal, an auth failure, a rate-limit hit).
-pub fn request_record(base: &Map<String, Value>) -> Map<String, Value> {
-    let mut r = base.clone();
-    r.insert("time".into(), now_rfc3339().into());
-    r
+/// One line of the trail, besides the chain's own `genesis` and `continued` lines. A
+/// field left `None` is not written; `Some(None)` is written as `null`.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub base: Arc<Base>,
+    pub time: SystemTime,
+    /// `tool`, `rpc_id` and `arguments`, on the records of a tools/call.
+    pub call: Option<Arc<Call>>,
+    pub phase: Option<&'static str>,
+    pub decision: Option<&'static str>,
+    pub reason: Option<Option<String>>,
+    pub status: Option<u16>,
+    pub upstream_ms: Option<Option<f64>>,
+    pub gateway_ms: Option<f64>,
+    pub outcome: Option<Option<&'static str>>,
+    pub total_ms: Option<f64>,
+}
+
+impl Record {
+    /// A record of the request with nothing but its shared fields and the time, now.
+    pub fn new(base: Arc<Base>, call: Option<Arc<Call>>) -> Record {
+        Record {
+            base,
+            time: SystemTime::now(),
+            call,
+            phase: None,
+            decision: None,
+            reason: None,
+            status: None,
+            upstream_ms: None,
+            gateway_ms: None,
+            outcome: None,
+            total_ms: None,
+        }
+    }
+}
+
+/// A record as written: its fields in name order, `prev` (the chain link) among them.
+struct Line<'a> {
+    record: &'a Record,
+    prev: &'a str,
+}
+
+impl serde::Serialize for Line<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let r = self.record;
+        let b = &*r.base;
+        let route = b.route.as_deref();
+        let mut m = s.serialize_map(None)?;
+        if let Some(c) = &r.call {
+            m.serialize_entry("arguments", &c.arguments)?;
+        }
+        m.serialize_entry("client", &Displayed(&b.client))?;
+        if let Some(d) = r.decision {
+            m.serialize_entry("decision", d)?;
+        }
+        if let Some(g) = r.gateway_ms {
+            m.serialize_entry("gateway_ms", &g)?;
+        }
+        m.serialize_entry("listener", &b.listener)?;
+        m.serialize_entry("method", &b.method)?;
+        if let Some(o) = &r.outcome {
+            m.serialize_entry("outcome", o)?;
+        }
+        if let Some(p) = r.phase {
+            m.serialize_entry("phase", p)?;
+        }
+        m.serialize_entry("prev", self.prev)?;
+        m.serialize_entry("profile", route.map_or("-", |r| r.profile.name.as_str()))?;
+        if let Some(reason) = &r.reason {
+            m.serialize_entry("reason", reason)?;
+        }
+        m.serialize_entry("request_id", &b.request_id)?;
+        m.serialize_entry("route", route.map_or("-", |r| r.template.as_str()))?;
+        if let Some(c) = &r.call {
+            // The id exactly as the client wrote it (it was valid JSON when parsed).
+            let id = c
+                .rpc_id
+                .as_deref()
+                .and_then(|id| serde_json::from_str::<&serde_json::value::RawValue>(id).ok());
+            m.serialize_entry("rpc_id", &id)?;
+        }
+        if let Some(status) = r.status {
+            m.serialize_entry("status", &status)?;
+        }
+        m.serialize_entry(
+            "time",
+            &Displayed(&humantime::format_rfc3339_millis(r.time)),
+        )?;
+        m.serialize_entry("token", &b.token)?;
+        if let Some(c) = &r.call {
+            m.serialize_entry("tool", &c.tool)?;
+        }
+        if let Some(t) = r.total_ms {
+            m.serialize_entry("total_ms", &t)?;
+        }
+        if let Some(u) = &r.upstream_ms {
+            m.serialize_entry("upstream_ms", u)?;
+        }
+        m.end()
+    }
+}
+
+/// Serialises a value's `Display` text as a JSON string, without an intermediate String.
+struct Displayed<'a, T: std::fmt::Display>(&'a T);
+
+impl<T: std::fmt::Display> serde::Serialize for Displayed<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -534,7 +649,7 @@ const TAIL: usize = 4 << 10;
 
 struct Pending {
     id: Option<String>,
-    record: Map<String, Value>,
+    record: Record,
     outcome: Option<&'static str>,
 }
 
@@ -557,7 +672,7 @@ impl AuditTap {
     pub fn new(
         inner: crate::body::GateBody,
         audit: Audit,
-        records: Vec<(Option<String>, Map<String, Value>)>,
+        records: Vec<(Option<String>, Record)>,
         sse: bool,
         started: std::time::Instant,
     ) -> Self {
@@ -646,8 +761,8 @@ impl AuditTap {
         let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         for p in self.pending.drain(..) {
             let mut r = p.record;
-            r.insert("outcome".into(), p.outcome.unwrap_or(otherwise).into());
-            r.insert("total_ms".into(), total_ms.into());
+            r.outcome = Some(Some(p.outcome.unwrap_or(otherwise)));
+            r.total_ms = Some(total_ms);
             self.audit.record(r);
         }
     }
@@ -665,9 +780,20 @@ impl http_body::Body for AuditTap {
         let this = &mut *self;
         match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
+                let end = this.inner.is_end_stream();
                 if let Some(d) = frame.data_ref() {
-                    let d = d.clone();
-                    this.observe(&d);
+                    if end && this.sse.is_none() && this.json.is_empty() {
+                        // A whole JSON answer in one frame: read it where it is.
+                        let text = String::from_utf8_lossy(d);
+                        this.scan(&text);
+                    } else {
+                        let d = d.clone();
+                        this.observe(&d);
+                    }
+                }
+                if end {
+                    // The answer is complete; hyper will not ask for more.
+                    this.finish("upstream_error");
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -49,7 +49,7 @@ struct Ctx {
     listener: String,
     peer: SocketAddr,
     /// The tools/call elements of the payload, for the audit trail.
-    calls: Vec<audit::Call>,
+    calls: Vec<Arc<audit::Call>>,
     /// How long the upstream took to answer's head, if it was asked.
     upstream_ms: Option<f64>,
 }
@@ -149,33 +149,15 @@ pub async fn handle(
 }
 
 /// The fields every audit record of this request shares.
-fn audit_base(ctx: &Ctx, method: &str) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    m.insert("request_id".into(), ctx.request_id.clone().into());
-    m.insert("listener".into(), ctx.listener.clone().into());
-    m.insert(
-        "route".into(),
-        ctx.route
-            .as_ref()
-            .map_or("-", |r| r.template.as_str())
-            .into(),
-    );
-    m.insert(
-        "profile".into(),
-        ctx.route
-            .as_ref()
-            .map_or("-", |r| r.profile.name.as_str())
-            .into(),
-    );
-    m.insert(
-        "token".into(),
-        ctx.token_id
-            .clone()
-            .map_or(serde_json::Value::Null, Into::into),
-    );
-    m.insert("client".into(), ctx.peer.ip().to_string().into());
-    m.insert("method".into(), method.into());
-    m
+fn audit_base(ctx: &Ctx, method: &str) -> Arc<audit::Base> {
+    Arc::new(audit::Base {
+        request_id: ctx.request_id.clone(),
+        listener: ctx.listener.clone(),
+        route: ctx.route.clone(),
+        token: ctx.token_id.clone(),
+        client: ctx.peer.ip(),
+        method: method.to_string(),
+    })
 }
 
 /// Writes the audit records of a finished request: at once for refusals and failures,
@@ -191,74 +173,58 @@ fn audit_answer(
 ) -> Response<GateBody> {
     let status = response.status().as_u16();
     let method = ctx.rpc_method.as_deref().unwrap_or(http_method.as_str());
-    let base = audit_base(ctx, method);
     let upstream_ms = ctx.upstream_ms;
-    let timing = |r: &mut serde_json::Map<String, serde_json::Value>| {
-        r.insert("status".into(), status.into());
-        r.insert(
-            "upstream_ms".into(),
-            upstream_ms.map_or(serde_json::Value::Null, Into::into),
-        );
-        r.insert(
-            "gateway_ms".into(),
-            (head_ms - upstream_ms.unwrap_or(0.0)).into(),
-        );
+    let timed = |mut r: audit::Record| {
+        r.status = Some(status);
+        r.upstream_ms = Some(upstream_ms);
+        r.gateway_ms = Some(head_ms - upstream_ms.unwrap_or(0.0));
+        r
     };
     if ctx.calls.is_empty() {
         // Only refusals, auth failures and limit hits are recorded for other methods.
         if let Some(e) = error {
-            let mut r = audit::request_record(&base);
-            r.insert("decision".into(), "refuse".into());
-            r.insert("reason".into(), e.reason().into());
-            r.insert("total_ms".into(), head_ms.into());
-            timing(&mut r);
+            let mut r = timed(audit::Record::new(audit_base(ctx, method), None));
+            r.decision = Some("refuse");
+            r.reason = Some(Some(e.reason().to_string()));
+            r.total_ms = Some(head_ms);
             a.record(r);
         }
         return response;
     }
+    let base = audit_base(ctx, method);
     let forwarded = error.is_none_or(|e| e.side() == crate::error::Side::Upstream);
-    let records: Vec<(Option<String>, serde_json::Map<String, serde_json::Value>)> = ctx
+    let records: Vec<(Option<String>, audit::Record)> = ctx
         .calls
         .iter()
         .map(|call| {
-            let mut r = audit::call_record(&base, call);
+            let mut r = timed(audit::Record::new(base.clone(), Some(call.clone())));
             if call.durable && forwarded {
-                r.insert("phase".into(), "end".into());
+                r.phase = Some("end");
             }
-            r.insert(
-                "decision".into(),
-                if forwarded { "allow" } else { "refuse" }.into(),
-            );
-            let reason = match error {
-                Some(GateError::Refused { refusals, .. }) => refusals
-                    .iter()
-                    .find(|x| x.id.as_ref().map(|i| i.get().trim()) == call.rpc_id.as_deref())
-                    .map_or("batch refused".to_string(), |x| x.message.clone()),
-                Some(e) => e.reason().to_string(),
-                None => String::new(),
-            };
-            r.insert(
-                "reason".into(),
-                if reason.is_empty() {
-                    serde_json::Value::Null
-                } else {
-                    reason.into()
-                },
-            );
-            timing(&mut r);
+            r.decision = Some(if forwarded { "allow" } else { "refuse" });
+            r.reason = Some(match error {
+                Some(GateError::Refused { refusals, .. }) => Some(
+                    refusals
+                        .iter()
+                        .find(|x| x.id.as_ref().map(|i| i.get().trim()) == call.rpc_id.as_deref())
+                        .map_or("batch refused".to_string(), |x| x.message.clone()),
+                ),
+                Some(e) => Some(e.reason().to_string()).filter(|r| !r.is_empty()),
+                None => None,
+            });
             (call.rpc_id.clone(), r)
         })
         .collect();
     match error {
         Some(e) => {
             let outcome = match e {
-                GateError::UpstreamTimeout => serde_json::Value::from("timeout"),
-                e if e.side() == crate::error::Side::Upstream => "upstream_error".into(),
-                _ => serde_json::Value::Null,
+                GateError::UpstreamTimeout => Some("timeout"),
+                e if e.side() == crate::error::Side::Upstream => Some("upstream_error"),
+                _ => None,
             };
             for (_, mut r) in records {
-                r.insert("outcome".into(), outcome.clone());
-                r.insert("total_ms".into(), head_ms.into());
+                r.outcome = Some(outcome);
+                r.total_ms = Some(head_ms);
                 a.record(r);
             }
             response
@@ -518,12 +484,12 @@ async fn post(
                     jsonrpc::ToolName::Missing => "(missing)".to_string(),
                     jsonrpc::ToolName::NotString => "(not a string)".to_string(),
                 };
-                Some(audit::Call {
+                Some(Arc::new(audit::Call {
                     rpc_id: m.id_text().map(str::to_string),
                     durable: a.is_durable(&tool),
                     arguments: audit::redact_arguments(m.arguments, &a.settings.redact),
                     tool,
-                })
+                }))
             })
             .collect();
     }
@@ -579,9 +545,9 @@ async fn post(
     if let Some(a) = &gw.audit {
         // Fail closed: a durable call whose `begin` record is not on disk is not forwarded.
         for call in ctx.calls.iter().filter(|c| c.durable) {
-            let mut r = audit::call_record(&audit_base(ctx, "tools/call"), call);
-            r.insert("phase".into(), "begin".into());
-            r.insert("decision".into(), "allow".into());
+            let mut r = audit::Record::new(audit_base(ctx, "tools/call"), Some(call.clone()));
+            r.phase = Some("begin");
+            r.decision = Some("allow");
             if let Err(e) = a.durable(r).await {
                 tracing::error!(error = %e, tool = %call.tool, "durable audit record failed; call refused");
                 return Err(GateError::AuditUnavailable);

@@ -116,8 +116,33 @@ impl std::io::Write for StringWriter<'_> {
     }
 }
 
+/// Appends `s` as a JSON string, escaped as serde_json escapes it.
 fn push_json_str(out: &mut String, s: &str) {
-    let _ = serde_json::to_writer(StringWriter(out), s);
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[plain..i]);
+        if escape.is_empty() {
+            let _ = write!(out, "\\u{b:04x}");
+        } else {
+            out.push_str(escape);
+        }
+        plain = i + 1;
+    }
+    out.push_str(&s[plain..]);
+    out.push('"');
 }
 
 thread_local! {
@@ -233,6 +258,22 @@ mod tests {
             nan = f64::NAN, "request"
         );
         tracing::warn!(error = ?std::io::Error::other("boom"), "upstream request failed");
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let every_ascii: String = (0u8..0x80).map(char::from).collect();
+        for text in [
+            every_ascii.as_str(),
+            "",
+            "plain",
+            "é ü 日本 🦀",
+            "a\u{2028}b\\\"\u{7f}",
+        ] {
+            let mut ours = String::new();
+            push_json_str(&mut ours, text);
+            assert_eq!(ours, serde_json::to_string(text).unwrap());
+        }
     }
 
     fn lines(bytes: &[u8]) -> Vec<serde_json::Value> {

@@ -46,21 +46,48 @@ pub fn is_managed_header(name: &HeaderName) -> bool {
         )
 }
 
-/// Removes hop-by-hop headers, including any the `Connection` header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
+/// The header names the `Connection` headers list (hop-by-hop by declaration).
+fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
+        .collect()
+}
+
+/// Removes hop-by-hop headers, including any the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut doomed = connection_listed(headers);
+    // One pass to find them; most answers carry at most `transfer-encoding`.
+    doomed.extend(
+        headers
+            .keys()
+            .filter(|n| HOP_BY_HOP.contains(&n.as_str()))
+            .cloned(),
+    );
+    for name in doomed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
+}
+
+/// Headers of the client's request that never reach the upstream: hop-by-hop ones, the
+/// client's credentials, and those mcpgate sets itself.
+fn stays_here(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+        || matches!(
+            name.as_str(),
+            "host"
+                | "authorization"
+                | "cookie"
+                | "content-length"
+                | "accept-encoding"
+                | "x-forwarded-for"
+                | "x-forwarded-proto"
+                | "x-forwarded-host"
+                | "x-request-id"
+        )
 }
 
 pub struct Outgoing<'a> {
@@ -90,19 +117,19 @@ pub struct Answer {
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
     let uri = upstream_uri(&upstream.url, out.query)?;
-    let mut headers = out.headers.clone();
-    strip_hop_by_hop(&mut headers);
-    for name in [
-        header::HOST,
-        header::AUTHORIZATION,
-        header::COOKIE,
-        header::CONTENT_LENGTH,
-        header::ACCEPT_ENCODING,
-        HeaderName::from_static("x-forwarded-for"),
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderName::from_static("x-forwarded-host"),
-    ] {
-        headers.remove(name);
+    // Built in one pass over the client's headers rather than copied and then pruned.
+    let listed = connection_listed(out.headers);
+    let post = out.method == Method::POST;
+    let mut headers = HeaderMap::with_capacity(out.headers.len() + 8);
+    for (name, value) in out.headers {
+        if stays_here(name)
+            || (post && name == header::ACCEPT)
+            || listed.contains(name)
+            || upstream.headers.contains_key(name)
+        {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
     }
     if let Some(host) = out.headers.get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
@@ -110,7 +137,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     headers.insert("x-forwarded-for", header_value(&out.peer.ip().to_string()));
     headers.insert("x-forwarded-proto", HeaderValue::from_static(out.proto));
     headers.insert("x-request-id", header_value(out.request_id));
-    if out.method == Method::POST {
+    if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
         headers.insert(
             header::ACCEPT,
@@ -118,7 +145,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
         );
     }
     for (name, value) in &upstream.headers {
-        headers.insert(name, value.clone());
+        headers.append(name, value.clone());
     }
 
     let body_deadline = out.body_deadline;

@@ -129,13 +129,21 @@ pub async fn handle(
     let status = response.status().as_u16();
     match &reason {
         Some(e) if e.side() != crate::error::Side::Downstream => tracing::warn!(
-            method = %http_method, route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
+            method = http_method.as_str(), route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = e.reason(), error = %e, ms = elapsed_ms, "request failed"),
         _ => tracing::info!(
-            method = %http_method, route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
-            rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
-            status, reason = reason.as_ref().map_or("-", GateError::reason), ms = elapsed_ms, "request"),
+            method = http_method.as_str(),
+            route,
+            profile,
+            token = ctx.token_id.as_deref().unwrap_or("-"),
+            rpc = ctx.rpc_method.as_deref().unwrap_or("-"),
+            tool = ctx.tool.as_deref().unwrap_or("-"),
+            status,
+            reason = reason.as_ref().map_or("-", GateError::reason),
+            ms = elapsed_ms,
+            "request"
+        ),
     }
     record_metrics(
         &gw.metrics,

@@ -40,6 +40,8 @@ pub struct Bound {
 pub struct Sockets {
     pub listeners: Vec<Bound>,
     pub admin: Option<(SocketAddr, TcpListener)>,
+    /// The worker threads that will serve the listeners' connections.
+    workers: Workers,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +54,8 @@ pub enum BindError {
     },
     #[error("listener {name:?}: {cause}")]
     Tls { name: String, cause: String },
+    #[error("cannot start the worker threads: {0}")]
+    Workers(io::Error),
 }
 
 pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
@@ -97,7 +101,13 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
         }
         None => None,
     };
-    Ok(Sockets { listeners, admin })
+    let workers = Workers::start().map_err(BindError::Workers)?;
+    tracing::debug!(workers = crate::workers::count(), "worker threads started");
+    Ok(Sockets {
+        listeners,
+        admin,
+        workers,
+    })
 }
 
 /// Serves until `shutdown` completes, then drains: stops accepting, lets in-flight
@@ -106,14 +116,7 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     // Shared by the accept loops only; each connection holds its own `Watcher`.
     let graceful = Arc::new(GracefulShutdown::new());
     let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
-    let workers = match Workers::start() {
-        Ok(w) => Arc::new(w),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the worker threads");
-            return;
-        }
-    };
-    tracing::debug!(workers = crate::workers::count(), "worker threads started");
+    let workers = Arc::new(sockets.workers);
     let mut accepting = tokio::task::JoinSet::new();
     for b in sockets.listeners {
         let tls = if b.tls.is_some() { "https" } else { "http" };

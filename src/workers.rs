@@ -59,7 +59,8 @@ impl Workers {
             workers.handles.push(runtime.handle().clone());
             workers.stops.push(stop);
             let thread = std::thread::Builder::new()
-                .name(format!("mcpgate-worker-{i}"))
+                // Short enough for the 15 bytes `top -H` and /proc show.
+                .name(format!("mcpgate-wrk-{i}"))
                 .spawn(move || {
                     SLOT.with(|s| s.set(i));
                     // Dropping the runtime here, on its own thread, cancels what still runs.
@@ -115,7 +116,7 @@ mod tests {
         assert_eq!(slots, expected);
         assert!(
             seen.iter()
-                .all(|(s, name)| name.as_deref() == Some(&format!("mcpgate-worker-{s}")[..]))
+                .all(|(s, name)| name.as_deref() == Some(&format!("mcpgate-wrk-{s}")[..]))
         );
 
         // A task still pending when the workers stop is dropped, not leaked or left running.

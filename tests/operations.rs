@@ -833,3 +833,27 @@ fn log_format_pretty_is_human() {
         "{line}"
     );
 }
+
+/// The runtime shape `docs/architecture.md` describes: one worker thread per CPU beside
+/// the control thread, serving requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_thread_per_cpu_serves_the_connections() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    // Separate connections (one client each), so they are spread over the workers.
+    for i in 0..8 {
+        let r = post(&url, &[], &call(i, "get_document")).await;
+        assert_eq!(r.status, 200);
+    }
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", gw.pid()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("mcpgate-wrk"))
+        .collect();
+    names.sort();
+    let expected: Vec<String> = (1..=cpus).map(|i| format!("mcpgate-wrk-{i}")).collect();
+    assert_eq!(names, expected);
+}

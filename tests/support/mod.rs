@@ -230,6 +230,10 @@ impl Gateway {
         format!("http://{}{path}", self.listeners["main"])
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }

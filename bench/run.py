@@ -64,10 +64,11 @@ def parse_ms(text):
     return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
 
 
-def wrk(url, script, extra_env=None):
+def wrk(url, script, extra_env=None, connections=CONNECTIONS):
     env = dict(os.environ, **(extra_env or {}))
+    threads = min(2, connections)
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{DURATION}s", "--latency", "-s", os.path.join(ROOT, "bench", script), url],
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{DURATION}s", "--latency", "-s", os.path.join(ROOT, "bench", script), url],
         capture_output=True, text=True, env=env, check=True,
     ).stdout
     if "Latency Distribution" not in out:
@@ -133,10 +134,10 @@ def main():
         idle_rss = {"nginx": rss_kib(nginx_pids), "mcpgate": rss_kib([gate.pid])}
         results = {}
 
-        def measure(scenario, target, script, env=None):
+        def measure(scenario, target, script, env=None, connections=CONNECTIONS):
             url, pids = targets[target]
             before = cpu_ticks(pids)
-            r = wrk(url, script, env)
+            r = wrk(url, script, env, connections)
             r["cpu_us_per_req"] = (cpu_ticks(pids) - before) * 1e6 / TICK / max(r["requests"], 1)
             r["rss_kib"] = rss_kib(pids)
             results.setdefault((scenario, target), []).append(r)
@@ -144,6 +145,9 @@ def main():
         for rnd in range(ROUNDS):
             for target in ("direct", "nginx", "mcpgate"):
                 measure("call_json", target, "call.lua")
+            # One client at a time: the latency a request meets when nothing queues.
+            for target in ("direct", "nginx", "mcpgate"):
+                measure("call_json_1conn", target, "call.lua", connections=1)
             for target in ("nginx", "mcpgate"):
                 measure("list_500", target, "list.lua")
             # SSE conversion: mcpgate converts the JSON answer; nginx can only pass it on.
@@ -235,6 +239,9 @@ def main():
     row(f"RSS with {n_streams} idle SSE streams", "< 64 MiB", f"{streams['nginx'][1]} KiB ({streams['nginx'][0]} open)",
         f"{streams['mcpgate'][1]} KiB ({streams['mcpgate'][0]} open)", "-", streams["mcpgate"][1] < 65536 and streams["mcpgate"][0] == n_streams)
     row("reload of 10,000 tokens under load", "< 200 ms, 0 failed", "-", f"{max(reloads):.0f} ms max, {reload_failed} failed of {reload_requests}", "-", max(reloads) < 200 and reload_failed == 0)
+    d1 = med("call_json_1conn", "direct", "p50")
+    one_n, one_g = med("call_json_1conn", "nginx", "p50") - d1, med("call_json_1conn", "mcpgate", "p50") - d1
+    print(f"\nOne connection (wrk -t1 -c1, nothing queues): added p50 latency vs direct {one_n*1000:.0f} µs (nginx) and {one_g*1000:.0f} µs (mcpgate), ratio {one_g/one_n:.2f}." if one_n > 0 else "")
     sse_n, sse_g = med("call_sse", "nginx", "cpu_us_per_req"), med("call_sse", "mcpgate", "cpu_us_per_req")
     print(f"\nSSE conversion (mcpgate turns the JSON answer into an SSE frame; nginx passes JSON): {sse_g:.1f} vs {sse_n:.1f} µs CPU/request.")
 

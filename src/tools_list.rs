@@ -39,21 +39,173 @@ impl ToolFilter {
     }
 }
 
+/// A response read in one pass, its `result` as far as a tools/list rewrite needs it.
 #[derive(Deserialize)]
 struct Response<'a> {
     #[serde(borrow)]
     id: Option<&'a RawValue>,
     #[serde(borrow)]
-    result: Option<&'a RawValue>,
+    result: Option<ListResult<'a>>,
 }
 
-#[derive(Deserialize)]
+/// What a `result` holds for the rewrite: each tool as its raw JSON, and `cacheScope`.
+/// Whether it must be a valid tools/list result is known only once the response's id is
+/// (it may come after `result`), so anything else is noted here, not refused.
+#[derive(Default)]
 struct ListResult<'a> {
-    /// Each tool as its raw JSON: one scan of the array yields every tool's bytes.
-    #[serde(borrow)]
-    tools: Option<Vec<&'a RawValue>>,
-    #[serde(borrow, rename = "cacheScope")]
+    tools: Tools<'a>,
     cache_scope: Option<&'a RawValue>,
+    /// Why this is not a readable tools/list result, if it is not.
+    unreadable: Option<&'static str>,
+}
+
+#[derive(Default)]
+enum Tools<'a> {
+    #[default]
+    Missing,
+    Array(Vec<&'a RawValue>),
+    NotArray,
+}
+
+/// Reads any JSON value; an object becomes a `ListResult`, anything else is noted.
+struct ResultVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for ResultVisitor<'a> {
+    type Value = ListResult<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut out = ListResult::default();
+        let (mut seen_tools, mut seen_scope) = (false, false);
+        while let Some(Text(key)) = map.next_key::<Text>()? {
+            match &*key {
+                "tools" => {
+                    if seen_tools {
+                        out.unreadable = Some("the tools/list result repeats \"tools\"");
+                    }
+                    seen_tools = true;
+                    out.tools = map.next_value_seed(ToolsSeed(std::marker::PhantomData))?;
+                }
+                "cacheScope" => {
+                    if seen_scope {
+                        out.unreadable = Some("the tools/list result repeats \"cacheScope\"");
+                    }
+                    seen_scope = true;
+                    out.cache_scope = Some(map.next_value::<&'de RawValue>()?);
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(ListResult::not_an_object())
+    }
+}
+
+impl ListResult<'_> {
+    fn not_an_object() -> Self {
+        ListResult {
+            unreadable: Some("the tools/list result is not an object"),
+            ..ListResult::default()
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ListResult<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ResultVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Reads the value of `tools`: an array's elements as raw JSON, anything else noted.
+struct ToolsSeed<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> serde::de::DeserializeSeed<'de> for ToolsSeed<'a> {
+    type Value = Tools<'a>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de: 'a, 'a> serde::de::Visitor<'de> for ToolsSeed<'a> {
+    type Value = Tools<'a>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
+        let mut tools = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+        while let Some(tool) = seq.next_element::<&'de RawValue>()? {
+            tools.push(tool);
+        }
+        Ok(Tools::Array(tools))
+    }
+
+    fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Tools::NotArray)
+    }
 }
 
 /// The value of a tool object's top-level `"name"` key, when it is a string, found by a
@@ -211,15 +363,16 @@ fn edits_for(
         return Ok(());
     }
     let r: Response = serde_json::from_str(message).map_err(|e| e.to_string())?;
-    let (Some(id), Some(result)) = (r.id, r.result) else {
+    let (Some(id), Some(list)) = (r.id, r.result) else {
         return Ok(());
     };
     if !ids.iter().any(|i| **i == *id.get().trim()) {
         return Ok(());
     }
-    let list: ListResult =
-        serde_json::from_str(result.get()).map_err(|e| format!("tools/list result: {e}"))?;
-    let Some(tools) = list.tools else {
+    if let Some(why) = list.unreadable {
+        return Err(why.into());
+    }
+    let Tools::Array(tools) = list.tools else {
         return Err("tools/list result has no \"tools\" array".into());
     };
     if let (Some(first), Some(last)) = (tools.first(), tools.last()) {
@@ -358,6 +511,27 @@ mod tests {
             .is_err()
         );
         assert!(rewrite(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#, &["3".into()], &f).is_err());
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":3,"result":5}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":[{"name":"a"}]}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[],"tools":[{"name":"x"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[],"cacheScope":"a","cacheScope":"b"}}"#,
+            // The id after the result: still known to be the list's.
+            r#"{"jsonrpc":"2.0","result":{"tools":{}},"id":3}"#,
+        ] {
+            assert!(rewrite(bad, &["3".into()], &f).is_err(), "{bad}");
+        }
+        // The same shapes answering other requests are not the rewrite's business.
+        let batch = r#"[{"id":1,"result":5},{"id":2,"result":{"tools":"a"}},{"id":4,"result":{"tools":[{"name":"x"}]}}]"#;
+        assert_eq!(rewrite(batch, &["3".into()], &f).unwrap(), None);
+        // Escaped key names are the same keys.
+        let escaped =
+            r#"{"jsonrpc":"2.0","id":3,"result":{"t\u006fols":[{"name":"a"},{"name":"b"}]}}"#;
+        assert_eq!(
+            rewrite(escaped, &["3".into()], &f).unwrap().unwrap(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"t\u006fols":[{"name":"a"}]}}"#
+        );
         // An error response to tools/list passes.
         assert_eq!(
             rewrite(

@@ -22,12 +22,50 @@ pub trait Sink: Send + Sync + 'static {
     fn write_line(&self, line: &[u8]);
 }
 
-pub struct Stderr;
+/// Standard error, written by every worker thread without a lock between them.
+pub struct Stderr {
+    /// A duplicate of fd 2 (the same open file), written to directly.
+    fd: Option<std::fs::File>,
+}
+
+impl Stderr {
+    pub fn new() -> Self {
+        use std::os::fd::AsFd;
+        let fd = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(std::fs::File::from);
+        Stderr { fd }
+    }
+}
+
+impl Default for Stderr {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Up to this size one `write(2)` is atomic on a pipe, so lines from several threads
+/// cannot interleave; files, and terminals, take each write whole as well.
+const ATOMIC_WRITE: usize = 4096;
 
 impl Sink for Stderr {
     fn write_line(&self, line: &[u8]) {
-        // Stderr is unbuffered: the whole line leaves in one call, never interleaved.
-        let _ = std::io::stderr().lock().write_all(line);
+        match &self.fd {
+            // One write, no lock: the common case.
+            Some(file) if line.len() <= ATOMIC_WRITE => match (&*file).write(line) {
+                Ok(n) if n == line.len() => {}
+                Ok(n) => {
+                    let _ = std::io::stderr().lock().write_all(&line[n..]);
+                }
+                Err(_) => {}
+            },
+            // A longer line goes through the standard lock so it is written whole.
+            _ => {
+                let _ = std::io::stderr().lock().write_all(line);
+            }
+        }
     }
 }
 

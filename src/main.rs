@@ -252,7 +252,9 @@ fn init_logging(settings: &config::LogSettings) {
         use tracing_subscriber::util::SubscriberInitExt;
         tracing_subscriber::registry()
             .with(filter)
-            .with(mcpgate::logjson::JsonLayer::new(mcpgate::logjson::Stderr))
+            .with(mcpgate::logjson::JsonLayer::new(
+                mcpgate::logjson::Stderr::new(),
+            ))
             .init();
     } else {
         tracing_subscriber::fmt()

@@ -87,7 +87,7 @@ pub async fn handle(
         tool: None,
     };
     let http_method = req.method().clone();
-    let span = tracing::info_span!("request", request_id = %ctx.request_id);
+    let span = tracing::info_span!("request", request_id = ctx.request_id.as_str());
     let result = run(&gw, &snapshot, listener, peer, req, &mut ctx)
         .instrument(span.clone())
         .await;

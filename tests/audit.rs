@@ -208,6 +208,50 @@ async fn durable_tools_get_begin_and_end_records() {
     }
 }
 
+/// A client that hangs up while the upstream works still leaves a record of its calls
+/// (outcome `client_gone`), including the `end` of a durable one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_mid_call_is_recorded() {
+    for (tool, id) in [("get_document", "gone-1"), ("delete_document", "gone-2")] {
+        let up = upstream(sample::Options {
+            call_delay: Some(Duration::from_secs(3)),
+            ..Default::default()
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let gw = Gateway::start(&with_audit(&up.url(), &path, ""));
+        let body = call(5, tool);
+        let request = format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: {SDK_ACCEPT}\r\nX-Request-Id: {id}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut s = tokio::net::TcpStream::connect(gw.listeners["main"])
+                .await
+                .unwrap();
+            s.write_all(request.as_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        } // hangs up while the upstream still works
+        let durable = tool == "delete_document";
+        let all = wait_records(&path, 1 + usize::from(durable)).await;
+        let mine: Vec<&Value> = all.iter().filter(|r| r["request_id"] == id).collect();
+        assert_eq!(mine.len(), 1 + usize::from(durable), "{all:?}");
+        let last = mine.last().unwrap();
+        assert_eq!(last["outcome"], "client_gone", "{last}");
+        assert_eq!(last["decision"], "allow");
+        assert_eq!(last["status"], 499);
+        assert_eq!(last["tool"], tool);
+        assert_eq!(last["rpc_id"], 5);
+        if durable {
+            assert_eq!(mine[0]["phase"], "begin");
+            assert_eq!(last["phase"], "end");
+        }
+        assert!(verify(&path).0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_names_the_first_tampered_line() {
     let up = json_upstream().await;

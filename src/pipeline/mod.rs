@@ -52,6 +52,9 @@ struct Ctx {
     calls: Vec<Arc<audit::Call>>,
     /// How long the upstream took to answer's head, if it was asked.
     upstream_ms: Option<f64>,
+    started: Instant,
+    /// The audit records' shared fields, once made.
+    audit_base: Option<Arc<audit::Base>>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -76,6 +79,8 @@ pub async fn handle(
         peer,
         calls: Vec::new(),
         upstream_ms: None,
+        started,
+        audit_base: None,
         token: None,
         proto: if tls { "https" } else { "http" },
         want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
@@ -199,7 +204,10 @@ fn audit_answer(
         }
         return response;
     }
-    let base = audit_base(ctx, method);
+    let base = ctx
+        .audit_base
+        .clone()
+        .unwrap_or_else(|| audit_base(ctx, method));
     let forwarded = error.is_none_or(|e| e.side() == crate::error::Side::Upstream);
     let records: Vec<(Option<String>, audit::Record)> = ctx
         .calls
@@ -562,43 +570,100 @@ async fn post(
             }
         }
     }
+    // From here the calls are the upstream's; if the client leaves before the answer is
+    // back (hyper then drops this future), the guard still records them.
+    let mut unanswered = None;
+    if let Some(a) = gw.audit.as_ref().filter(|_| !ctx.calls.is_empty()) {
+        let base = audit_base(ctx, ctx.rpc_method.as_deref().unwrap_or("POST"));
+        ctx.audit_base = Some(base.clone());
+        unanswered = Some(Unanswered {
+            audit: a.clone(),
+            base,
+            calls: ctx.calls.clone(),
+            started: ctx.started,
+            armed: true,
+        });
+    }
     let upstream = &profile.upstream;
-    let answer = forward::send(
-        upstream,
-        forward::Outgoing {
-            method: Method::POST,
-            body_deadline: !long_lived,
-            timeout,
-            query: parts.uri.query(),
-            headers: &parts.headers,
-            body: bytes,
-            peer,
-            proto: ctx.proto,
-            request_id: &ctx.request_id,
-        },
-    )
-    .await?;
-    let timing = StreamTiming {
-        keepalive: snapshot.sse_keepalive,
-        idle: long_lived.then_some(upstream.stream_idle_timeout),
-    };
-    let shaping = respond::Shaping {
-        want,
-        list,
-        pending,
-        batch,
-        timing,
-        token: ctx.token,
-    };
-    gw.metrics.observe_upstream(&upstream.name, answer.took);
-    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
-    let response = respond::upstream(gw, answer, shaping, &ctx.request_id).await?;
+    let answered = async {
+        let answer = forward::send(
+            upstream,
+            forward::Outgoing {
+                method: Method::POST,
+                body_deadline: !long_lived,
+                timeout,
+                query: parts.uri.query(),
+                headers: &parts.headers,
+                body: bytes,
+                peer,
+                proto: ctx.proto,
+                request_id: &ctx.request_id,
+            },
+        )
+        .await?;
+        let timing = StreamTiming {
+            keepalive: snapshot.sse_keepalive,
+            idle: long_lived.then_some(upstream.stream_idle_timeout),
+        };
+        let shaping = respond::Shaping {
+            want,
+            list,
+            pending,
+            batch,
+            timing,
+            token: ctx.token,
+        };
+        gw.metrics.observe_upstream(&upstream.name, answer.took);
+        ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+        respond::upstream(gw, answer, shaping, &ctx.request_id).await
+    }
+    .await;
+    // Answered or failed: `handle` records the outcome.
+    if let Some(u) = &mut unanswered {
+        u.armed = false;
+    }
+    let response = answered?;
     // A concurrency permit is held until the whole answer, streamed or not, is done.
     Ok(if permits.is_empty() {
         response
     } else {
         response.map(|b| GateBody::Held(Box::new(b), permits))
     })
+}
+
+/// The audit records of forwarded calls whose request was dropped before an answer came
+/// back: the client went away (or the connection broke) while the upstream worked.
+struct Unanswered {
+    audit: audit::Audit,
+    base: Arc<audit::Base>,
+    calls: Vec<Arc<audit::Call>>,
+    started: Instant,
+    /// Cleared once the answer (or its failure) is back: `handle` records it then.
+    armed: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        for call in &self.calls {
+            let mut r = audit::Record::new(self.base.clone(), Some(call.clone()));
+            if call.durable {
+                r.phase = Some("end");
+            }
+            r.decision = Some("allow");
+            r.reason = Some(None);
+            // No answer was sent; 499 is nginx's status for a client that closed first.
+            r.status = Some(499);
+            r.upstream_ms = Some(None);
+            r.gateway_ms = Some(total_ms);
+            r.outcome = Some(Some("client_gone"));
+            r.total_ms = Some(total_ms);
+            self.audit.record(r);
+        }
+    }
 }
 
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body

@@ -558,19 +558,7 @@ async fn post(
     let long_lived = matches!(&payload, jsonrpc::Payload::Single(m) if m.method() == Some("subscriptions/listen"));
     let batch = payload.is_batch();
     drop(payload);
-    if let Some(a) = &gw.audit {
-        // Fail closed: a durable call whose `begin` record is not on disk is not forwarded.
-        for call in ctx.calls.iter().filter(|c| c.durable) {
-            let mut r = audit::Record::new(audit_base(ctx, "tools/call"), Some(call.clone()));
-            r.phase = Some("begin");
-            r.decision = Some("allow");
-            if let Err(e) = a.durable(r).await {
-                tracing::error!(error = %e, tool = %call.tool, "durable audit record failed; call refused");
-                return Err(GateError::AuditUnavailable);
-            }
-        }
-    }
-    // From here the calls are the upstream's; if the client leaves before the answer is
+    // From here the calls count as allowed; if the client leaves before their answer is
     // back (hyper then drops this future), the guard still records them.
     let mut unanswered = None;
     if let Some(a) = gw.audit.as_ref().filter(|_| !ctx.calls.is_empty()) {
@@ -583,6 +571,20 @@ async fn post(
             started: ctx.started,
             armed: true,
         });
+        // Fail closed: a durable call whose `begin` record is not on disk is not forwarded.
+        for call in ctx.calls.iter().filter(|c| c.durable) {
+            let mut r = audit::Record::new(audit_base(ctx, "tools/call"), Some(call.clone()));
+            r.phase = Some("begin");
+            r.decision = Some("allow");
+            if let Err(e) = a.durable(r).await {
+                tracing::error!(error = %e, tool = %call.tool, "durable audit record failed; call refused");
+                if let Some(u) = &mut unanswered {
+                    // Refused: `handle` records that.
+                    u.armed = false;
+                }
+                return Err(GateError::AuditUnavailable);
+            }
+        }
     }
     let upstream = &profile.upstream;
     let answered = async {

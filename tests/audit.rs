@@ -221,19 +221,16 @@ async fn a_client_that_leaves_mid_call_is_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
         let gw = Gateway::start(&with_audit(&up.url(), &path, ""));
-        let body = call(5, tool);
-        let request = format!(
-            "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: {SDK_ACCEPT}\r\nX-Request-Id: {id}\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        {
-            use tokio::io::AsyncWriteExt;
-            let mut s = tokio::net::TcpStream::connect(gw.listeners["main"])
-                .await
-                .unwrap();
-            s.write_all(request.as_bytes()).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(400)).await;
-        } // hangs up while the upstream still works
+        // The client hangs up while the upstream still works.
+        let rid = format!("X-Request-Id: {id}\r\n");
+        post_and_hang_up(
+            gw.listeners["main"],
+            "/mcp-gpt-full",
+            &rid,
+            &call(5, tool),
+            Duration::from_millis(400),
+        )
+        .await;
         let durable = tool == "delete_document";
         let all = wait_records(&path, 1 + usize::from(durable)).await;
         let mine: Vec<&Value> = all.iter().filter(|r| r["request_id"] == id).collect();

@@ -238,19 +238,15 @@ async fn a_client_that_leaves_cancels_the_upstream_request() {
         })
         .await;
         let gw = Gateway::start(&config(&up.url(), "30s"));
-        let body = call(1, "get_document");
-        let request = format!(
-            "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: {SDK_ACCEPT}\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        {
-            use tokio::io::AsyncWriteExt;
-            let mut s = tokio::net::TcpStream::connect(gw.listeners["main"])
-                .await
-                .unwrap();
-            s.write_all(request.as_bytes()).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(400)).await;
-        } // the client hangs up mid-call
+        // The client hangs up mid-call.
+        post_and_hang_up(
+            gw.listeners["main"],
+            "/mcp-gpt-full",
+            "",
+            &call(1, "get_document"),
+            Duration::from_millis(400),
+        )
+        .await;
         let mut waited = 0;
         while up.cancelled() == 0 && waited < 2500 {
             tokio::time::sleep(Duration::from_millis(50)).await;

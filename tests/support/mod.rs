@@ -401,6 +401,26 @@ pub async fn post(url: &str, extra: &[(&str, &str)], body: &str) -> Reply {
     send(Method::POST, url, &headers, body.to_string()).await
 }
 
+/// Sends a JSON POST the way an SDK client does, over a connection of its own, waits
+/// `stay` without reading the answer, and hangs up: a client that leaves mid-call.
+/// `headers` are extra header lines, each ending in `\r\n`.
+pub async fn post_and_hang_up(
+    addr: SocketAddr,
+    path: &str,
+    headers: &str,
+    body: &str,
+    stay: Duration,
+) {
+    use tokio::io::AsyncWriteExt;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: {SDK_ACCEPT}\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(stay).await;
+}
+
 pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }

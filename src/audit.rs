@@ -134,6 +134,8 @@ struct Writer {
     size: u64,
     /// SHA-256 of the last line written (hex), what the next line carries as `prev`.
     last: String,
+    /// Where each record's line is made, reused.
+    line: String,
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -153,6 +155,7 @@ impl Writer {
             file,
             size,
             last,
+            line: String::with_capacity(1024),
         };
         if w.last.is_empty() {
             // A file that opens but cannot be written (a full disk) is not fatal: durable
@@ -185,13 +188,10 @@ impl Writer {
 
     /// Appends `record`, linked to the chain, to `buf` as one line.
     fn chain_record(&mut self, record: &Record, buf: &mut Vec<u8>) {
-        let start = buf.len();
-        let line = Line {
-            record,
-            prev: &self.last,
-        };
-        serde_json::to_writer(&mut *buf, &line).expect("records are JSON");
-        self.last = hex_sha256(&buf[start..]);
+        self.line.clear();
+        write_line(&mut self.line, record, &self.last);
+        self.last = hex_sha256(self.line.as_bytes());
+        buf.extend_from_slice(self.line.as_bytes());
         buf.push(b'\n');
     }
 
@@ -465,6 +465,131 @@ mod tests {
         assert_eq!(v["nested"]["content"]["len"], 5);
         assert!(!v.to_string().contains("secret"));
     }
+
+    /// The hand-written line is serde_json's text for the same object, byte for byte: the
+    /// keys in name order, the same escapes and number digits, `null` where it belongs.
+    #[test]
+    fn lines_are_serde_json_text() {
+        use serde_json::json;
+        use std::collections::BTreeMap;
+        let snapshot = crate::config::load_str(
+            r#"
+            [[listen]]
+            name = "main"
+            addr = "127.0.0.1:0"
+            [upstreams.u]
+            url = "http://127.0.0.1:9/mcp"
+            [profiles."p \"quoted\""]
+            upstream = "u"
+            allow = ["*"]
+            [[routes]]
+            listen = "main"
+            path = "/mcp"
+            profile = "p \"quoted\""
+            auth = "none"
+            "#,
+            "test.toml",
+        )
+        .unwrap();
+        let route = snapshot.routes[0].clone();
+        let time = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_790_000_000_123);
+        let base = |route, token: Option<&str>| {
+            Arc::new(Base {
+                request_id: "r-1".into(),
+                listener: "main\n".into(),
+                route,
+                token: token.map(str::to_string),
+                client: "::1".parse().unwrap(),
+                method: "tools/call".into(),
+            })
+        };
+        let call = Arc::new(Call {
+            rpc_id: Some("\"id \\u00e9\"".into()),
+            tool: "delete_\u{1}doc".into(),
+            arguments: json!({"b": [1, 2.5, null], "a": "é\t"}),
+            durable: true,
+        });
+        let mut full = Record::new(base(Some(route), Some("tok")), Some(call.clone()));
+        full.time = time;
+        full.phase = Some("end");
+        full.decision = Some("allow");
+        full.reason = Some(Some("why \"not\"".into()));
+        full.status = Some(200);
+        full.upstream_ms = Some(Some(0.125));
+        full.gateway_ms = Some(1e-7);
+        full.outcome = Some(Some("ok"));
+        full.total_ms = Some(12345.678);
+        let mut nulls = Record::new(
+            base(None, None),
+            Some(Arc::new(Call {
+                rpc_id: None,
+                ..(*call).clone()
+            })),
+        );
+        nulls.time = time;
+        nulls.reason = Some(None);
+        nulls.upstream_ms = Some(None);
+        nulls.outcome = Some(None);
+        nulls.gateway_ms = Some(f64::NAN);
+        let mut bare = Record::new(base(None, Some("t")), None);
+        bare.time = time;
+
+        let expected = |r: &Record| -> String {
+            let b = &r.base;
+            let mut m: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
+            m.insert("client", json!(b.client.to_string()));
+            m.insert("listener", json!(b.listener));
+            m.insert("method", json!(b.method));
+            m.insert("prev", json!("ab12"));
+            m.insert("request_id", json!(b.request_id));
+            let route = b.route.as_deref();
+            m.insert(
+                "profile",
+                json!(route.map_or("-", |r| r.profile.name.as_str())),
+            );
+            m.insert("route", json!(route.map_or("-", |r| r.template.as_str())));
+            m.insert(
+                "time",
+                json!(humantime::format_rfc3339_millis(r.time).to_string()),
+            );
+            m.insert("token", json!(b.token));
+            if let Some(c) = &r.call {
+                m.insert("arguments", c.arguments.clone());
+                m.insert("rpc_id", json!(null));
+                m.insert("tool", json!(c.tool));
+            }
+            let mut put = |k, v: Option<serde_json::Value>| {
+                if let Some(v) = v {
+                    m.insert(k, v);
+                }
+            };
+            put("phase", r.phase.map(|p| json!(p)));
+            put("decision", r.decision.map(|d| json!(d)));
+            put("reason", r.reason.clone().map(|x| json!(x)));
+            put("status", r.status.map(|x| json!(x)));
+            put("upstream_ms", r.upstream_ms.map(|x| json!(x)));
+            put("gateway_ms", r.gateway_ms.map(|x| json!(x)));
+            put("outcome", r.outcome.map(|x| json!(x)));
+            put("total_ms", r.total_ms.map(|x| json!(x)));
+            // The id goes in as the client wrote it, not re-encoded.
+            let mut raw: BTreeMap<&str, Box<serde_json::value::RawValue>> = m
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::value::to_raw_value(&v).unwrap()))
+                .collect();
+            if let Some(id) = r.call.as_ref().and_then(|c| c.rpc_id.clone()) {
+                raw.insert(
+                    "rpc_id",
+                    serde_json::value::RawValue::from_string(id).unwrap(),
+                );
+            }
+            serde_json::to_string(&raw).unwrap()
+        };
+        for r in [&full, &nulls, &bare] {
+            let mut ours = String::new();
+            write_line(&mut ours, r, "ab12");
+            assert_eq!(ours, expected(r));
+        }
+    }
 }
 
 /// One tools/call of a request, as the audit trail needs it.
@@ -527,80 +652,96 @@ impl Record {
     }
 }
 
-/// A record as written: its fields in name order, `prev` (the chain link) among them.
-struct Line<'a> {
-    record: &'a Record,
-    prev: &'a str,
-}
-
-impl serde::Serialize for Line<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let r = self.record;
-        let b = &*r.base;
-        let route = b.route.as_deref();
-        let mut m = s.serialize_map(None)?;
-        if let Some(c) = &r.call {
-            m.serialize_entry("arguments", &c.arguments)?;
-        }
-        m.serialize_entry("client", &Displayed(&b.client))?;
-        if let Some(d) = r.decision {
-            m.serialize_entry("decision", d)?;
-        }
-        if let Some(g) = r.gateway_ms {
-            m.serialize_entry("gateway_ms", &g)?;
-        }
-        m.serialize_entry("listener", &b.listener)?;
-        m.serialize_entry("method", &b.method)?;
-        if let Some(o) = &r.outcome {
-            m.serialize_entry("outcome", o)?;
-        }
-        if let Some(p) = r.phase {
-            m.serialize_entry("phase", p)?;
-        }
-        m.serialize_entry("prev", self.prev)?;
-        m.serialize_entry("profile", route.map_or("-", |r| r.profile.name.as_str()))?;
-        if let Some(reason) = &r.reason {
-            m.serialize_entry("reason", reason)?;
-        }
-        m.serialize_entry("request_id", &b.request_id)?;
-        m.serialize_entry("route", route.map_or("-", |r| r.template.as_str()))?;
-        if let Some(c) = &r.call {
-            // The id exactly as the client wrote it (it was valid JSON when parsed).
-            let id = c
-                .rpc_id
-                .as_deref()
-                .and_then(|id| serde_json::from_str::<&serde_json::value::RawValue>(id).ok());
-            m.serialize_entry("rpc_id", &id)?;
-        }
-        if let Some(status) = r.status {
-            m.serialize_entry("status", &status)?;
-        }
-        m.serialize_entry(
-            "time",
-            &Displayed(&humantime::format_rfc3339_millis(r.time)),
-        )?;
-        m.serialize_entry("token", &b.token)?;
-        if let Some(c) = &r.call {
-            m.serialize_entry("tool", &c.tool)?;
-        }
-        if let Some(t) = r.total_ms {
-            m.serialize_entry("total_ms", &t)?;
-        }
-        if let Some(u) = &r.upstream_ms {
-            m.serialize_entry("upstream_ms", u)?;
-        }
-        m.end()
+/// Appends `record` as one JSON object, its fields in name order (`prev`, the chain link,
+/// among them), exactly as serde_json would write the same object. Written by hand because
+/// it runs for every audited call; a unit test holds it to serde_json's output.
+fn write_line(out: &mut String, record: &Record, prev: &str) {
+    use crate::jsontext::{push_f64, push_str, push_u64, push_value};
+    use std::fmt::Write as _;
+    let r = record;
+    let b = &*r.base;
+    let route = b.route.as_deref();
+    let optional_str = |out: &mut String, v: Option<&str>| match v {
+        Some(v) => push_str(out, v),
+        None => out.push_str("null"),
+    };
+    out.push('{');
+    if let Some(c) = &r.call {
+        out.push_str("\"arguments\":");
+        push_value(out, &c.arguments);
+        out.push(',');
     }
-}
-
-/// Serialises a value's `Display` text as a JSON string, without an intermediate String.
-struct Displayed<'a, T: std::fmt::Display>(&'a T);
-
-impl<T: std::fmt::Display> serde::Serialize for Displayed<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self.0)
+    out.push_str("\"client\":\"");
+    let _ = write!(out, "{}", b.client);
+    out.push('"');
+    if let Some(d) = r.decision {
+        out.push_str(",\"decision\":");
+        push_str(out, d);
     }
+    if let Some(g) = r.gateway_ms {
+        out.push_str(",\"gateway_ms\":");
+        push_f64(out, g);
+    }
+    out.push_str(",\"listener\":");
+    push_str(out, &b.listener);
+    out.push_str(",\"method\":");
+    push_str(out, &b.method);
+    if let Some(o) = r.outcome {
+        out.push_str(",\"outcome\":");
+        optional_str(out, o);
+    }
+    if let Some(p) = r.phase {
+        out.push_str(",\"phase\":");
+        push_str(out, p);
+    }
+    out.push_str(",\"prev\":");
+    push_str(out, prev);
+    out.push_str(",\"profile\":");
+    push_str(out, route.map_or("-", |r| r.profile.name.as_str()));
+    if let Some(reason) = &r.reason {
+        out.push_str(",\"reason\":");
+        optional_str(out, reason.as_deref());
+    }
+    out.push_str(",\"request_id\":");
+    push_str(out, &b.request_id);
+    out.push_str(",\"route\":");
+    push_str(out, route.map_or("-", |r| r.template.as_str()));
+    if let Some(c) = &r.call {
+        // The id exactly as the client wrote it (it was valid JSON when parsed).
+        out.push_str(",\"rpc_id\":");
+        match c
+            .rpc_id
+            .as_deref()
+            .and_then(|id| serde_json::from_str::<&serde_json::value::RawValue>(id).ok())
+        {
+            Some(id) => out.push_str(id.get()),
+            None => out.push_str("null"),
+        }
+    }
+    if let Some(status) = r.status {
+        out.push_str(",\"status\":");
+        push_u64(out, status.into());
+    }
+    out.push_str(",\"time\":\"");
+    let _ = write!(out, "{}", humantime::format_rfc3339_millis(r.time));
+    out.push_str("\",\"token\":");
+    optional_str(out, b.token.as_deref());
+    if let Some(c) = &r.call {
+        out.push_str(",\"tool\":");
+        push_str(out, &c.tool);
+    }
+    if let Some(t) = r.total_ms {
+        out.push_str(",\"total_ms\":");
+        push_f64(out, t);
+    }
+    if let Some(u) = r.upstream_ms {
+        out.push_str(",\"upstream_ms\":");
+        match u {
+            Some(u) => push_f64(out, u),
+            None => out.push_str("null"),
+        }
+    }
+    out.push('}');
 }
 
 #[derive(serde::Deserialize)]

@@ -7,9 +7,11 @@
 //! every event in the span; with one line per request that was a sixth of the CPU a
 //! proxied call cost (see docs/benchmarks.md).
 
+use crate::jsontext::{push_f64, push_i64, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
+use std::sync::OnceLock;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
@@ -17,26 +19,49 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-/// Where the lines go; stderr in `mcpgate run`, a buffer in tests.
+/// Where the lines go; stderr in `mcpgate run`, a buffer in tests. `urgent` is set for
+/// warnings and errors, which a sink that gathers lines writes out at once.
 pub trait Sink: Send + Sync + 'static {
-    fn write_line(&self, line: &[u8]);
+    fn write_line(&self, line: &[u8], urgent: bool);
 }
 
 /// Standard error, written by every worker thread without a lock between them.
-pub struct Stderr {
-    /// A duplicate of fd 2 (the same open file), written to directly.
-    fd: Option<std::fs::File>,
+///
+/// A worker thread gathers its lines and writes them together, in one `write(2)`, when it
+/// runs out of work (the runtime's park hook calls [`flush_gathered`]), when the next line
+/// would not fit in [`ATOMIC_WRITE`] bytes, or with a warning or an error. Under load that
+/// is one write per several requests instead of one per request; when idle, a line is
+/// written as soon as the request that made it is done. Other threads write each line at
+/// once.
+pub struct Stderr;
+
+/// A duplicate of fd 2 (the same open file), written to directly.
+static STDERR: OnceLock<Option<std::fs::File>> = OnceLock::new();
+
+thread_local! {
+    /// Lines a worker thread has formatted and not yet written; flushed at thread exit too.
+    static GATHERED: RefCell<Gathered> = const { RefCell::new(Gathered(Vec::new())) };
+}
+
+struct Gathered(Vec<u8>);
+
+impl Drop for Gathered {
+    fn drop(&mut self) {
+        write_whole(&self.0);
+    }
 }
 
 impl Stderr {
     pub fn new() -> Self {
-        use std::os::fd::AsFd;
-        let fd = std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .ok()
-            .map(std::fs::File::from);
-        Stderr { fd }
+        STDERR.get_or_init(|| {
+            use std::os::fd::AsFd;
+            std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .ok()
+                .map(std::fs::File::from)
+        });
+        Stderr
     }
 }
 
@@ -50,21 +75,62 @@ impl Default for Stderr {
 /// cannot interleave; files, and terminals, take each write whole as well.
 const ATOMIC_WRITE: usize = 4096;
 
-impl Sink for Stderr {
-    fn write_line(&self, line: &[u8]) {
-        match &self.fd {
-            // One write, no lock: the common case.
-            Some(file) if line.len() <= ATOMIC_WRITE => match (&*file).write(line) {
-                Ok(n) if n == line.len() => {}
-                Ok(n) => {
-                    let _ = std::io::stderr().lock().write_all(&line[n..]);
-                }
-                Err(_) => {}
-            },
-            // A longer line goes through the standard lock so it is written whole.
-            _ => {
-                let _ = std::io::stderr().lock().write_all(line);
+/// Writes `bytes` (whole lines) to stderr: one unlocked write when it is atomic, else
+/// through the standard lock so it is written whole.
+fn write_whole(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    match STDERR.get() {
+        Some(Some(file)) if bytes.len() <= ATOMIC_WRITE => match (&*file).write(bytes) {
+            Ok(n) if n == bytes.len() => {}
+            Ok(n) => {
+                let _ = std::io::stderr().lock().write_all(&bytes[n..]);
             }
+            Err(_) => {}
+        },
+        _ => {
+            let _ = std::io::stderr().lock().write_all(bytes);
+        }
+    }
+}
+
+/// Writes the lines this thread has gathered. Called by each worker runtime before it
+/// parks; harmless anywhere else.
+pub fn flush_gathered() {
+    let _ = GATHERED.try_with(|g| {
+        if let Ok(mut g) = g.try_borrow_mut() {
+            write_whole(&g.0);
+            g.0.clear();
+        }
+    });
+}
+
+impl Sink for Stderr {
+    fn write_line(&self, line: &[u8], urgent: bool) {
+        if crate::workers::slot() == 0 {
+            return write_whole(line);
+        }
+        let gathered = GATHERED.try_with(|g| {
+            let Ok(mut g) = g.try_borrow_mut() else {
+                return false;
+            };
+            if g.0.len() + line.len() > ATOMIC_WRITE {
+                write_whole(&g.0);
+                g.0.clear();
+            }
+            if line.len() > ATOMIC_WRITE {
+                return false;
+            }
+            g.0.extend_from_slice(line);
+            if urgent {
+                write_whole(&g.0);
+                g.0.clear();
+            }
+            true
+        });
+        if gathered != Ok(true) {
+            write_whole(line);
         }
     }
 }
@@ -95,7 +161,7 @@ impl FieldWriter<'_> {
             self.out.push(',');
         }
         self.first = false;
-        push_json_str(self.out, name);
+        push_str(self.out, name);
         self.out.push(':');
     }
 }
@@ -103,7 +169,7 @@ impl FieldWriter<'_> {
 impl Visit for FieldWriter<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.key(field.name());
-        push_json_str(self.out, value);
+        push_str(self.out, value);
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
@@ -113,74 +179,25 @@ impl Visit for FieldWriter<'_> {
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.key(field.name());
-        let _ = write!(self.out, "{value}");
+        push_i64(self.out, value);
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.key(field.name());
-        let _ = write!(self.out, "{value}");
+        push_u64(self.out, value);
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.key(field.name());
-        // The same digits serde_json writes; JSON has no NaN or infinity.
-        if value.is_finite() {
-            let _ = serde_json::to_writer(StringWriter(self.out), &value);
-        } else {
-            self.out.push_str("null");
-        }
+        push_f64(self.out, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.key(field.name());
         self.scratch.clear();
         let _ = write!(self.scratch, "{value:?}");
-        push_json_str(self.out, &self.scratch);
+        push_str(self.out, &self.scratch);
     }
-}
-
-/// Lets serde_json write into a `String` (it only ever writes UTF-8).
-struct StringWriter<'a>(&'a mut String);
-
-impl std::io::Write for StringWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let s = std::str::from_utf8(buf).map_err(std::io::Error::other)?;
-        self.0.push_str(s);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Appends `s` as a JSON string, escaped as serde_json escapes it.
-fn push_json_str(out: &mut String, s: &str) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut plain = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.push_str(&s[plain..i]);
-        if escape.is_empty() {
-            let _ = write!(out, "\\u{b:04x}");
-        } else {
-            out.push_str(escape);
-        }
-        plain = i + 1;
-    }
-    out.push_str(&s[plain..]);
-    out.push('"');
 }
 
 thread_local! {
@@ -242,7 +259,7 @@ where
                 scratch: String::new(),
             });
             out.push_str(",\"target\":");
-            push_json_str(out, meta.target());
+            push_str(out, meta.target());
             if let Some(span) = ctx.event_span(event) {
                 out.push_str(",\"span\":{");
                 if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
@@ -252,11 +269,12 @@ where
                     }
                 }
                 out.push_str("\"name\":");
-                push_json_str(out, span.name());
+                push_str(out, span.name());
                 out.push('}');
             }
             out.push_str("}\n");
-            self.sink.write_line(out.as_bytes());
+            self.sink
+                .write_line(out.as_bytes(), *meta.level() <= tracing::Level::WARN);
         });
     }
 }
@@ -271,7 +289,7 @@ mod tests {
     struct Buffer(Arc<Mutex<Vec<u8>>>);
 
     impl Sink for Buffer {
-        fn write_line(&self, line: &[u8]) {
+        fn write_line(&self, line: &[u8], _urgent: bool) {
             self.0.lock().unwrap().extend_from_slice(line);
         }
     }
@@ -296,22 +314,6 @@ mod tests {
             nan = f64::NAN, "request"
         );
         tracing::warn!(error = ?std::io::Error::other("boom"), "upstream request failed");
-    }
-
-    #[test]
-    fn strings_are_escaped_as_serde_json_escapes_them() {
-        let every_ascii: String = (0u8..0x80).map(char::from).collect();
-        for text in [
-            every_ascii.as_str(),
-            "",
-            "plain",
-            "é ü 日本 🦀",
-            "a\u{2028}b\\\"\u{7f}",
-        ] {
-            let mut ours = String::new();
-            push_json_str(&mut ours, text);
-            assert_eq!(ours, serde_json::to_string(text).unwrap());
-        }
     }
 
     fn lines(bytes: &[u8]) -> Vec<serde_json::Value> {

@@ -256,9 +256,11 @@ async fn serve_connection<I>(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(settings.max_header_size as u32);
+    let client = pipeline::Peer::new(peer);
     let service = service_fn(move |req| {
         let gw = gw.clone();
-        async move { Ok::<_, Infallible>(pipeline::handle(gw, index, peer, req).await) }
+        let client = client.clone();
+        async move { Ok::<_, Infallible>(pipeline::handle(gw, index, client, req).await) }
     });
     let conn = builder.serve_connection(TokioIo::new(io), service);
     // The watcher lets the drain tell this connection to finish its requests and close.

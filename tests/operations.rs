@@ -860,3 +860,35 @@ async fn one_worker_thread_per_cpu() {
     let expected: Vec<String> = (1..=cpus).map(|i| format!("mcpgate-wrk-{i}")).collect();
     assert_eq!(names, expected);
 }
+
+/// Workers gather their log lines and write several at once: under concurrent load every
+/// request's line still arrives, whole, one JSON object per line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_written_in_batches_arrive_whole() {
+    let up = json_upstream().await;
+    let gw = Arc::new(Gateway::start(&config(&up.url(), "10s")));
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+    let mut tasks = Vec::new();
+    for _ in 0..12 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                assert_eq!(post(&url, &[], &list(1)).await.status, 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let log = gw.log_with("\"message\":\"request\"", 300).await;
+    let mut requests = 0;
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
+        if v["message"] == "request" {
+            assert_eq!(v["status"], 200);
+            requests += 1;
+        }
+    }
+    assert_eq!(requests, 300);
+}

@@ -11,9 +11,14 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use tokio::time::Sleep;
+
+// Made at compile time: a name given as a `&str` is parsed on every request.
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
@@ -98,7 +103,8 @@ pub struct Outgoing<'a> {
     pub query: Option<&'a str>,
     pub headers: &'a HeaderMap,
     pub body: Bytes,
-    pub peer: SocketAddr,
+    /// The client's address, as `X-Forwarded-For` carries it.
+    pub forwarded_for: &'a HeaderValue,
     /// The request deadline (the upstream's `timeout`, or a per-tool one).
     pub timeout: std::time::Duration,
     /// `https` on a TLS listener, else `http`: what `X-Forwarded-Proto` says.
@@ -132,11 +138,11 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
         headers.append(name.clone(), value.clone());
     }
     if let Some(host) = out.headers.get(header::HOST) {
-        headers.insert("x-forwarded-host", host.clone());
+        headers.insert(X_FORWARDED_HOST, host.clone());
     }
-    headers.insert("x-forwarded-for", header_value(&out.peer.ip().to_string()));
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(out.proto));
-    headers.insert("x-request-id", header_value(out.request_id));
+    headers.insert(X_FORWARDED_FOR, out.forwarded_for.clone());
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(out.proto));
+    headers.insert(X_REQUEST_ID, header_value(out.request_id));
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
         headers.insert(

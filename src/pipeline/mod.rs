@@ -32,6 +32,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 use tracing::Instrument;
 
+/// The client at the other end of a connection, as every request on it needs it.
+#[derive(Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// The client's address as the `X-Forwarded-For` value, made once per connection.
+    pub forwarded_for: http::HeaderValue,
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr) -> Peer {
+        let text = addr.ip().to_string();
+        Peer {
+            addr,
+            forwarded_for: http::HeaderValue::from_maybe_shared(Bytes::from(text))
+                .expect("an IP address is a valid header value"),
+        }
+    }
+}
+
 /// What one request has learned about itself so far; logged when it ends.
 struct Ctx {
     request_id: String,
@@ -47,7 +66,7 @@ struct Ctx {
     token: Option<([u8; 32], Option<SystemTime>)>,
     proto: &'static str,
     listener: String,
-    peer: SocketAddr,
+    peer: Peer,
     /// The tools/call elements of the payload, for the audit trail.
     calls: Vec<Arc<audit::Call>>,
     /// How long the upstream took to answer's head, if it was asked.
@@ -62,7 +81,7 @@ struct Ctx {
 pub async fn handle(
     gw: Arc<Gateway>,
     listener: usize,
-    peer: SocketAddr,
+    peer: Peer,
     req: Request<Incoming>,
 ) -> Response<GateBody> {
     let started = Instant::now();
@@ -76,7 +95,7 @@ pub async fn handle(
             .listeners
             .get(listener)
             .map_or(String::new(), |l| l.name.clone()),
-        peer,
+        peer: peer.clone(),
         calls: Vec::new(),
         upstream_ms: None,
         started,
@@ -93,7 +112,7 @@ pub async fn handle(
     };
     let http_method = req.method().clone();
     let span = tracing::info_span!("request", request_id = ctx.request_id.as_str());
-    let result = run(&gw, &snapshot, listener, peer, req, &mut ctx)
+    let result = run(&gw, &snapshot, listener, &peer, req, &mut ctx)
         .instrument(span.clone())
         .await;
     let (response, reason) = match result {
@@ -168,7 +187,7 @@ fn audit_base(ctx: &Ctx, method: &str) -> Arc<audit::Base> {
         listener: ctx.listener.clone(),
         route: ctx.route.clone(),
         token: ctx.token_id.clone(),
-        client: ctx.peer.ip(),
+        client: ctx.peer.addr.ip(),
         method: method.to_string(),
     })
 }
@@ -367,7 +386,7 @@ async fn run(
     gw: &Gateway,
     snapshot: &Arc<Snapshot>,
     listener: usize,
-    peer: SocketAddr,
+    peer: &Peer,
     req: Request<Incoming>,
     ctx: &mut Ctx,
 ) -> Result<Response<GateBody>, GateError> {
@@ -379,7 +398,7 @@ async fn run(
         ctx.route = Some(route.clone());
         if route.auth != crate::config::Auth::None {
             // A brute-force guard answers before the token is even looked at.
-            snapshot.limits.auth_guard(peer.ip())?;
+            snapshot.limits.auth_guard(peer.addr.ip())?;
         }
         let token = auth::authenticate(
             snapshot,
@@ -388,7 +407,7 @@ async fn run(
             req.headers(),
             SystemTime::now(),
         )
-        .map_err(|e| snapshot.limits.auth_failed(peer.ip()).unwrap_or(e))?;
+        .map_err(|e| snapshot.limits.auth_failed(peer.addr.ip()).unwrap_or(e))?;
         ctx.token_id = token.map(|(_, t)| t.id.clone());
         ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
@@ -416,7 +435,7 @@ async fn run(
     let caller = limits::Caller {
         token: ctx.token.as_ref().map(|(h, _)| h),
         profile: &profile.name,
-        ip: peer.ip(),
+        ip: peer.addr.ip(),
     };
     snapshot.limits.check(&caller, &[])?;
     let answer = forward::send(
@@ -428,7 +447,7 @@ async fn run(
             query: parts.uri.query(),
             headers: &parts.headers,
             body: Bytes::new(),
-            peer,
+            forwarded_for: &peer.forwarded_for,
             proto: ctx.proto,
             request_id: &ctx.request_id,
         },
@@ -451,7 +470,7 @@ async fn post(
     gw: &Gateway,
     snapshot: &Arc<Snapshot>,
     profile: &Arc<Profile>,
-    peer: SocketAddr,
+    peer: &Peer,
     parts: http::request::Parts,
     body: Incoming,
     ctx: &mut Ctx,
@@ -535,7 +554,7 @@ async fn post(
     let caller = limits::Caller {
         token: ctx.token.as_ref().map(|(h, _)| h),
         profile: &profile.name,
-        ip: peer.ip(),
+        ip: peer.addr.ip(),
     };
     let permits = snapshot.limits.check(&caller, &tools)?;
     let timeout = snapshot
@@ -597,7 +616,7 @@ async fn post(
                 query: parts.uri.query(),
                 headers: &parts.headers,
                 body: bytes,
-                peer,
+                forwarded_for: &peer.forwarded_for,
                 proto: ctx.proto,
                 request_id: &ctx.request_id,
             },
@@ -744,10 +763,16 @@ fn request_id(headers: &HeaderMap) -> String {
         let _ = getrandom::fill(&mut b);
         u64::from_le_bytes(b)
     });
-    format!(
-        "{prefix:016x}{:016x}",
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    // Written by hand: `format!` costs more than the rest of this function many times over.
+    let mut id = String::with_capacity(32);
+    for n in [prefix, COUNTER.fetch_add(1, Ordering::Relaxed)] {
+        for shift in (0..16).rev() {
+            id.push(char::from(
+                b"0123456789abcdef"[(n >> (shift * 4)) as usize & 0xf],
+            ));
+        }
+    }
+    id
 }
 
 #[cfg(test)]
@@ -760,6 +785,16 @@ mod tests {
         let mut h = HeaderMap::new();
         let a = request_id(&h);
         assert_eq!(a.len(), 32);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        // The first half is fixed per process, the second counts up.
+        let b = request_id(&h);
+        assert_eq!(a[..16], b[..16]);
+        assert!(
+            u64::from_str_radix(&b[16..], 16).unwrap() > u64::from_str_radix(&a[16..], 16).unwrap()
+        );
         assert_ne!(a, request_id(&h));
         h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
         assert_eq!(request_id(&h), "abc-1.2:3");

@@ -238,6 +238,19 @@ impl Gateway {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once `what` is in it `times` times. A worker writes its info lines when it
+    /// runs out of work, just after the answer left; this waits (up to 5 s) for that write.
+    pub async fn log_with(&self, what: &str, times: usize) -> String {
+        for _ in 0..500 {
+            let log = self.log();
+            if log.matches(what).count() >= times {
+                return log;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the log never showed {what:?}:\n{}", self.log());
+    }
+
     pub fn config_path(&self) -> &std::path::Path {
         &self.path
     }

@@ -14,6 +14,7 @@ pub mod jsontext;
 pub mod logjson;
 pub mod metrics;
 pub mod pipeline;
+pub mod pool;
 pub mod sample;
 pub mod server;
 pub mod streams;

@@ -219,15 +219,20 @@ fn dispatch(command: Command) -> Result<()> {
 }
 
 async fn healthcheck(admin: SocketAddr, path: &str) -> Result<u16> {
-    use http_body_util::Empty;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<bytes::Bytes>>();
-    let uri: http::Uri = format!("http://{admin}{path}").parse()?;
-    let response = tokio::time::timeout(std::time::Duration::from_secs(3), client.get(uri))
+    let ask = async {
+        let stream = tokio::net::TcpStream::connect(admin).await?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        let request = http::Request::get(path)
+            .header(http::header::HOST, admin.to_string())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+        anyhow::Ok(sender.send_request(request).await?.status().as_u16())
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), ask)
         .await
         .context("no answer within 3 s")?
-        .with_context(|| format!("cannot reach the admin listener at {admin}"))?;
-    Ok(response.status().as_u16())
+        .with_context(|| format!("cannot reach the admin listener at {admin}"))
 }
 
 fn config_path(flag: Option<PathBuf>) -> PathBuf {

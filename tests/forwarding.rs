@@ -5,6 +5,7 @@ mod support;
 
 use http::Method;
 use mcpgate::sample;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -288,4 +289,136 @@ async fn json_answers_leave_whole_or_stream_when_large() {
     assert_eq!(r.status, 502, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], -32002);
     assert_eq!(r.json()["id"], 3);
+}
+
+/// A keep-alive upstream that answers every request on a connection with a small JSON
+/// result, counts the connections it accepted, keeps each request's head, and closes all
+/// its connections when told to.
+struct KeepAliveUpstream {
+    url: String,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    heads: Arc<std::sync::Mutex<Vec<String>>>,
+    open: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl KeepAliveUpstream {
+    fn start(path_and_query: &str) -> KeepAliveUpstream {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}{path_and_query}", listener.local_addr().unwrap());
+        let up = KeepAliveUpstream {
+            url,
+            connections: Default::default(),
+            heads: Default::default(),
+            open: Default::default(),
+        };
+        let (connections, heads, open) =
+            (up.connections.clone(), up.heads.clone(), up.open.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { break };
+                connections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                open.lock().unwrap().push(conn.try_clone().unwrap());
+                let heads = heads.clone();
+                std::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let text = String::from_utf8_lossy(&seen).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .to_ascii_lowercase()
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:").map(str::to_string))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if seen.len() >= end + 4 + len {
+                                heads.lock().unwrap().push(text[..end].to_string());
+                                seen.drain(..end + 4 + len);
+                                let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+                                let reply = format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                                    body.len()
+                                );
+                                if conn.write_all(reply.as_bytes()).is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                        }
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        up
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Closes every connection, as an upstream does when its keep-alive timeout passes.
+    fn close_all(&self) {
+        for c in self.open.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Upstream connections are kept and reused (at most one per worker for calls made one
+/// after another), requests go out in origin form with the upstream's `Host`, and a kept
+/// connection the upstream has closed is replaced without the client noticing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_connections_are_kept_reused_and_replaced() {
+    let up = KeepAliveUpstream::start("/mcp?k=v");
+    let gw = Gateway::start(&config(&up.url, "10s"));
+    let workers = std::thread::available_parallelism().unwrap().get();
+    for _ in 0..20 {
+        let r = post(&gw.url("/mcp-gpt-full?q=1"), &[], &list(1)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert!(
+        (1..=workers).contains(&up.connections()),
+        "{} upstream connections for 20 calls on {workers} workers",
+        up.connections()
+    );
+    let heads = up.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 20);
+    let port = up.url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    for head in &heads {
+        let mut lines = head.lines();
+        assert_eq!(lines.next(), Some("POST /mcp?k=v&q=1 HTTP/1.1"), "{head}");
+        let host: Vec<&str> = lines
+            .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+            .collect();
+        assert_eq!(host, [format!("host: 127.0.0.1:{port}")], "{head}");
+    }
+
+    // The upstream drops its idle connections; the next calls open new ones and succeed.
+    let before = up.connections();
+    up.close_all();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..4 {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert!(up.connections() > before);
+}
+
+/// An upstream that answers one request per connection and closes it: every call still
+/// gets its answer, on a fresh connection each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_closing_after_each_answer_is_served() {
+    let url = raw_upstream(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 46\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[]}}",
+    );
+    let gw = Gateway::start(&config(&url, "10s"));
+    for _ in 0..10 {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
 }

@@ -892,3 +892,31 @@ async fn log_lines_written_in_batches_arrive_whole() {
     }
     assert_eq!(requests, 300);
 }
+
+/// `mcpgate healthcheck` (for container probes) asks the admin listener and exits 0 only on
+/// a 200; with nothing listening it fails and says where it looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthcheck_command_asks_the_admin_listener() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&with_admin(config(&up.url(), "10s")));
+    let admin = gw.listeners["admin"].to_string();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+            .arg("healthcheck")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["--admin", &admin]).status.success());
+    assert!(run(&["--admin", &admin, "--ready"]).status.success());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let out = run(&["--admin", &nobody]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot reach the admin listener at {nobody}")),
+        "{err}"
+    );
+}

@@ -8,13 +8,9 @@ use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
 use super::units::{parse_duration, parse_size, parse_time, resolve_secrets_noting};
 use crate::pipeline::limits::{self, ConcurrencyRule, KeyKind, Limits, RateRule};
+use crate::pool::Pool;
 use crate::tls::{TlsFiles, TlsMaterial};
-use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
@@ -89,8 +85,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-pub type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
-
 pub struct Upstream {
     pub name: String,
     pub url: Uri,
@@ -99,24 +93,38 @@ pub struct Upstream {
     pub stream_idle_timeout: Duration,
     /// Configured headers with secrets resolved. Never printed.
     pub headers: HeaderMap,
+    /// The `Host` header the upstream is sent: its URL's host, and port unless 80.
+    pub host: HeaderValue,
     /// One connection pool per worker (see `workers::slot`), made on first use, so an
     /// upstream connection is only ever driven by the worker whose requests use it.
-    clients: Box<[OnceLock<UpstreamClient>]>,
+    pools: Box<[OnceLock<Arc<Pool>>]>,
 }
 
 impl Upstream {
     /// This thread's pool of keep-alive connections to the upstream.
-    pub fn client(&self) -> &UpstreamClient {
-        let slot = crate::workers::slot() % self.clients.len();
-        self.clients[slot].get_or_init(|| {
-            let mut connector = HttpConnector::new();
-            connector.set_connect_timeout(Some(self.connect_timeout));
-            connector.set_nodelay(true);
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(connector)
+    pub fn pool(&self) -> &Pool {
+        let slot = crate::workers::slot() % self.pools.len();
+        self.pools[slot].get_or_init(|| {
+            let host = self.url.host().unwrap_or_default();
+            // A bracketed IPv6 literal is looked up without its brackets.
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Pool::new(
+                host,
+                self.url.port_u16().unwrap_or(80),
+                self.connect_timeout,
+            )
         })
     }
+}
+
+/// `Host` for an upstream URL: the host as written, with the port unless it is 80.
+fn host_header(url: &Uri) -> HeaderValue {
+    let host = url.host().unwrap_or_default();
+    let text = match url.port_u16() {
+        Some(port) if port != 80 => format!("{host}:{port}"),
+        _ => host.to_string(),
+    };
+    HeaderValue::from_str(&text).expect("a URI's host and port make a valid header value")
 }
 
 impl fmt::Debug for Upstream {
@@ -1087,12 +1095,13 @@ impl Compiler<'_> {
                 name.clone(),
                 Arc::new(Upstream {
                     name: name.clone(),
+                    host: host_header(&url),
                     url,
                     connect_timeout,
                     timeout,
                     stream_idle_timeout,
                     headers,
-                    clients: (0..=crate::workers::count())
+                    pools: (0..=crate::workers::count())
                         .map(|_| OnceLock::new())
                         .collect(),
                 }),

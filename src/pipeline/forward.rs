@@ -122,7 +122,7 @@ pub struct Answer {
 }
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
-    let uri = upstream_uri(&upstream.url, out.query)?;
+    let uri = origin_form(&upstream.url, out.query)?;
     // Built in one pass over the client's headers rather than copied and then pruned.
     let listed = connection_listed(out.headers);
     let post = out.method == Method::POST;
@@ -153,6 +153,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     for (name, value) in &upstream.headers {
         headers.append(name, value.clone());
     }
+    headers.insert(header::HOST, upstream.host.clone());
 
     let body_deadline = out.body_deadline;
     let mut request = Request::new(Full::new(out.body));
@@ -163,7 +164,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
     let started = std::time::Instant::now();
     let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
     let response = tokio::select! {
-        r = upstream.client().request(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        r = upstream.pool().send(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
         _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
     };
     Ok(Answer {
@@ -177,30 +178,30 @@ fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
 }
 
-fn upstream_uri(base: &Uri, query: Option<&str>) -> Result<Uri, GateError> {
+/// The request target sent upstream (`/path?query`): the upstream URL's path and query,
+/// with the client's query string appended.
+fn origin_form(base: &Uri, query: Option<&str>) -> Result<Uri, GateError> {
+    let path = base.path_and_query().map_or("/", |p| p.as_str());
     let Some(query) = query.filter(|q| !q.is_empty()) else {
-        return Ok(base.clone());
+        return Ok(match base.path_and_query() {
+            Some(p) => Uri::from(p.clone()),
+            None => Uri::from_static("/"),
+        });
     };
-    let path = base.path();
     let joined = match base.query() {
-        Some(q) => format!("{path}?{q}&{query}"),
+        Some(_) => format!("{path}&{query}"),
         None => format!("{path}?{query}"),
     };
-    let mut parts = base.clone().into_parts();
-    parts.path_and_query = Some(
-        joined
-            .parse()
-            .map_err(|_| GateError::InvalidRequest("bad query string".into()))?,
-    );
-    Uri::from_parts(parts).map_err(|_| GateError::InvalidRequest("bad query string".into()))
+    joined
+        .parse()
+        .map_err(|_| GateError::InvalidRequest("bad query string".into()))
 }
 
 /// Names the kind of failure for the client; the detail goes to the log only.
-fn upstream_error(upstream: &str, e: hyper_util::client::legacy::Error) -> GateError {
-    let kind = if e.is_connect() {
-        "connection failed"
-    } else {
-        "connection closed before a complete answer"
+fn upstream_error(upstream: &str, e: crate::pool::PoolError) -> GateError {
+    let kind = match e {
+        crate::pool::PoolError::Connect(_) => "connection failed",
+        crate::pool::PoolError::Http(_) => "connection closed before a complete answer",
     };
     tracing::warn!(upstream, error = %e, detail = ?std::error::Error::source(&e), "upstream request failed");
     GateError::UpstreamUnreachable(kind.to_string())
@@ -213,16 +214,15 @@ mod tests {
     #[test]
     fn query_is_appended() {
         let base: Uri = "http://127.0.0.1:8000/mcp".parse().unwrap();
-        assert_eq!(upstream_uri(&base, None).unwrap(), base);
-        assert_eq!(
-            upstream_uri(&base, Some("a=1")).unwrap().to_string(),
-            "http://127.0.0.1:8000/mcp?a=1"
-        );
+        assert_eq!(origin_form(&base, None).unwrap(), "/mcp");
+        assert_eq!(origin_form(&base, Some("")).unwrap(), "/mcp");
+        assert_eq!(origin_form(&base, Some("a=1")).unwrap(), "/mcp?a=1");
         let base: Uri = "http://127.0.0.1:8000/mcp?k=v".parse().unwrap();
-        assert_eq!(
-            upstream_uri(&base, Some("a=1")).unwrap().to_string(),
-            "http://127.0.0.1:8000/mcp?k=v&a=1"
-        );
+        assert_eq!(origin_form(&base, None).unwrap(), "/mcp?k=v");
+        assert_eq!(origin_form(&base, Some("a=1")).unwrap(), "/mcp?k=v&a=1");
+        let bare: Uri = "http://127.0.0.1:8000".parse().unwrap();
+        assert_eq!(origin_form(&bare, Some("a=1")).unwrap(), "/?a=1");
+        assert!(origin_form(&base, Some("a=1 2")).is_err());
     }
 
     #[test]

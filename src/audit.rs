@@ -498,7 +498,7 @@ mod tests {
                 request_id: "r-1".into(),
                 listener: "main\n".into(),
                 route,
-                token: token.map(str::to_string),
+                token: token.map(Arc::from),
                 client: "::1".parse().unwrap(),
                 method: "tools/call".into(),
             })
@@ -538,21 +538,18 @@ mod tests {
             let b = &r.base;
             let mut m: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
             m.insert("client", json!(b.client.to_string()));
-            m.insert("listener", json!(b.listener));
+            m.insert("listener", json!(&*b.listener));
             m.insert("method", json!(b.method));
             m.insert("prev", json!("ab12"));
             m.insert("request_id", json!(b.request_id));
             let route = b.route.as_deref();
-            m.insert(
-                "profile",
-                json!(route.map_or("-", |r| r.profile.name.as_str())),
-            );
-            m.insert("route", json!(route.map_or("-", |r| r.template.as_str())));
+            m.insert("profile", json!(route.map_or("-", |r| &*r.profile.name)));
+            m.insert("route", json!(route.map_or("-", |r| &*r.template)));
             m.insert(
                 "time",
                 json!(humantime::format_rfc3339_millis(r.time).to_string()),
             );
-            m.insert("token", json!(b.token));
+            m.insert("token", json!(b.token.as_deref()));
             if let Some(c) = &r.call {
                 m.insert("arguments", c.arguments.clone());
                 m.insert("rpc_id", json!(null));
@@ -606,10 +603,10 @@ pub struct Call {
 #[derive(Debug)]
 pub struct Base {
     pub request_id: String,
-    pub listener: String,
+    pub listener: Arc<str>,
     /// The matched route: its template and profile name are written (`-` without one).
     pub route: Option<Arc<crate::config::Route>>,
-    pub token: Option<String>,
+    pub token: Option<Arc<str>>,
     pub client: std::net::IpAddr,
     /// The JSON-RPC method, or the HTTP method when there is none.
     pub method: String,
@@ -697,7 +694,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     out.push_str(",\"prev\":");
     push_str(out, prev);
     out.push_str(",\"profile\":");
-    push_str(out, route.map_or("-", |r| r.profile.name.as_str()));
+    push_str(out, route.map_or("-", |r| &*r.profile.name));
     if let Some(reason) = &r.reason {
         out.push_str(",\"reason\":");
         optional_str(out, reason.as_deref());
@@ -705,7 +702,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     out.push_str(",\"request_id\":");
     push_str(out, &b.request_id);
     out.push_str(",\"route\":");
-    push_str(out, route.map_or("-", |r| r.template.as_str()));
+    push_str(out, route.map_or("-", |r| &*r.template));
     if let Some(c) = &r.call {
         // The id exactly as the client wrote it (it was valid JSON when parsed).
         out.push_str(",\"rpc_id\":");
@@ -897,7 +894,7 @@ impl AuditTap {
             }
         } else if !self.json.is_empty() {
             let json = std::mem::take(&mut self.json);
-            self.scan(&String::from_utf8_lossy(&json));
+            self.scan(&crate::jsontext::lossy(&json));
         }
         let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         for p in self.pending.drain(..) {
@@ -925,8 +922,7 @@ impl http_body::Body for AuditTap {
                 if let Some(d) = frame.data_ref() {
                     if end && this.sse.is_none() && this.json.is_empty() {
                         // A whole JSON answer in one frame: read it where it is.
-                        let text = String::from_utf8_lossy(d);
-                        this.scan(&text);
+                        this.scan(&crate::jsontext::lossy(d));
                     } else {
                         let d = d.clone();
                         this.observe(&d);

@@ -41,7 +41,7 @@ impl Gateway {
             .filter_map(|l| {
                 l.tls
                     .as_ref()
-                    .map(|t| (l.name.clone(), Arc::new(CertStore::new(t.key.clone()))))
+                    .map(|t| (l.name.to_string(), Arc::new(CertStore::new(t.key.clone()))))
             })
             .collect();
         let (audit, audit_writer) = match &snapshot.audit {
@@ -129,7 +129,7 @@ impl Gateway {
             tracing::warn!("[log] changes take effect at the next restart");
         }
         for l in &next.listeners {
-            if let (Some(t), Some(store)) = (&l.tls, self.certs.get(&l.name)) {
+            if let (Some(t), Some(store)) = (&l.tls, self.certs.get(&*l.name)) {
                 store.replace(t.key.clone());
             }
         }

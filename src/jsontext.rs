@@ -2,30 +2,44 @@
 //! (the log and the audit trail). The output is exactly serde_json's for the same values:
 //! same escapes, same number digits. The tests hold both writers to that.
 
-use std::fmt::Write as _;
+/// For each byte, how a JSON string writes it: `0` as itself, `u` as `\u00XX`, any other
+/// letter as that letter after a backslash.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x0c] = b'f';
+    table[b'\n' as usize] = b'n';
+    table[b'\r' as usize] = b'r';
+    table[b'\t' as usize] = b't';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it.
 pub fn push_str(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
     let mut plain = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let escape = ESCAPE[usize::from(b)];
+        if escape == 0 {
+            continue;
+        }
         out.push_str(&s[plain..i]);
-        if escape.is_empty() {
-            let _ = write!(out, "\\u{b:04x}");
+        out.push('\\');
+        if escape == b'u' {
+            out.push_str("u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
         } else {
-            out.push_str(escape);
+            out.push(char::from(escape));
         }
         plain = i + 1;
     }
@@ -51,6 +65,15 @@ pub fn push_u64(out: &mut String, value: u64) {
 
 pub fn push_i64(out: &mut String, value: i64) {
     out.push_str(itoa::Buffer::new().format(value));
+}
+
+/// `bytes` as text: borrowed when it is UTF-8 (the usual case, checked on the fast path),
+/// else with U+FFFD for each bad sequence.
+pub fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// Appends any serialisable value (a tool's arguments) as serde_json writes it.

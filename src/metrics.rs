@@ -3,41 +3,61 @@
 //! becomes a label only while fewer than `MAX_TOOL_LABELS` distinct names were seen, so a
 //! client sending random names cannot blow up the series count.
 
-use prometheus_client::encoding::{EncodeLabelSet, text::encode};
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, text::encode,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const MAX_TOOL_LABELS: usize = 256;
 
+/// A label value shared with the configuration (a route template, a profile or upstream
+/// name) or with the set of seen tool names: looking a series up clones a pointer, not
+/// the text.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Label(pub Arc<str>);
+
+impl From<&str> for Label {
+    fn from(s: &str) -> Label {
+        Label(Arc::from(s))
+    }
+}
+
+impl EncodeLabelValue for Label {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub route: String,
-    pub profile: String,
-    pub method: String,
+    pub route: Label,
+    pub profile: Label,
+    pub method: &'static str,
     pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabels {
-    pub profile: String,
-    pub tool: String,
+    pub profile: Label,
+    pub tool: Label,
     pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    pub route: String,
+    pub route: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabels {
-    pub upstream: String,
+    pub upstream: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,7 +72,7 @@ pub struct ResultLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamErrorLabels {
-    pub upstream: String,
+    pub upstream: Label,
     pub kind: &'static str,
 }
 
@@ -76,7 +96,7 @@ pub struct Metrics {
     pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
     pub audit_dropped: Counter,
-    tool_names: Mutex<HashSet<String>>,
+    tool_names: Mutex<HashSet<Arc<str>>>,
 }
 
 impl Default for Metrics {
@@ -163,22 +183,23 @@ impl Metrics {
     }
 
     /// The tool label for `name`: the name itself while the set of seen names is small.
-    pub fn tool_label(&self, name: &str) -> String {
+    pub fn tool_label(&self, name: &str) -> Label {
         let mut seen = self.tool_names.lock().expect("metrics lock");
-        if seen.contains(name) {
-            return name.to_string();
+        if let Some(known) = seen.get(name) {
+            return Label(known.clone());
         }
         if seen.len() < MAX_TOOL_LABELS {
-            seen.insert(name.to_string());
-            return name.to_string();
+            let label: Arc<str> = Arc::from(name);
+            seen.insert(label.clone());
+            return Label(label);
         }
-        "(other)".to_string()
+        Label::from("(other)")
     }
 
-    pub fn observe_upstream(&self, upstream: &str, took: Duration) {
+    pub fn observe_upstream(&self, upstream: &Arc<str>, took: Duration) {
         self.upstream_seconds
             .get_or_create(&UpstreamLabels {
-                upstream: upstream.to_string(),
+                upstream: Label(upstream.clone()),
             })
             .observe(took.as_secs_f64());
     }
@@ -199,10 +220,13 @@ mod tests {
     fn tool_labels_are_bounded() {
         let m = Metrics::new();
         for i in 0..MAX_TOOL_LABELS {
-            assert_eq!(m.tool_label(&format!("t{i}")), format!("t{i}"));
+            assert_eq!(
+                m.tool_label(&format!("t{i}")),
+                Label::from(&*format!("t{i}"))
+            );
         }
-        assert_eq!(m.tool_label("one-more"), "(other)");
-        assert_eq!(m.tool_label("t0"), "t0");
+        assert_eq!(m.tool_label("one-more"), Label::from("(other)"));
+        assert_eq!(m.tool_label("t0"), Label::from("t0"));
     }
 
     #[test]

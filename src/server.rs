@@ -63,15 +63,15 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
     let mut listeners = Vec::with_capacity(snapshot.listeners.len());
     for (index, l) in snapshot.listeners.iter().enumerate() {
         let fail = |cause| BindError::Listen {
-            name: l.name.clone(),
+            name: l.name.to_string(),
             addr: l.addr,
             cause,
         };
-        let tls = match (&l.tls, gw.certs.get(&l.name)) {
+        let tls = match (&l.tls, gw.certs.get(&*l.name)) {
             (Some(material), Some(store)) => {
                 let config = tls::server_config(material, store.clone()).map_err(|cause| {
                     BindError::Tls {
-                        name: l.name.clone(),
+                        name: l.name.to_string(),
                         cause,
                     }
                 })?;
@@ -82,7 +82,7 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
         let socket = TcpListener::bind(l.addr).await.map_err(fail)?;
         let addr = socket.local_addr().map_err(fail)?;
         listeners.push(Bound {
-            name: l.name.clone(),
+            name: l.name.to_string(),
             addr,
             index,
             socket,

@@ -284,6 +284,30 @@ async fn unsupported_methods() {
     assert!(up.received().is_empty());
 }
 
+/// A method a client invents is refused, and counted as "(other)": it never becomes a
+/// metric label, so a client cannot grow the series without bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invented_methods_are_not_metric_labels() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&format!(
+        "{}\n[admin]\naddr = \"127.0.0.1:0\"\n",
+        config(&up.url(), "10s")
+    ));
+    let brew = Method::from_bytes(b"BREW-COFFEE").unwrap();
+    let r = send(brew, &gw.url("/mcp-gpt-full"), &[], "").await;
+    assert_eq!(r.status, 405);
+    let metrics = send(Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
+    assert!(!metrics.contains("BREW"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "route=\"/mcp-gpt-full\",profile=\"gpt-full\",method=\"(other)\",status=\"405\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_socket_does_not_hurt_the_gateway() {
     let up = json_upstream().await;

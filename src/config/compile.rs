@@ -86,7 +86,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 pub struct Upstream {
-    pub name: String,
+    pub name: Arc<str>,
     pub url: Uri,
     pub connect_timeout: Duration,
     pub timeout: Duration,
@@ -139,7 +139,7 @@ impl fmt::Debug for Upstream {
 
 #[derive(Debug)]
 pub struct Profile {
-    pub name: String,
+    pub name: Arc<str>,
     pub upstream: Arc<Upstream>,
     pub allow: Matcher,
     pub deny: Matcher,
@@ -168,7 +168,7 @@ pub enum Auth {
 pub struct Route {
     pub listener: String,
     /// The path template, as written; what logs show instead of the request path.
-    pub template: String,
+    pub template: Arc<str>,
     pub profile: Arc<Profile>,
     pub auth: Auth,
 }
@@ -187,7 +187,7 @@ struct RouteTable {
 
 #[derive(Debug)]
 pub struct Listener {
-    pub name: String,
+    pub name: Arc<str>,
     pub addr: SocketAddr,
     pub tls: Option<TlsMaterial>,
     pub hosts: HostRules,
@@ -259,7 +259,7 @@ impl OriginRules {
 
 /// A registered token. The token itself is never stored, only its hash (the map key).
 pub struct TokenEntry {
-    pub id: String,
+    pub id: Arc<str>,
     pub profiles: Vec<String>,
     pub not_before: Option<SystemTime>,
     pub not_after: Option<SystemTime>,
@@ -312,7 +312,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn listener(&self, name: &str) -> Option<&Listener> {
-        self.listeners.iter().find(|l| l.name == name)
+        self.listeners.iter().find(|l| *l.name == *name)
     }
 
     /// Exact match of `path` against the listener's templates. The query string must
@@ -955,7 +955,7 @@ impl Compiler<'_> {
                 None => None,
             };
             let name = l.name.get_ref();
-            if out.iter().any(|o| &o.name == name) {
+            if out.iter().any(|o| *o.name == **name) {
                 return fail(l.name.span(), format!("duplicate listener name {name:?}"));
             }
             let addr: SocketAddr = at(
@@ -1019,7 +1019,7 @@ impl Compiler<'_> {
                 None => OriginRules(Vec::new()),
             };
             out.push(Listener {
-                name: name.clone(),
+                name: name.as_str().into(),
                 addr,
                 tls,
                 hosts,
@@ -1094,7 +1094,7 @@ impl Compiler<'_> {
             out.insert(
                 name.clone(),
                 Arc::new(Upstream {
-                    name: name.clone(),
+                    name: name.as_str().into(),
                     host: host_header(&url),
                     url,
                     connect_timeout,
@@ -1150,7 +1150,7 @@ impl Compiler<'_> {
             out.insert(
                 name.clone(),
                 Arc::new(Profile {
-                    name: name.clone(),
+                    name: name.as_str().into(),
                     upstream: upstream.clone(),
                     allow,
                     deny: Matcher::new(p.deny.iter().map(|s| s.get_ref().as_str())),
@@ -1173,7 +1173,7 @@ impl Compiler<'_> {
             let r = r.get_ref();
             let listener = listeners
                 .iter_mut()
-                .find(|l| &l.name == r.listen.get_ref())
+                .find(|l| *l.name == **r.listen.get_ref())
                 .ok_or_else(|| {
                     (
                         r.listen.span(),
@@ -1244,8 +1244,8 @@ impl Compiler<'_> {
                 );
             }
             out.push(Arc::new(Route {
-                listener: listener.name.clone(),
-                template: template.clone(),
+                listener: listener.name.to_string(),
+                template: template.as_str().into(),
                 profile: profile.clone(),
                 auth,
             }));
@@ -1309,7 +1309,7 @@ impl Compiler<'_> {
                 }
             }
             let entry = TokenEntry {
-                id: id.clone(),
+                id: id.as_str().into(),
                 profiles: t.profiles.get_ref().clone(),
                 not_before,
                 not_after,

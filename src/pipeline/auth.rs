@@ -35,7 +35,7 @@ pub fn authenticate<'s>(
         .filter(|(key, _)| bool::from(key.ct_eq(&hash)));
     match found {
         Some((key, t))
-            if t.valid_at(now) && t.profiles.iter().any(|p| *p == route.profile.name) =>
+            if t.valid_at(now) && t.profiles.iter().any(|p| **p == *route.profile.name) =>
         {
             Ok(Some((key, t)))
         }

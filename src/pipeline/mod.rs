@@ -55,7 +55,7 @@ impl Peer {
 struct Ctx {
     request_id: String,
     route: Option<Arc<Route>>,
-    token_id: Option<String>,
+    token_id: Option<Arc<str>>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
     rpc_id: Option<Box<RawValue>>,
     rpc_method: Option<String>,
@@ -65,7 +65,7 @@ struct Ctx {
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
     token: Option<([u8; 32], Option<SystemTime>)>,
     proto: &'static str,
-    listener: String,
+    listener: Arc<str>,
     peer: Peer,
     /// The tools/call elements of the payload, for the audit trail.
     calls: Vec<Arc<audit::Call>>,
@@ -94,7 +94,7 @@ pub async fn handle(
         listener: snapshot
             .listeners
             .get(listener)
-            .map_or(String::new(), |l| l.name.clone()),
+            .map_or_else(|| Arc::from(""), |l| l.name.clone()),
         peer: peer.clone(),
         calls: Vec::new(),
         upstream_ms: None,
@@ -143,12 +143,12 @@ pub async fn handle(
             total_ms = head_ms,
             upstream_ms,
             gateway_ms = head_ms - upstream_ms,
-            route = ctx.route.as_ref().map_or("-", |r| r.template.as_str()),
+            route = ctx.route.as_ref().map_or("-", |r| &*r.template),
             "slow request"
         );
     }
-    let route = ctx.route.as_ref().map_or("-", |r| r.template.as_str());
-    let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
+    let route = ctx.route.as_ref().map_or("-", |r| &*r.template);
+    let profile = ctx.route.as_ref().map_or("-", |r| &*r.profile.name);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     match &reason {
@@ -305,6 +305,23 @@ const KNOWN_METHODS: [&str; 18] = [
     "(batch)",
 ];
 
+/// The label for an HTTP method: the standard ones by name, any other a client invents as
+/// "(other)", so labels stay bounded.
+fn http_method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "(other)",
+    }
+}
+
 fn record_metrics(
     m: &Metrics,
     ctx: &Ctx,
@@ -314,25 +331,32 @@ fn record_metrics(
     took: std::time::Duration,
 ) {
     use crate::metrics::{
-        ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels,
+        Label, ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels,
     };
+    let none = || Label::from("-");
     let route = ctx
         .route
         .as_ref()
-        .map_or("-", |r| r.template.as_str())
-        .to_string();
-    let profile = ctx.route.as_ref().map_or("-", |r| r.profile.name.as_str());
+        .map_or_else(none, |r| Label(r.template.clone()));
+    let profile = ctx
+        .route
+        .as_ref()
+        .map_or_else(none, |r| Label(r.profile.name.clone()));
     let method = match ctx.rpc_method.as_deref() {
-        Some(m) if KNOWN_METHODS.contains(&m) => m,
-        Some(m) if m.starts_with("notifications/") => "notifications",
-        Some(_) => "(other)",
-        None => http.as_str(),
+        Some(m) => KNOWN_METHODS.iter().find(|k| **k == m).copied().unwrap_or(
+            if m.starts_with("notifications/") {
+                "notifications"
+            } else {
+                "(other)"
+            },
+        ),
+        None => http_method_label(http),
     };
     m.requests
         .get_or_create(&RequestLabels {
             route: route.clone(),
-            profile: profile.to_string(),
-            method: method.to_string(),
+            profile: profile.clone(),
+            method,
             status,
         })
         .inc();
@@ -353,8 +377,7 @@ fn record_metrics(
                 let upstream = ctx
                     .route
                     .as_ref()
-                    .map_or("-", |r| r.profile.upstream.name.as_str())
-                    .to_string();
+                    .map_or_else(none, |r| Label(r.profile.upstream.name.clone()));
                 m.upstream_errors
                     .get_or_create(&UpstreamErrorLabels {
                         upstream,
@@ -374,7 +397,7 @@ fn record_metrics(
         };
         m.tool_calls
             .get_or_create(&ToolLabels {
-                profile: profile.to_string(),
+                profile,
                 tool: m.tool_label(tool),
                 outcome,
             })

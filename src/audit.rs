@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 
@@ -51,6 +51,9 @@ enum Command {
 #[derive(Clone)]
 pub struct Audit {
     tx: mpsc::Sender<Command>,
+    /// The writer's thread, unparked for a durable record so it does not wait out a
+    /// gather (see `Writer::run`).
+    writer: Arc<OnceLock<std::thread::Thread>>,
     dropped: Counter,
     durable: Arc<Matcher>,
     pub settings: Arc<AuditSettings>,
@@ -66,14 +69,20 @@ impl Audit {
     ) -> Result<(Self, tokio::task::JoinHandle<()>), String> {
         let writer = Writer::open(&settings)?;
         let (tx, rx) = mpsc::channel(settings.queue.max(1));
+        let thread = Arc::new(OnceLock::new());
         let task = tokio::task::spawn_blocking({
             let dropped = dropped.clone();
-            move || writer.run(rx, dropped)
+            let thread = thread.clone();
+            move || {
+                let _ = thread.set(std::thread::current());
+                writer.run(rx, dropped)
+            }
         });
         let durable = Arc::new(Matcher::new(settings.durable.iter().map(String::as_str)));
         Ok((
             Audit {
                 tx,
+                writer: thread,
                 dropped,
                 durable,
                 settings: Arc::new(settings),
@@ -100,6 +109,9 @@ impl Audit {
         match tokio::time::timeout(Duration::from_secs(5), send).await {
             Ok(Ok(())) => {}
             _ => return Err("the audit writer is not accepting records".into()),
+        }
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
         }
         match tokio::time::timeout(Duration::from_secs(5), done).await {
             Ok(Ok(r)) => r,
@@ -236,21 +248,31 @@ impl Writer {
     /// A plain record first waits `GATHER` for company: under load that turns one wake-up
     /// and one `write` per request into one per batch. A durable record, a reopen or a
     /// close is handled at once.
+    /// Waits for the first record, then, for as long as records keep coming, takes what
+    /// arrived every [`GATHER`] and writes it in one go. Senders do not wake the writer
+    /// while it gathers (only a blocked receiver is woken), so under load there is no
+    /// wake-up per record; a durable record unparks it at once. A gather that finds
+    /// nothing sends the writer back to waiting.
     fn run(mut self, mut rx: mpsc::Receiver<Command>, dropped: Counter) {
         let mut batch = Vec::with_capacity(64);
         while let Some(first) = rx.blocking_recv() {
-            if matches!(first, Command::Record(_)) {
-                std::thread::sleep(GATHER);
-            }
             batch.push(first);
-            while batch.len() < 1024 {
-                match rx.try_recv() {
-                    Ok(cmd) => batch.push(cmd),
-                    Err(_) => break,
+            loop {
+                if batch.iter().all(|c| matches!(c, Command::Record(_))) {
+                    std::thread::park_timeout(GATHER);
                 }
-            }
-            if !self.write_batch(&mut batch, &dropped) {
-                return;
+                while batch.len() < 1024 {
+                    match rx.try_recv() {
+                        Ok(cmd) => batch.push(cmd),
+                        Err(_) => break,
+                    }
+                }
+                if batch.is_empty() {
+                    break;
+                }
+                if !self.write_batch(&mut batch, &dropped) {
+                    return;
+                }
             }
         }
         let _ = self.file.sync_all();

@@ -27,27 +27,43 @@ pub trait Sink: Send + Sync + 'static {
 
 /// Standard error, written by every worker thread without a lock between them.
 ///
-/// A worker thread gathers its lines and writes them together, in one `write(2)`, when it
-/// runs out of work (the runtime's park hook calls [`flush_gathered`]), when the next line
-/// would not fit in [`ATOMIC_WRITE`] bytes, or with a warning or an error. Under load that
-/// is one write per several requests instead of one per request; when idle, a line is
-/// written as soon as the request that made it is done. Other threads write each line at
-/// once.
+/// A worker thread gathers its lines and writes them together, in one `write(2)`:
+/// [`GATHER`] after the first of them, when the next line would not fit in
+/// [`ATOMIC_WRITE`] bytes, with a warning or an error, and when the thread ends. Under load
+/// that is one write for many requests instead of one per request (nginx's `access_log
+/// … buffer= flush=` does the same); an info line reaches the file at most [`GATHER`]
+/// late. Other threads write each line at once.
 pub struct Stderr;
+
+/// How long a worker holds its first unwritten line before writing what it gathered.
+pub const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A duplicate of fd 2 (the same open file), written to directly.
 static STDERR: OnceLock<Option<std::fs::File>> = OnceLock::new();
 
 thread_local! {
     /// Lines a worker thread has formatted and not yet written; flushed at thread exit too.
-    static GATHERED: RefCell<Gathered> = const { RefCell::new(Gathered(Vec::new())) };
+    static GATHERED: RefCell<Gathered> = const {
+        RefCell::new(Gathered { lines: Vec::new(), timer: false })
+    };
 }
 
-struct Gathered(Vec<u8>);
+struct Gathered {
+    lines: Vec<u8>,
+    /// Whether a task to write them after [`GATHER`] is pending.
+    timer: bool,
+}
+
+impl Gathered {
+    fn write(&mut self) {
+        write_whole(&self.lines);
+        self.lines.clear();
+    }
+}
 
 impl Drop for Gathered {
     fn drop(&mut self) {
-        write_whole(&self.0);
+        self.write();
     }
 }
 
@@ -95,13 +111,12 @@ fn write_whole(bytes: &[u8]) {
     }
 }
 
-/// Writes the lines this thread has gathered. Called by each worker runtime before it
-/// parks; harmless anywhere else.
-pub fn flush_gathered() {
+/// Writes the lines this thread has gathered.
+fn flush_gathered() {
     let _ = GATHERED.try_with(|g| {
         if let Ok(mut g) = g.try_borrow_mut() {
-            write_whole(&g.0);
-            g.0.clear();
+            g.timer = false;
+            g.write();
         }
     });
 }
@@ -115,17 +130,26 @@ impl Sink for Stderr {
             let Ok(mut g) = g.try_borrow_mut() else {
                 return false;
             };
-            if g.0.len() + line.len() > ATOMIC_WRITE {
-                write_whole(&g.0);
-                g.0.clear();
+            if g.lines.len() + line.len() > ATOMIC_WRITE {
+                g.write();
             }
             if line.len() > ATOMIC_WRITE {
                 return false;
             }
-            g.0.extend_from_slice(line);
+            g.lines.extend_from_slice(line);
             if urgent {
-                write_whole(&g.0);
-                g.0.clear();
+                g.write();
+            } else if !g.timer {
+                // The worker's runtime runs the task, on this thread, with these lines.
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    g.write();
+                    return true;
+                };
+                g.timer = true;
+                runtime.spawn(async {
+                    tokio::time::sleep(GATHER).await;
+                    flush_gathered();
+                });
             }
             true
         });

@@ -54,8 +54,6 @@ impl Workers {
         for i in 1..=n {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                // Log lines gathered while busy are written when the worker has no work.
-                .on_thread_park(crate::logjson::flush_gathered)
                 .build()?;
             let (stop, stopped) = oneshot::channel::<()>();
             workers.handles.push(runtime.handle().clone());

@@ -238,8 +238,8 @@ impl Gateway {
         self.log.lock().unwrap().clone()
     }
 
-    /// The log once `what` is in it `times` times. A worker writes its info lines when it
-    /// runs out of work, just after the answer left; this waits (up to 5 s) for that write.
+    /// The log once `what` is in it `times` times. A worker writes the info lines it
+    /// gathered 10 ms after the first of them; this waits (up to 5 s) for that write.
     pub async fn log_with(&self, what: &str, times: usize) -> String {
         for _ in 0..500 {
             let log = self.log();

@@ -680,6 +680,12 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     let r = record;
     let b = &*r.base;
     let route = b.route.as_deref();
+    // `,"name":` before every field but the first (`arguments` or `client`).
+    let key = |out: &mut String, name: &str| {
+        out.push_str(",\"");
+        out.push_str(name);
+        out.push_str("\":");
+    };
     let optional_str = |out: &mut String, v: Option<&str>| match v {
         Some(v) => push_str(out, v),
         None => out.push_str("null"),
@@ -694,40 +700,40 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     let _ = write!(out, "{}", b.client);
     out.push('"');
     if let Some(d) = r.decision {
-        out.push_str(",\"decision\":");
+        key(out, "decision");
         push_str(out, d);
     }
     if let Some(g) = r.gateway_ms {
-        out.push_str(",\"gateway_ms\":");
+        key(out, "gateway_ms");
         push_f64(out, g);
     }
-    out.push_str(",\"listener\":");
+    key(out, "listener");
     push_str(out, &b.listener);
-    out.push_str(",\"method\":");
+    key(out, "method");
     push_str(out, &b.method);
     if let Some(o) = r.outcome {
-        out.push_str(",\"outcome\":");
+        key(out, "outcome");
         optional_str(out, o);
     }
     if let Some(p) = r.phase {
-        out.push_str(",\"phase\":");
+        key(out, "phase");
         push_str(out, p);
     }
-    out.push_str(",\"prev\":");
+    key(out, "prev");
     push_str(out, prev);
-    out.push_str(",\"profile\":");
+    key(out, "profile");
     push_str(out, route.map_or("-", |r| &*r.profile.name));
     if let Some(reason) = &r.reason {
-        out.push_str(",\"reason\":");
+        key(out, "reason");
         optional_str(out, reason.as_deref());
     }
-    out.push_str(",\"request_id\":");
+    key(out, "request_id");
     push_str(out, &b.request_id);
-    out.push_str(",\"route\":");
+    key(out, "route");
     push_str(out, route.map_or("-", |r| &*r.template));
     if let Some(c) = &r.call {
         // The id exactly as the client wrote it (it was valid JSON when parsed).
-        out.push_str(",\"rpc_id\":");
+        key(out, "rpc_id");
         match c
             .rpc_id
             .as_deref()
@@ -738,23 +744,24 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         }
     }
     if let Some(status) = r.status {
-        out.push_str(",\"status\":");
+        key(out, "status");
         push_u64(out, status.into());
     }
     out.push_str(",\"time\":\"");
     let _ = write!(out, "{}", humantime::format_rfc3339_millis(r.time));
-    out.push_str("\",\"token\":");
+    out.push('"');
+    key(out, "token");
     optional_str(out, b.token.as_deref());
     if let Some(c) = &r.call {
-        out.push_str(",\"tool\":");
+        key(out, "tool");
         push_str(out, &c.tool);
     }
     if let Some(t) = r.total_ms {
-        out.push_str(",\"total_ms\":");
+        key(out, "total_ms");
         push_f64(out, t);
     }
     if let Some(u) = r.upstream_ms {
-        out.push_str(",\"upstream_ms\":");
+        key(out, "upstream_ms");
         match u {
             Some(u) => push_f64(out, u),
             None => out.push_str("null"),

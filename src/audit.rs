@@ -243,16 +243,13 @@ impl Writer {
         self.write(m, true)
     }
 
-    /// Takes whatever is queued (up to 1024 commands) and writes it with one `write`; if
+    /// Waits for the first command, then, for as long as records keep coming, takes what
+    /// arrived every [`GATHER`] (up to 1024 commands) and writes it with one `write`; if
     /// any of it is durable, one fsync covers the batch (group commit) before the acks.
-    /// A plain record first waits `GATHER` for company: under load that turns one wake-up
-    /// and one `write` per request into one per batch. A durable record, a reopen or a
-    /// close is handled at once.
-    /// Waits for the first record, then, for as long as records keep coming, takes what
-    /// arrived every [`GATHER`] and writes it in one go. Senders do not wake the writer
-    /// while it gathers (only a blocked receiver is woken), so under load there is no
-    /// wake-up per record; a durable record unparks it at once. A gather that finds
-    /// nothing sends the writer back to waiting.
+    /// Senders do not wake the writer while it gathers (only a blocked receiver is woken),
+    /// so under load there is no wake-up per record. A durable record unparks it, and a
+    /// durable record, a reopen or a close in the batch is handled without gathering. A
+    /// gather that finds nothing sends the writer back to waiting.
     fn run(mut self, mut rx: mpsc::Receiver<Command>, dropped: Counter) {
         let mut batch = Vec::with_capacity(64);
         while let Some(first) = rx.blocking_recv() {

@@ -343,13 +343,11 @@ fn record_metrics(
         .as_ref()
         .map_or_else(none, |r| Label(r.profile.name.clone()));
     let method = match ctx.rpc_method.as_deref() {
-        Some(m) => KNOWN_METHODS.iter().find(|k| **k == m).copied().unwrap_or(
-            if m.starts_with("notifications/") {
-                "notifications"
-            } else {
-                "(other)"
-            },
-        ),
+        Some(m) => match KNOWN_METHODS.iter().find(|k| **k == m) {
+            Some(known) => known,
+            None if m.starts_with("notifications/") => "notifications",
+            None => "(other)",
+        },
         None => http_method_label(http),
     };
     m.requests

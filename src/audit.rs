@@ -805,6 +805,18 @@ fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
         .collect()
 }
 
+/// Appends `data` to `tail` and keeps the last [`TAIL`] bytes of the two.
+fn keep_tail(tail: &mut Vec<u8>, data: &[u8]) {
+    if data.len() >= TAIL {
+        tail.clear();
+        tail.extend_from_slice(&data[data.len() - TAIL..]);
+    } else {
+        let keep = (TAIL - data.len()).min(tail.len());
+        tail.drain(..tail.len() - keep);
+        tail.extend_from_slice(data);
+    }
+}
+
 /// Largest JSON answer kept whole to learn outcomes. A bigger one (a large tool result)
 /// is not held: only its last `TAIL` bytes are kept, and the outcome comes from them
 /// (`"isError": true` there means `is_error`, otherwise `ok`), so memory stays flat.
@@ -886,12 +898,19 @@ impl AuditTap {
                 }
             }
             None => {
-                self.json.extend_from_slice(data);
-                if self.json.len() > MAX_OBSERVED_JSON {
+                if !self.overflowed && self.json.len() + data.len() > MAX_OBSERVED_JSON {
+                    // Too big to keep whole: from here on only the tail, in the buffer
+                    // already held (it does not grow past the limit).
                     self.overflowed = true;
                 }
-                if self.overflowed && self.json.len() > TAIL {
-                    self.json.drain(..self.json.len() - TAIL);
+                if self.overflowed {
+                    let was_whole = self.json.len() > TAIL;
+                    keep_tail(&mut self.json, data);
+                    if was_whole {
+                        self.json.shrink_to(TAIL);
+                    }
+                } else {
+                    self.json.extend_from_slice(data);
                 }
             }
         }
@@ -996,7 +1015,25 @@ impl Drop for AuditTap {
 
 #[cfg(test)]
 mod outcome_tests {
-    use super::outcomes_in;
+    use super::{TAIL, keep_tail, outcomes_in};
+
+    /// The tail kept of a large answer is the last `TAIL` bytes of everything seen,
+    /// whatever the sizes of the pieces.
+    #[test]
+    fn the_tail_is_the_last_bytes_seen() {
+        let mut seen: Vec<u8> = Vec::new();
+        let mut tail: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+        seen.extend_from_slice(&tail);
+        for (n, size) in [1usize, 7, 4095, 4096, 4097, 9000, 0, 13, 70_000, 2]
+            .into_iter()
+            .enumerate()
+        {
+            let piece: Vec<u8> = (0..size).map(|i| (i * 31 + n) as u8).collect();
+            keep_tail(&mut tail, &piece);
+            seen.extend_from_slice(&piece);
+            assert_eq!(tail, seen[seen.len() - TAIL..], "after a piece of {size}");
+        }
+    }
 
     #[test]
     fn outcomes() {

@@ -14,6 +14,8 @@
 //!   sweep every [`SWEEP`].
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
+//! - A connection reads at most [`READ_BUFFER`] bytes at a time, so a large streamed
+//!   answer passes through in small pieces instead of growing a buffer per connection.
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -32,6 +34,12 @@ pub const IDLE: Duration = Duration::from_secs(90);
 const SWEEP: Duration = Duration::from_secs(30);
 /// Connections kept per worker and upstream.
 pub const MAX_KEPT: usize = 256;
+/// About the most a connection buffers of an answer: a body passes through in reads of
+/// up to this size, and a head still incomplete past it is refused (hyper checks between
+/// reads, so one read can take a little more). nginx's `proxy_buffer_size` is 4 or 8 KiB;
+/// hyper's default grows to about 400 KiB per connection, held while a large answer
+/// streams.
+pub const READ_BUFFER: usize = 64 << 10;
 
 type Sender = SendRequest<Full<Bytes>>;
 
@@ -168,7 +176,9 @@ impl Pool {
             })?
             .map_err(PoolError::Connect)?;
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        let (sender, connection) = http1::Builder::new()
+            .max_buf_size(READ_BUFFER)
+            .handshake(TokioIo::new(stream))
             .await
             .map_err(PoolError::Http)?;
         tokio::spawn(async move {

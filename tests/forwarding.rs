@@ -422,3 +422,26 @@ async fn an_upstream_closing_after_each_answer_is_served() {
         assert_eq!(r.status, 200, "{}", r.body);
     }
 }
+
+/// An upstream's answer head is read up to about the connection's read buffer
+/// (`pool::READ_BUFFER`, 64 KiB; hyper checks the limit between reads, so a head that
+/// arrives in one read may pass it): a 40 KiB head passes, a 1 MiB one is a 502, not a
+/// hang or a megabyte held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_answer_heads_are_bounded() {
+    let reply = |header_bytes: usize| -> &'static [u8] {
+        let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+        let text = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: {}\r\ncontent-length: {}\r\n\r\n{body}",
+            "a".repeat(header_bytes),
+            body.len()
+        );
+        Box::leak(text.into_bytes().into_boxed_slice())
+    };
+    let fits = Gateway::start(&config(&raw_upstream(reply(40 << 10)), "10s"));
+    let r = post(&fits.url("/mcp-gpt-full"), &[], &list(1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let too_big = Gateway::start(&config(&raw_upstream(reply(1 << 20)), "10s"));
+    let r = post(&too_big.url("/mcp-gpt-full"), &[], &list(1)).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+}

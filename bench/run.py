@@ -1,7 +1,7 @@
 """Runs the benchmark scenarios against direct (the upstream itself), nginx and mcpgate,
 interleaved, and prints medians and ratios as a Markdown table. See bench/run.sh."""
 
-import json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 SMOKE = "--smoke" in sys.argv
 DURATION = 1 if SMOKE else int(os.environ.get("BENCH_DURATION", "6"))
@@ -213,6 +213,11 @@ def main():
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # The audit trail and logs of a full run take close to 1 GB.
+        if os.environ.get("BENCH_KEEP_WORK"):
+            print(f"work files kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
     med = lambda s, t, k: statistics.median(r[k] for r in results[(s, t)])
     if SMOKE:

@@ -897,22 +897,15 @@ impl AuditTap {
                     self.scan(&t);
                 }
             }
-            None => {
-                if !self.overflowed && self.json.len() + data.len() > MAX_OBSERVED_JSON {
-                    // Too big to keep whole: from here on only the tail, in the buffer
-                    // already held (it does not grow past the limit).
-                    self.overflowed = true;
-                }
-                if self.overflowed {
-                    let was_whole = self.json.len() > TAIL;
-                    keep_tail(&mut self.json, data);
-                    if was_whole {
-                        self.json.shrink_to(TAIL);
-                    }
-                } else {
-                    self.json.extend_from_slice(data);
-                }
+            None if self.overflowed => keep_tail(&mut self.json, data),
+            None if self.json.len() + data.len() > MAX_OBSERVED_JSON => {
+                // Too big to keep whole: from here on only the tail, switched to before
+                // the buffer grows past the limit.
+                self.overflowed = true;
+                keep_tail(&mut self.json, data);
+                self.json.shrink_to(TAIL);
             }
+            None => self.json.extend_from_slice(data),
         }
     }
 
@@ -929,7 +922,8 @@ impl AuditTap {
                 .copied()
                 .filter(|b| !b.is_ascii_whitespace())
                 .collect();
-            let outcome = if tail.windows(15).any(|w| w == b"\"isError\":true") {
+            const IS_ERROR: &[u8] = b"\"isError\":true";
+            let outcome = if tail.windows(IS_ERROR.len()).any(|w| w == IS_ERROR) {
                 "is_error"
             } else {
                 "ok"

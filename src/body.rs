@@ -100,12 +100,14 @@ impl Body for GateBody {
             GateBody::Upstream { body, .. } => body.size_hint(),
             GateBody::Stream(inner) => inner.size_hint(),
             GateBody::Continued { head, rest } => {
-                let mut hint = rest.size_hint();
+                let rest = rest.size_hint();
                 let n = head.as_ref().map_or(0, |b| b.len() as u64);
-                hint.set_lower(hint.lower() + n);
-                if let Some(upper) = hint.upper() {
+                // Upper bound first: `set_lower` asserts the lower bound stays under it.
+                let mut hint = SizeHint::new();
+                if let Some(upper) = rest.upper() {
                     hint.set_upper(upper + n);
                 }
+                hint.set_lower(rest.lower() + n);
                 hint
             }
             GateBody::Held(inner, _) => inner.size_hint(),

@@ -438,3 +438,30 @@ async fn slow_requests_log_their_timing_split() {
     assert!(v["upstream_ms"].as_f64().unwrap() >= 250.0, "{v}");
     assert!(v["gateway_ms"].as_f64().is_some() && v["total_ms"].as_f64().is_some());
 }
+
+/// A tools/call answer too large to keep whole (over 256 KiB) streams through, and its
+/// record still gets the outcome, read from the answer's tail: `is_error` when the result
+/// ends with `"isError": true`, `ok` otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_get_their_outcome_from_the_tail() {
+    for (is_error, outcome) in [(true, "is_error"), (false, "ok")] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{{"type":"text","text":"{}"}}],"isError": {is_error}}}}}"#,
+            "x".repeat(300 << 10)
+        );
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let gw = Gateway::start(&with_audit(&raw_upstream(reply), &path, ""));
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &call(1, "get_document")).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body.len(), body.len(), "the answer passes whole");
+        let recs = wait_records(&path, 1).await;
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        assert_eq!(recs[1]["tool"], "get_document");
+        assert_eq!(recs[1]["outcome"], outcome, "{:?}", recs[1]);
+    }
+}

@@ -218,40 +218,6 @@ async fn http2_prior_knowledge_is_served() {
     assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 9);
 }
 
-/// An upstream that answers every request with `reply` and closes the connection.
-fn raw_upstream(reply: &'static [u8]) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { break };
-            use std::io::{Read, Write};
-            let mut seen = Vec::new();
-            let mut buf = [0u8; 4096];
-            // Read the head and the body its Content-Length announces, then answer.
-            while let Ok(n) = conn.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&seen).to_ascii_lowercase();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len = text
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if seen.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
-            let _ = conn.write_all(reply);
-        }
-    });
-    format!("http://{addr}/mcp")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_answers_leave_whole_or_stream_when_large() {
     // Small: read whole, sent with its length.
@@ -429,14 +395,14 @@ async fn an_upstream_closing_after_each_answer_is_served() {
 /// hang or a megabyte held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_answer_heads_are_bounded() {
-    let reply = |header_bytes: usize| -> &'static [u8] {
+    let reply = |header_bytes: usize| {
         let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
         let text = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-big: {}\r\ncontent-length: {}\r\n\r\n{body}",
             "a".repeat(header_bytes),
             body.len()
         );
-        Box::leak(text.into_bytes().into_boxed_slice())
+        text.into_bytes()
     };
     let fits = Gateway::start(&config(&raw_upstream(reply(40 << 10)), "10s"));
     let r = post(&fits.url("/mcp-gpt-full"), &[], &list(1)).await;
@@ -444,4 +410,24 @@ async fn upstream_answer_heads_are_bounded() {
     let too_big = Gateway::start(&config(&raw_upstream(reply(1 << 20)), "10s"));
     let r = post(&too_big.url("/mcp-gpt-full"), &[], &list(1)).await;
     assert_eq!(r.status, 502, "{}", r.body);
+}
+
+/// A JSON answer over the 64 KiB read whole, sent by the upstream with `Content-Length`,
+/// streams on with its full length: the first 64 KiB and the rest make one body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_with_its_length_streams_whole() {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[],"pad":"{}"}}}}"#,
+        "x".repeat(100_000)
+    );
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let gw = Gateway::start(&config(&raw_upstream(reply), "10s"));
+    for _ in 0..3 {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, body);
+    }
 }

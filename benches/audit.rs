@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// A typical record: an allowed tools/call with its outcome and timings.
 fn record(i: u64) -> Record {
     let base = Arc::new(Base {
-        request_id: format!("{i:032x}"),
+        request_id: format!("{i:032x}").into(),
         listener: "public".into(),
         route: None,
         token: Some("chatgpt-app".into()),

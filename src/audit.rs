@@ -560,7 +560,7 @@ mod tests {
             m.insert("listener", json!(&*b.listener));
             m.insert("method", json!(b.method));
             m.insert("prev", json!("ab12"));
-            m.insert("request_id", json!(b.request_id));
+            m.insert("request_id", json!(&*b.request_id));
             let route = b.route.as_deref();
             m.insert("profile", json!(route.map_or("-", |r| &*r.profile.name)));
             m.insert("route", json!(route.map_or("-", |r| &*r.template)));
@@ -621,7 +621,7 @@ pub struct Call {
 /// The fields every record of one request shares.
 #[derive(Debug)]
 pub struct Base {
-    pub request_id: String,
+    pub request_id: Arc<str>,
     pub listener: Arc<str>,
     /// The matched route: its template and profile name are written (`-` without one).
     pub route: Option<Arc<crate::config::Route>>,

@@ -6,12 +6,23 @@
 //! stores a span's fields as JSON text and parses that text back into a value tree for
 //! every event in the span; with one line per request that was a sixth of the CPU a
 //! proxied call cost (see docs/benchmarks.md).
+//!
+//! A request's lines carry its id as the stock formatter would show a span named
+//! `request` with a `request_id` field, but without a `tracing` span: the id is the
+//! thread's current request while the request is polled ([`in_request`]). A span costs a
+//! registry slot and the filter's bookkeeping on every poll, about 5% of a proxied call.
+//! The human format is tracing's own formatter, which knows only spans, so with it
+//! requests get a real span ([`use_spans`]).
 
 use crate::jsontext::{push_f64, push_i64, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
+use std::future::Future;
+use std::pin::Pin;
 use std::io::Write as _;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context as TaskContext, Poll};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
@@ -226,6 +237,84 @@ impl Visit for FieldWriter<'_> {
 
 thread_local! {
     static LINE: RefCell<String> = RefCell::new(String::with_capacity(512));
+    /// The id of the request this thread is polling, if any.
+    static REQUEST_ID: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
+/// Set when the log is not written by [`JsonLayer`]: requests then need a real span.
+static SPANS: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`request_span`] return real spans, for a log formatter that shows only spans.
+pub fn use_spans() {
+    SPANS.store(true, Ordering::Relaxed);
+}
+
+/// A `request` span with the id when the formatter needs one ([`use_spans`]); otherwise
+/// no span, and [`in_request`] and [`enter_request`] give the lines their id.
+pub fn request_span(id: &str) -> tracing::Span {
+    if SPANS.load(Ordering::Relaxed) {
+        tracing::info_span!("request", request_id = id)
+    } else {
+        tracing::Span::none()
+    }
+}
+
+/// While alive, lines logged on this thread outside any span carry `id` as their
+/// request's. Dropping it restores the request that was current before.
+#[must_use]
+pub struct InRequest {
+    before: Option<Arc<str>>,
+}
+
+pub fn enter_request(id: &Arc<str>) -> InRequest {
+    let before = REQUEST_ID
+        .try_with(|r| r.replace(Some(id.clone())))
+        .ok()
+        .flatten();
+    InRequest { before }
+}
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        let before = self.before.take();
+        let _ = REQUEST_ID.try_with(|r| *r.borrow_mut() = before);
+    }
+}
+
+/// Polls `inner` with `id` as this thread's current request during each poll, the way
+/// `Instrument` enters a span.
+pub fn in_request<F: Future>(id: Arc<str>, inner: F) -> InRequestFuture<F> {
+    InRequestFuture { id, inner }
+}
+
+pin_project_lite::pin_project! {
+    /// See [`in_request`].
+    pub struct InRequestFuture<F> {
+        id: Arc<str>,
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> Future for InRequestFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _in = enter_request(this.id);
+        this.inner.poll(cx)
+    }
+}
+
+/// Appends the current request as the stock formatter writes a `request` span.
+fn push_request(out: &mut String) {
+    let _ = REQUEST_ID.try_with(|r| {
+        if let Some(id) = r.try_borrow().ok().as_deref().and_then(Option::as_deref) {
+            out.push_str(",\"span\":{\"request_id\":");
+            push_str(out, id);
+            out.push_str(",\"name\":\"request\"}");
+        }
+    });
 }
 
 impl<S, K> Layer<K> for JsonLayer<S>
@@ -295,6 +384,8 @@ where
                 out.push_str("\"name\":");
                 push_str(out, span.name());
                 out.push('}');
+            } else {
+                push_request(out);
             }
             out.push_str("}\n");
             self.sink
@@ -381,6 +472,66 @@ mod tests {
             raw.contains("\",\"level\":\"INFO\",\"message\":\"listening\",\"listener\":\"main\""),
             "{raw}"
         );
+    }
+
+    /// Lines of a request polled with [`in_request`] read as the stock formatter's lines
+    /// in a `request` span, also when two requests take turns on one thread; lines
+    /// outside any request have no span.
+    #[test]
+    fn request_lines_read_as_lines_in_a_request_span() {
+        fn log(n: u32) {
+            tracing::info!(n, status = 200u16, "request");
+        }
+        let ours = Buffer::default();
+        let subscriber = tracing_subscriber::registry().with(JsonLayer::new(ours.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async {
+                let request = |id: &'static str, n: u32| {
+                    in_request(Arc::from(id), async move {
+                        log(n);
+                        tokio::task::yield_now().await;
+                        log(n + 1);
+                    })
+                };
+                tokio::join!(request("r-1", 1), request("r-2", 3));
+                log(5);
+            });
+            let id: Arc<str> = Arc::from("r-3 \"odd\"");
+            let _in = enter_request(&id);
+            log(6);
+        });
+
+        let stock = Buffer::default();
+        let writer = stock.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for (id, n) in [("r-1", 1), ("r-2", 3), ("r-1", 2), ("r-2", 4)] {
+                tracing::info_span!("request", request_id = id).in_scope(|| log(n));
+            }
+            log(5);
+            tracing::info_span!("request", request_id = "r-3 \"odd\"").in_scope(|| log(6));
+        });
+
+        let mut ours = lines(&ours.0.lock().unwrap());
+        let mut stock = lines(&stock.0.lock().unwrap());
+        assert_eq!(ours.len(), 6);
+        assert_eq!(ours.len(), stock.len());
+        // `join!` takes turns in an order of its own; each line's `n` tells which it is.
+        ours.sort_by_key(|l| l["n"].as_u64());
+        stock.sort_by_key(|l| l["n"].as_u64());
+        for (a, b) in ours.iter_mut().zip(stock.iter_mut()) {
+            a["timestamp"].take();
+            b["timestamp"].take();
+            assert_eq!(a, b);
+        }
+        assert!(ours[4].get("span").is_none(), "{}", ours[4]);
     }
 
     fn ours_raw() -> Vec<u8> {

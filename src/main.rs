@@ -267,6 +267,7 @@ fn init_logging(settings: &config::LogSettings) {
             ))
             .init();
     } else {
+        mcpgate::logjson::use_spans();
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)

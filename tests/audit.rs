@@ -387,7 +387,12 @@ async fn an_unwritable_audit_file_refuses_durable_calls_and_serves_the_rest() {
     let up = json_upstream().await;
     // /dev/full opens, but every write fails.
     let gw = Gateway::start(&with_audit(&up.url(), Path::new("/dev/full"), ""));
-    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(1, "delete_document")).await;
+    let r = post(
+        &gw.url("/mcp-gpt-full"),
+        &[("x-request-id", "durable-1")],
+        &call(1, "delete_document"),
+    )
+    .await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], -32003);
     assert_eq!(r.json()["id"], 1);
@@ -401,6 +406,13 @@ async fn an_unwritable_audit_file_refuses_durable_calls_and_serves_the_rest() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = gw.log();
     assert!(log.contains("durable audit record failed"), "{log}");
+    // Logged while the request was being handled, so it carries the request's id.
+    let line = log
+        .lines()
+        .find(|l| l.contains("durable audit record failed"))
+        .unwrap();
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["span"]["request_id"], "durable-1", "{line}");
     assert!(
         log.contains("audit record could not be written"),
         "lost records are logged"
@@ -435,6 +447,14 @@ async fn slow_requests_log_their_timing_split() {
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["level"], "WARN");
     assert_eq!(v["span"]["request_id"], "slow-1");
+    let request: Value = gw
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "request")
+        .expect("a request line");
+    assert_eq!(request["span"]["request_id"], "slow-1", "{request}");
+    assert_eq!(request["tool"], "get_document");
     assert!(v["upstream_ms"].as_f64().unwrap() >= 250.0, "{v}");
     assert!(v["gateway_ms"].as_f64().is_some() && v["total_ms"].as_f64().is_some());
 }

@@ -16,6 +16,7 @@ use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
 use crate::gateway::Gateway;
+use crate::logjson;
 use crate::metrics::Metrics;
 use crate::tools_list::{ListRewrite, ToolFilter};
 use crate::transport::accept::{self, Want};
@@ -53,7 +54,7 @@ impl Peer {
 
 /// What one request has learned about itself so far; logged when it ends.
 struct Ctx {
-    request_id: String,
+    request_id: Arc<str>,
     route: Option<Arc<Route>>,
     token_id: Option<Arc<str>>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
@@ -111,10 +112,14 @@ pub async fn handle(
         tool: None,
     };
     let http_method = req.method().clone();
-    let span = tracing::info_span!("request", request_id = ctx.request_id.as_str());
-    let result = run(&gw, &snapshot, listener, &peer, req, &mut ctx)
-        .instrument(span.clone())
-        .await;
+    // Every log line of the request carries its id (`logjson` explains how).
+    let id = ctx.request_id.clone();
+    let span = logjson::request_span(&id);
+    let result = logjson::in_request(
+        id.clone(),
+        run(&gw, &snapshot, listener, &peer, req, &mut ctx).instrument(span.clone()),
+    )
+    .await;
     let (response, reason) = match result {
         Ok(r) => (r, None),
         Err(e) => {
@@ -124,6 +129,7 @@ pub async fn handle(
         }
     };
     let _entered = span.enter();
+    let _in = logjson::enter_request(&id);
     let head_ms = started.elapsed().as_secs_f64() * 1000.0;
     let response = match &gw.audit {
         Some(a) => audit_answer(
@@ -767,14 +773,14 @@ fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<
 /// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so
 /// it is safe in logs and headers); otherwise makes one: a per-process random prefix and
 /// a counter, unique without a syscall per request.
-fn request_id(headers: &HeaderMap) -> String {
+fn request_id(headers: &HeaderMap) -> Arc<str> {
     if let Some(v) = headers.get("x-request-id") {
         let b = v.as_bytes();
         if (1..=128).contains(&b.len())
             && b.iter()
                 .all(|c| c.is_ascii_alphanumeric() || b"._:-".contains(c))
         {
-            return String::from_utf8_lossy(b).into_owned();
+            return Arc::from(String::from_utf8_lossy(b));
         }
     }
     static PREFIX: OnceLock<u64> = OnceLock::new();
@@ -793,7 +799,7 @@ fn request_id(headers: &HeaderMap) -> String {
             ));
         }
     }
-    id
+    Arc::from(id)
 }
 
 #[cfg(test)]
@@ -818,7 +824,7 @@ mod tests {
         );
         assert_ne!(a, request_id(&h));
         h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
-        assert_eq!(request_id(&h), "abc-1.2:3");
+        assert_eq!(&*request_id(&h), "abc-1.2:3");
         h.insert(
             "x-request-id",
             HeaderValue::from_static("bad id\twith spaces"),

@@ -89,8 +89,19 @@ fn scores(header: &str) -> Option<(Score, Score)> {
     any.then_some((json, sse))
 }
 
+/// The `Accept` the MCP SDK clients (TypeScript and Python) send with every POST.
+const SDK_ACCEPT: &[u8] = b"application/json, text/event-stream";
+
 /// The SPEC §5 table.
 pub fn negotiate(header: Option<&[u8]>) -> Result<Want, NotAcceptable> {
+    // Most requests carry exactly this; its answer is known without parsing.
+    if header == Some(SDK_ACCEPT) {
+        return Ok(Want::Either);
+    }
+    parse_and_negotiate(header)
+}
+
+fn parse_and_negotiate(header: Option<&[u8]>) -> Result<Want, NotAcceptable> {
     let Some((json, sse)) = header
         .and_then(|h| std::str::from_utf8(h).ok())
         .and_then(scores)
@@ -124,6 +135,12 @@ mod tests {
 
     fn n(h: &str) -> Result<Want, NotAcceptable> {
         negotiate(Some(h.as_bytes()))
+    }
+
+    #[test]
+    fn the_sdk_header_gets_what_parsing_it_gives() {
+        assert_eq!(negotiate(Some(SDK_ACCEPT)), Ok(Want::Either));
+        assert_eq!(negotiate(Some(SDK_ACCEPT)), parse_and_negotiate(Some(SDK_ACCEPT)));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub enum GateBody {
     Streamed(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
-        body: hyper::body::Incoming,
+        body: crate::pool::UpBody,
         deadline: Option<Pin<Box<Sleep>>>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),

@@ -18,8 +18,8 @@ use crate::jsontext::{push_f64, push_i64, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::future::Future;
-use std::pin::Pin;
 use std::io::Write as _;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
@@ -485,7 +485,9 @@ mod tests {
         let ours = Buffer::default();
         let subscriber = tracing_subscriber::registry().with(JsonLayer::new(ours.clone()));
         tracing::subscriber::with_default(subscriber, || {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let request = |id: &'static str, n: u32| {
                     in_request(Arc::from(id), async move {

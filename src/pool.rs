@@ -1,58 +1,95 @@
-//! Keep-alive HTTP/1.1 connections to one upstream, held by one worker thread.
+//! Keep-alive HTTP/1.1 connections to one upstream, held by one worker thread, and the
+//! small HTTP/1.1 client that uses them.
 //!
 //! Each worker has its own `Pool` per upstream (see `Upstream::pool`), so a connection is
-//! only ever driven by the thread whose requests use it. A pool is a short list of
-//! connections: a request takes the most recently used one that is ready, sends on it,
-//! and puts it straight back; the connection is ready again once hyper has read the whole
-//! answer. This replaces hyper-util's general client, whose pool keys every checkout by
-//! scheme and authority and hands connections back through extra tasks and channels.
+//! only ever driven by the thread whose requests use it. The request task drives its
+//! connection itself: it writes the whole request (head and body, built by `forward`) in
+//! one write, reads the answer's head, and hands back an [`UpBody`] that reads the rest
+//! from the same socket as it is polled. Once the body has been read to its end the
+//! connection goes back to the pool. There is no task per connection and no channel
+//! between a request and its connection; with hyper's client both were there, and they
+//! cost about a tenth of a proxied call (see docs/benchmarks.md).
 //!
-//! - A connection found closed when a request wants it is dropped. If it closes after it
-//!   was taken but before the request was written, the request goes out once more on a
-//!   fresh connection (hyper hands the unsent request back).
+//! - A kept connection the upstream has closed (or sent anything unasked on) is found out
+//!   when a request wants it, from the socket's readiness, and dropped.
+//! - If a kept connection fails before any byte of the answer came back, the request goes
+//!   out once more on a fresh connection when that cannot do harm: when writing it failed
+//!   (a closed peer processed nothing), or when its method is idempotent. A `POST` that may
+//!   have reached the upstream is never sent twice; it fails with a 502.
 //! - A connection unused for [`IDLE`] is closed, by the next request that looks or by a
 //!   sweep every [`SWEEP`].
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
-//! - A connection reads at most [`READ_BUFFER`] bytes at a time, so a large streamed
-//!   answer passes through in small pieces instead of growing a buffer per connection.
+//! - An answer head larger than [`READ_BUFFER`] is refused, and a body is read at most
+//!   [`READ_BUFFER`] bytes at a time, so a large answer passes through in pieces instead
+//!   of being held.
+//! - A body dropped before its end (client gone, deadline) closes its connection: what is
+//!   left of the answer is never read into the next request's.
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::TrySendError;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// How long an unused connection is kept open (what hyper-util's pool used before).
+/// How long an unused connection is kept open (what hyper-util's pool used).
 pub const IDLE: Duration = Duration::from_secs(90);
 /// How often a pool closes connections unused for [`IDLE`] when no request looks.
 const SWEEP: Duration = Duration::from_secs(30);
 /// Connections kept per worker and upstream.
 pub const MAX_KEPT: usize = 256;
-/// About the most a connection buffers of an answer: a body passes through in reads of
-/// up to this size, and a head still incomplete past it is refused (hyper checks between
-/// reads, so one read can take a little more). nginx's `proxy_buffer_size` is 4 or 8 KiB;
-/// hyper's default grows to about 400 KiB per connection, held while a large answer
-/// streams.
+/// The largest answer head read, and the most read from a connection at a time. nginx's
+/// `proxy_buffer_size` is 4 or 8 KiB; hyper's default grows to about 400 KiB.
 pub const READ_BUFFER: usize = 64 << 10;
+/// Headers an answer head may have (hyper's limit too).
+const MAX_HEADERS: usize = 100;
+/// Room made for reading an answer head when the buffer has less.
+const READ_CHUNK: usize = 8 << 10;
 
-type Sender = SendRequest<Full<Bytes>>;
-
-struct Kept {
-    sender: Sender,
+struct Conn {
+    io: TcpStream,
+    /// Bytes read and not yet used: the rest of a head, or body bytes.
+    buf: BytesMut,
     /// When a request last went out on it.
     used: Instant,
 }
 
-impl Kept {
-    /// Closed by the upstream, or idle for longer than [`IDLE`]: to be dropped.
-    fn stale(&self, now: Instant) -> bool {
-        self.sender.is_closed() || (self.sender.is_ready() && now - self.used > IDLE)
+impl Conn {
+    /// Whether the connection looks usable: not closed by the upstream, nothing unasked
+    /// waiting on it. Asks the socket's readiness, which costs no system call unless the
+    /// upstream did send something.
+    fn alive(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.io.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            // Readable: the end of the stream, an error, or bytes nobody asked for.
+            Poll::Ready(Ok(())) => {
+                matches!(self.io.try_read(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// Reads more into the buffer, making room for `want` bytes first if it has less;
+    /// `Ok(0)` at the end of the stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>, want: usize) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < want.min(READ_CHUNK) {
+            self.buf.reserve(want);
+        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(cx, READ_CHUNK)).await
     }
 }
 
@@ -60,15 +97,16 @@ pub struct Pool {
     host: String,
     port: u16,
     connect_timeout: Duration,
-    kept: Mutex<Vec<Kept>>,
+    kept: Mutex<Vec<Conn>>,
 }
 
 #[derive(Debug)]
 pub enum PoolError {
     /// No connection could be made within the connect timeout.
-    Connect(std::io::Error),
-    /// The connection failed or closed before a complete answer head.
-    Http(hyper::Error),
+    Connect(io::Error),
+    /// The connection failed or closed before a complete answer head, or the head was
+    /// not HTTP/1.1 this client can read.
+    Http(io::Error),
 }
 
 impl std::fmt::Display for PoolError {
@@ -83,10 +121,20 @@ impl std::fmt::Display for PoolError {
 impl std::error::Error for PoolError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PoolError::Connect(e) => Some(e),
-            PoolError::Http(e) => std::error::Error::source(e),
+            PoolError::Connect(e) | PoolError::Http(e) => Some(e),
         }
     }
+}
+
+fn malformed(what: &str) -> PoolError {
+    PoolError::Http(io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
+}
+
+/// How a request on a kept connection failed, and whether it may go out again.
+enum Failed {
+    /// Nothing of it can have been acted on, or it is idempotent: send it again.
+    Retry,
+    Fatal(PoolError),
 }
 
 impl Pool {
@@ -105,92 +153,129 @@ impl Pool {
         pool
     }
 
-    /// Sends `request` (its URI in origin form, its `Host` set) on a kept connection or a
-    /// new one, and returns the answer's head.
+    /// Sends `request` (a whole HTTP/1.1 request, head and body, see `forward`) on a kept
+    /// connection or a new one, and returns the answer's head with a body that reads the
+    /// rest.
     pub async fn send(
-        &self,
-        mut request: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, PoolError> {
-        if let Some(sender) = self.take_ready() {
-            match self.dispatch(sender, request).await {
+        self: &Arc<Self>,
+        method: &Method,
+        request: &[u8],
+    ) -> Result<Response<UpBody>, PoolError> {
+        if let Some(conn) = self.take_alive() {
+            match self.exchange(conn, method, request, true).await {
                 Ok(response) => return Ok(response),
-                Err(e) => request = unsent(e)?,
+                Err(Failed::Retry) => {}
+                Err(Failed::Fatal(e)) => return Err(e),
             }
         }
-        let sender = self.connect().await?;
-        self.dispatch(sender, request)
-            .await
-            .map_err(|e| PoolError::Http(e.into_error()))
+        let conn = self.connect().await?;
+        match self.exchange(conn, method, request, false).await {
+            Ok(response) => Ok(response),
+            Err(Failed::Fatal(e)) => Err(e),
+            Err(Failed::Retry) => Err(PoolError::Http(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before a complete answer head",
+            ))),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
         // Nothing panics while holding the lock; recover the list if something ever did.
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The most recently used connection that can take a request now. Closed and
-    /// long-unused connections met on the way are dropped.
-    fn take_ready(&self) -> Option<Sender> {
+    /// The most recently used connection that is still usable. Closed and long-unused
+    /// connections met on the way are dropped.
+    fn take_alive(&self) -> Option<Conn> {
         let now = Instant::now();
         let mut kept = self.lock();
-        let mut i = kept.len();
-        while i > 0 {
-            i -= 1;
-            let k = &kept[i];
-            if k.stale(now) {
-                kept.swap_remove(i);
-            } else if k.sender.is_ready() {
-                return Some(kept.swap_remove(i).sender);
+        while let Some(mut conn) = kept.pop() {
+            if now - conn.used <= IDLE && conn.alive() {
+                return Some(conn);
             }
         }
         None
     }
 
-    /// Starts `request` on `sender` and keeps the connection for the next request, which
-    /// can have it once this answer has been read.
-    fn dispatch(
-        &self,
-        mut sender: Sender,
-        request: Request<Full<Bytes>>,
-    ) -> impl Future<Output = Result<Response<Incoming>, TrySendError<Request<Full<Bytes>>>>> + use<>
-    {
-        let sent = sender.try_send_request(request);
+    fn put(&self, mut conn: Conn) {
+        conn.used = Instant::now();
         let mut kept = self.lock();
         if kept.len() < MAX_KEPT {
-            kept.push(Kept {
-                sender,
-                used: Instant::now(),
-            });
+            kept.push(conn);
         }
-        sent
     }
 
-    async fn connect(&self) -> Result<Sender, PoolError> {
-        let stream = tokio::time::timeout(self.connect_timeout, self.tcp())
+    /// Writes `request` on `conn` and reads the answer's head.
+    async fn exchange(
+        self: &Arc<Self>,
+        mut conn: Conn,
+        method: &Method,
+        request: &[u8],
+        reused: bool,
+    ) -> Result<Response<UpBody>, Failed> {
+        if let Err(e) = conn.io.write_all(request).await {
+            return Err(if reused {
+                Failed::Retry
+            } else {
+                Failed::Fatal(PoolError::Http(e))
+            });
+        }
+        loop {
+            if let Some((response, head)) =
+                parse_head(&mut conn.buf, method).map_err(Failed::Fatal)?
+            {
+                let mut body = UpBody {
+                    conn: Some(conn),
+                    framing: head.framing,
+                    keep: head.keep,
+                    pool: Arc::downgrade(self),
+                };
+                body.finish_if_done();
+                return Ok(response.map(|()| body));
+            }
+            if conn.buf.len() > READ_BUFFER {
+                return Err(Failed::Fatal(malformed("answer head too large")));
+            }
+            let got_before = !conn.buf.is_empty();
+            match conn.fill().await {
+                Ok(n) if n > 0 => {}
+                // Closed or reset before the first byte of an answer: a kept connection
+                // the upstream gave up on while the request was on its way.
+                outcome if reused && !got_before && idempotent(method) => {
+                    tracing::debug!(?outcome, "kept upstream connection closed; sending again");
+                    return Err(Failed::Retry);
+                }
+                Ok(_) => {
+                    return Err(Failed::Fatal(PoolError::Http(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "connection closed before a complete answer head",
+                    ))));
+                }
+                Err(e) => return Err(Failed::Fatal(PoolError::Http(e))),
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, PoolError> {
+        let io = tokio::time::timeout(self.connect_timeout, self.tcp())
             .await
             .map_err(|_| {
-                PoolError::Connect(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
+                PoolError::Connect(io::Error::new(
+                    io::ErrorKind::TimedOut,
                     format!("no connection within {:?}", self.connect_timeout),
                 ))
             })?
             .map_err(PoolError::Connect)?;
-        let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::Builder::new()
-            .max_buf_size(READ_BUFFER)
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(PoolError::Http)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
+        let _ = io.set_nodelay(true);
+        Ok(Conn {
+            io,
+            buf: BytesMut::new(),
+            used: Instant::now(),
+        })
     }
 
     /// A TCP connection to the first of the host's addresses that accepts one.
-    async fn tcp(&self) -> std::io::Result<TcpStream> {
+    async fn tcp(&self) -> io::Result<TcpStream> {
         let mut last = None;
         for addr in tokio::net::lookup_host((self.host.as_str(), self.port)).await? {
             match TcpStream::connect(addr).await {
@@ -199,19 +284,21 @@ impl Pool {
             }
         }
         Err(match last {
-            Some((addr, e)) => std::io::Error::new(e.kind(), format!("{addr}: {e}")),
-            None => std::io::Error::new(
-                std::io::ErrorKind::NotFound,
+            Some((addr, e)) => io::Error::new(e.kind(), format!("{addr}: {e}")),
+            None => io::Error::new(
+                io::ErrorKind::NotFound,
                 format!("{} has no address", self.host),
             ),
         })
     }
 }
 
-/// The request back from a connection that closed before it was written, or the error.
-fn unsent(mut e: TrySendError<Request<Full<Bytes>>>) -> Result<Request<Full<Bytes>>, PoolError> {
-    e.take_message()
-        .ok_or_else(|| PoolError::Http(e.into_error()))
+/// Methods a client may repeat without a different effect (RFC 9110 §9.2.2).
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE
+    )
 }
 
 /// Closes connections unused for [`IDLE`] every [`SWEEP`], for as long as the pool lives.
@@ -220,6 +307,483 @@ async fn sweep(pool: Weak<Pool>) {
         tokio::time::sleep(SWEEP).await;
         let Some(pool) = pool.upgrade() else { return };
         let now = Instant::now();
-        pool.lock().retain(|k| !k.stale(now));
+        pool.lock().retain(|c| now - c.used <= IDLE);
+    }
+}
+
+/// How an answer's body ends (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Framing {
+    /// `Content-Length`: this many bytes are left.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked(Chunk),
+    /// Neither: the body ends when the upstream closes; the connection is not kept.
+    Close,
+    /// Read to its end.
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Chunk {
+    /// Before a chunk-size line.
+    Size,
+    /// Inside a chunk: this many data bytes are left.
+    Data(u64),
+    /// After a chunk's data: its CRLF.
+    End,
+    /// After the last chunk: trailer lines up to an empty one.
+    Trailers,
+}
+
+/// Parses an answer head at the start of `buf`. `Ok(None)`: not complete yet. On success
+/// the head's bytes are taken off `buf`; interim (1xx) heads are skipped.
+fn parse_head(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<(Response<()>, Head)>, PoolError> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut head = httparse::Response::new(&mut slots);
+        let len = match head.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(malformed(&format!("answer head: {e}"))),
+        };
+        let code = head.code.unwrap_or(0);
+        if (100..200).contains(&code) {
+            if code == 101 {
+                return Err(malformed("answer switched protocols unasked"));
+            }
+            buf.advance(len);
+            continue;
+        }
+        let status = StatusCode::from_u16(code).map_err(|_| malformed("answer status"))?;
+        let http10 = head.version == Some(0);
+        // Where each header's name and value sit in `buf`, to share them with the map
+        // rather than copy them.
+        let base = buf.as_ptr() as usize;
+        let spans: Vec<(usize, usize, usize, usize)> = head
+            .headers
+            .iter()
+            .map(|h| {
+                let (n, v) = (
+                    h.name.as_ptr() as usize - base,
+                    h.value.as_ptr() as usize - base,
+                );
+                (n, n + h.name.len(), v, v + h.value.len())
+            })
+            .collect();
+        let bytes = buf.split_to(len).freeze();
+
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        let mut encoded = false;
+        let mut keep = !http10;
+        for (ns, ne, vs, ve) in spans {
+            let name =
+                HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| malformed("header name"))?;
+            let value = HeaderValue::from_maybe_shared(bytes.slice(vs..ve))
+                .map_err(|_| malformed("header value"))?;
+            if name == header::CONTENT_LENGTH {
+                let n = std::str::from_utf8(value.as_bytes())
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .ok_or_else(|| malformed("Content-Length"))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(malformed("conflicting Content-Length"));
+                }
+                length = Some(n);
+            } else if name == header::TRANSFER_ENCODING {
+                encoded = true;
+                // Chunked must be the last coding; anything after it is read to the close.
+                chunked = value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.rsplit(',').next())
+                    .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+            } else if name == header::CONNECTION {
+                let listed = |token: &str| {
+                    value
+                        .to_str()
+                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+                };
+                if listed("close") {
+                    keep = false;
+                } else if http10 && listed("keep-alive") {
+                    keep = true;
+                }
+            }
+            headers.append(name, value);
+        }
+        let no_body = *method == Method::HEAD
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = if no_body {
+            Framing::Done
+        } else if encoded {
+            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3); a connection
+            // that carried both is not trusted with another request.
+            if length.is_some() {
+                keep = false;
+            }
+            if chunked {
+                Framing::Chunked(Chunk::Size)
+            } else {
+                Framing::Close
+            }
+        } else {
+            match length {
+                Some(0) => Framing::Done,
+                Some(n) => Framing::Length(n),
+                None => Framing::Close,
+            }
+        };
+        // A body that ends at the close leaves nothing to keep.
+        let keep = keep && framing != Framing::Close;
+        let mut response = Response::new(());
+        *response.status_mut() = status;
+        *response.version_mut() = if http10 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        *response.headers_mut() = headers;
+        return Ok(Some((response, Head { framing, keep })));
+    }
+}
+
+/// How an answer's body is read, and whether its connection may be used again after it.
+#[derive(Debug, PartialEq)]
+struct Head {
+    framing: Framing,
+    keep: bool,
+}
+
+/// The body of an upstream's answer, read from its connection as it is polled.
+pub struct UpBody {
+    /// Until the end: then back to the pool, or closed.
+    conn: Option<Conn>,
+    framing: Framing,
+    /// Whether the connection may take another request once the body has been read.
+    keep: bool,
+    pool: Weak<Pool>,
+}
+
+/// The upstream broke off its answer, or sent one this client cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream answer body: {0}")]
+pub struct BodyError(&'static str);
+
+impl UpBody {
+    /// At the end of the body, the connection goes back to the pool if it may be kept.
+    fn finish_if_done(&mut self) {
+        if self.framing == Framing::Done
+            && let Some(conn) = self.conn.take()
+            && self.keep
+            && let Some(pool) = self.pool.upgrade()
+        {
+            pool.put(conn);
+        }
+    }
+
+    fn end(&mut self) {
+        self.framing = Framing::Done;
+        self.finish_if_done();
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match self.framing {
+                Framing::Done => return Poll::Ready(None),
+                Framing::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = (conn.buf.len() as u64).min(left) as usize;
+                        let data = conn.buf.split_to(n).freeze();
+                        self.framing = Framing::Length(left - n as u64);
+                        if left == n as u64 {
+                            self.end();
+                        }
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Framing::Close => {
+                    if !conn.buf.is_empty() {
+                        return Poll::Ready(Some(Ok(conn.buf.split().freeze())));
+                    }
+                }
+                Framing::Chunked(state) => match step_chunk(&mut conn.buf, state)? {
+                    ChunkStep::Data(data, next) => {
+                        self.framing = Framing::Chunked(next);
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    ChunkStep::Moved(next) => {
+                        self.framing = Framing::Chunked(next);
+                        continue;
+                    }
+                    ChunkStep::Ended => {
+                        self.end();
+                        return Poll::Ready(None);
+                    }
+                    ChunkStep::NeedMore => {
+                        if conn.buf.len() > READ_BUFFER {
+                            return Poll::Ready(Some(Err(BodyError("chunk line too long"))));
+                        }
+                    }
+                },
+            }
+            // Nothing usable buffered: read more, in reads as large as the body needs up
+            // to READ_BUFFER (a large answer then takes few reads).
+            let want = match self.framing {
+                Framing::Length(left) => (left as usize).min(READ_BUFFER),
+                _ => READ_BUFFER,
+            };
+            let conn = self.conn.as_mut().expect("checked above");
+            match ready!(conn.poll_fill(cx, want)) {
+                Ok(n) if n > 0 => {}
+                Ok(_) if self.framing == Framing::Close => {
+                    self.end();
+                    return Poll::Ready(None);
+                }
+                Ok(_) => {
+                    self.conn = None;
+                    return Poll::Ready(Some(Err(BodyError("connection closed mid-answer"))));
+                }
+                Err(_) => {
+                    self.conn = None;
+                    return Poll::Ready(Some(Err(BodyError("connection failed mid-answer"))));
+                }
+            }
+        }
+    }
+}
+
+enum ChunkStep {
+    Data(Bytes, Chunk),
+    /// Framing bytes taken; go on.
+    Moved(Chunk),
+    Ended,
+    NeedMore,
+}
+
+/// One step of chunked decoding over what `buf` holds.
+fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, BodyError> {
+    Ok(match state {
+        Chunk::Size => match httparse::parse_chunk_size(buf) {
+            Ok(httparse::Status::Complete((len, 0))) => {
+                buf.advance(len);
+                ChunkStep::Moved(Chunk::Trailers)
+            }
+            Ok(httparse::Status::Complete((len, size))) => {
+                buf.advance(len);
+                ChunkStep::Moved(Chunk::Data(size))
+            }
+            Ok(httparse::Status::Partial) => ChunkStep::NeedMore,
+            Err(_) => return Err(BodyError("bad chunk size")),
+        },
+        Chunk::Data(left) if !buf.is_empty() => {
+            let n = (buf.len() as u64).min(left) as usize;
+            let data = buf.split_to(n).freeze();
+            let next = if left == n as u64 {
+                Chunk::End
+            } else {
+                Chunk::Data(left - n as u64)
+            };
+            ChunkStep::Data(data, next)
+        }
+        Chunk::Data(_) => ChunkStep::NeedMore,
+        Chunk::End => match buf.get(..2) {
+            Some(b"\r\n") => {
+                buf.advance(2);
+                ChunkStep::Moved(Chunk::Size)
+            }
+            Some(_) => return Err(BodyError("chunk without its CRLF")),
+            None => ChunkStep::NeedMore,
+        },
+        Chunk::Trailers => match buf.iter().position(|&b| b == b'\n') {
+            // An empty line ends the trailers (and the body); other lines are dropped.
+            Some(end) => {
+                let empty = buf[..end].iter().all(|&b| b == b'\r');
+                buf.advance(end + 1);
+                if empty {
+                    ChunkStep::Ended
+                } else {
+                    ChunkStep::Moved(Chunk::Trailers)
+                }
+            }
+            None => ChunkStep::NeedMore,
+        },
+    })
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        let r = ready!(this.poll_step(cx));
+        if let Some(Err(_)) = &r {
+            this.conn = None;
+            this.framing = Framing::Done;
+        }
+        Poll::Ready(r.map(|r| r.map(Frame::data)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.framing == Framing::Done || self.conn.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.framing {
+            Framing::Length(n) => SizeHint::with_exact(n),
+            Framing::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str, method: Method) -> Result<Option<(Response<()>, Head)>, PoolError> {
+        parse_head(&mut BytesMut::from(text), &method)
+    }
+
+    fn framing(text: &str) -> (Framing, bool) {
+        let h = head(text, Method::POST).unwrap().unwrap().1;
+        (h.framing, h.keep)
+    }
+
+    #[test]
+    fn answers_are_framed_as_rfc_9112_says() {
+        let ok = "HTTP/1.1 200 OK\r\n";
+        assert_eq!(
+            framing(&format!("{ok}content-length: 5\r\n\r\n")),
+            (Framing::Length(5), true)
+        );
+        assert_eq!(
+            framing(&format!("{ok}transfer-encoding: gzip, chunked\r\n\r\n")),
+            (Framing::Chunked(Chunk::Size), true)
+        );
+        // Chunked not last, or no length at all: the body runs to the close.
+        assert_eq!(
+            framing(&format!("{ok}transfer-encoding: chunked, gzip\r\n\r\n")),
+            (Framing::Close, false)
+        );
+        assert_eq!(framing(&format!("{ok}\r\n")), (Framing::Close, false));
+        // Both: the coding wins and the connection is not trusted again.
+        assert_eq!(
+            framing(&format!(
+                "{ok}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
+            )),
+            (Framing::Chunked(Chunk::Size), false)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n"),
+            (Framing::Done, true)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\n\r\n"),
+            (Framing::Done, true)
+        );
+        assert_eq!(
+            framing(&format!(
+                "{ok}connection: close\r\ncontent-length: 4\r\n\r\n"
+            )),
+            (Framing::Length(4), false)
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"),
+            (Framing::Done, false)
+        );
+        assert_eq!(
+            framing("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"),
+            (Framing::Done, true)
+        );
+        let h = head(&format!("{ok}content-length: 9\r\n\r\n"), Method::HEAD)
+            .unwrap()
+            .unwrap()
+            .1;
+        assert_eq!(
+            h,
+            Head {
+                framing: Framing::Done,
+                keep: true
+            }
+        );
+        assert!(
+            head(
+                &format!("{ok}content-length: 2\r\ncontent-length: 3\r\n\r\n"),
+                Method::POST
+            )
+            .is_err()
+        );
+        assert!(head(&format!("{ok}content-length: x\r\n\r\n"), Method::POST).is_err());
+        assert!(head("HTTP/1.1 101 Switching\r\n\r\n", Method::GET).is_err());
+        assert!(
+            head("HTTP/1.1 200 OK\r\ncontent-le", Method::POST)
+                .unwrap()
+                .is_none()
+        );
+        assert!(head("HTTP/1.1 2000 OK\r\n\r\n", Method::POST).is_err());
+    }
+
+    #[test]
+    fn interim_heads_are_skipped_and_headers_kept() {
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nMcp-Session-Id: s1\r\nx-a: 1\r\nx-a: 2\r\ncontent-length: 2\r\n\r\n{}",
+        );
+        let (r, h) = parse_head(&mut buf, &Method::POST).unwrap().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["mcp-session-id"], "s1");
+        assert_eq!(r.headers().get_all("x-a").iter().count(), 2);
+        assert_eq!(h.framing, Framing::Length(2));
+        assert_eq!(&buf[..], b"{}");
+    }
+
+    /// Decodes all of `wire` in the given pieces, as reads would deliver them.
+    fn dechunk(pieces: &[&[u8]]) -> Result<(Vec<u8>, bool), BodyError> {
+        let mut buf = BytesMut::new();
+        let mut state = Chunk::Size;
+        let mut out = Vec::new();
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            loop {
+                match step_chunk(&mut buf, state)? {
+                    ChunkStep::Data(d, next) => {
+                        out.extend_from_slice(&d);
+                        state = next;
+                    }
+                    ChunkStep::Moved(next) => state = next,
+                    ChunkStep::Ended => return Ok((out, buf.is_empty())),
+                    ChunkStep::NeedMore => break,
+                }
+            }
+        }
+        Err(BodyError("not ended"))
+    }
+
+    #[test]
+    fn chunked_bodies_decode_however_they_are_split() {
+        let wire = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nx-trailer: t\r\n\r\n";
+        for cut in 0..wire.len() {
+            let (a, b) = wire.split_at(cut);
+            let (out, clean) = dechunk(&[a, b]).unwrap();
+            assert_eq!(out, b"hello world", "cut at {cut}");
+            assert!(clean);
+        }
+        let bytewise: Vec<&[u8]> = wire.chunks(1).collect();
+        assert_eq!(dechunk(&bytewise).unwrap().0, b"hello world");
+        assert!(dechunk(&[b"zz\r\n"]).is_err());
+        assert!(dechunk(&[b"2\r\nabXY"]).is_err());
     }
 }

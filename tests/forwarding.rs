@@ -431,3 +431,152 @@ async fn a_large_answer_with_its_length_streams_whole() {
         assert_eq!(r.body, body);
     }
 }
+
+/// Answers the upstream may frame in any of HTTP/1.1's ways reach the client whole: a
+/// body that ends when the upstream closes, and a chunked one with extensions and
+/// trailers. One broken off or framed wrongly is a 502, not a hang or a cut answer
+/// passed as whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_framed_every_way_arrive_whole_and_broken_ones_are_502() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+    let to_close = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{body}");
+    let chunked = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
+         5;x=y\r\n{}\r\n{:x}\r\n{}\r\n0\r\nx-trailer: t\r\n\r\n",
+        &body[..5],
+        body.len() - 5,
+        &body[5..]
+    );
+    for reply in [to_close, chunked] {
+        let gw = Gateway::start(&config(&raw_upstream(reply.clone()), "10s"));
+        for _ in 0..3 {
+            let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+            assert_eq!((r.status.as_u16(), r.body.as_str()), (200, body), "{reply}");
+        }
+    }
+    let cut = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len() + 10
+    );
+    let bad_chunk = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n".to_string();
+    let bad_head =
+        "HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n{}".to_string();
+    for reply in [cut, bad_chunk, bad_head] {
+        let gw = Gateway::start(&config(&raw_upstream(reply.clone()), "10s"));
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(7)).await;
+        assert_eq!(r.status, 502, "{reply}\n{}", r.body);
+        assert_eq!(r.json()["id"], 7);
+    }
+}
+
+/// An upstream that answers the first request on each connection and, on the next one,
+/// reads it and closes without a word: what an upstream restarting, or timing out a kept
+/// connection just as a request arrives, looks like. It keeps every request line and body.
+fn one_answer_per_connection_upstream() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                for answered in 0.. {
+                    let request = loop {
+                        let text = String::from_utf8_lossy(&got).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .to_ascii_lowercase()
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:").map(str::to_string))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if got.len() >= end + 4 + len {
+                                let line = text.lines().next().unwrap_or_default().to_string();
+                                let body = text[end + 4..end + 4 + len].to_string();
+                                got.drain(..end + 4 + len);
+                                break format!("{line} {body}");
+                            }
+                        }
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    log.lock().unwrap().push(request);
+                    if answered > 0 {
+                        return; // closes without answering
+                    }
+                    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// A request lost on a kept connection (the upstream read it and closed) goes out again
+/// on a fresh connection only when that cannot act twice: a DELETE does, and gets its
+/// answer; a POST, which the upstream may have acted on, is a 502 and reaches the
+/// upstream exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_lost_on_a_kept_connection_is_sent_again_only_if_idempotent() {
+    // More calls than workers: some worker takes two in a row, the second on the
+    // connection its first one left.
+    let calls = std::thread::available_parallelism().unwrap().get() as u64 * 2 + 1;
+    let (url, seen) = one_answer_per_connection_upstream();
+    let gw = Gateway::start(&config(&url, "10s"));
+    let mut failed = 0;
+    for id in 0..calls {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(100 + id)).await;
+        match r.status.as_u16() {
+            200 => {}
+            502 => failed += 1,
+            other => panic!("{other}: {}", r.body),
+        }
+    }
+    assert!(
+        failed > 0,
+        "no call met a connection the upstream had dropped"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len() as u64,
+        calls,
+        "every call reached the upstream once: {seen:#?}"
+    );
+    for id in 0..calls {
+        let id = format!("\"id\":{}", 100 + id);
+        assert_eq!(
+            seen.iter().filter(|r| r.contains(&id)).count(),
+            1,
+            "{id}: {seen:#?}"
+        );
+    }
+
+    let (url, seen) = one_answer_per_connection_upstream();
+    let gw = Gateway::start(&config(&url, "10s"));
+    for _ in 0..calls {
+        let r = send(
+            Method::DELETE,
+            &gw.url("/mcp-gpt-full"),
+            &[("mcp-session-id", "s")],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let sent = seen.lock().unwrap().len() as u64;
+    assert!(sent > calls, "no DELETE was sent again: {sent} for {calls}");
+}

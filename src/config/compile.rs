@@ -102,7 +102,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// This thread's pool of keep-alive connections to the upstream.
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &Arc<Pool> {
         let slot = crate::workers::slot() % self.pools.len();
         self.pools[slot].get_or_init(|| {
             let host = self.url.host().unwrap_or_default();

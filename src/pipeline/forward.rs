@@ -6,11 +6,10 @@
 
 use crate::config::Upstream;
 use crate::error::GateError;
+use crate::pool::UpBody;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, Uri};
-use http_body_util::Full;
-use hyper::body::Incoming;
+use http::{Method, Response, Uri};
 use std::pin::Pin;
 use tokio::time::Sleep;
 
@@ -115,18 +114,52 @@ pub struct Outgoing<'a> {
 /// The upstream's response head and, when the deadline bounds the body too, what is left
 /// of it.
 pub struct Answer {
-    pub response: Response<Incoming>,
+    pub response: Response<UpBody>,
     pub deadline: Option<Pin<Box<Sleep>>>,
     /// How long the upstream took to send the head.
     pub took: std::time::Duration,
 }
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
-    let uri = origin_form(&upstream.url, out.query)?;
-    // Built in one pass over the client's headers rather than copied and then pruned.
+    let request = encode(upstream, &out)?;
+    let started = std::time::Instant::now();
+    let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
+    let response = tokio::select! {
+        r = upstream.pool().send(&out.method, &request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
+    };
+    Ok(Answer {
+        response,
+        deadline: out.body_deadline.then_some(deadline),
+        took: started.elapsed(),
+    })
+}
+
+/// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
+/// the client's headers: those that stay here are left out, the ones mcpgate sets are
+/// added. Header values cannot hold CR or LF (`HeaderValue` refuses them), so nothing a
+/// client sends can end a line early.
+fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError> {
+    let target = origin_form(&upstream.url, out.query)?;
     let listed = connection_listed(out.headers);
     let post = out.method == Method::POST;
-    let mut headers = HeaderMap::with_capacity(out.headers.len() + 8);
+    let mut buf = Vec::with_capacity(512 + out.body.len());
+    buf.extend_from_slice(out.method.as_str().as_bytes());
+    buf.push(b' ');
+    buf.extend_from_slice(
+        target
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes(),
+    );
+    buf.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut line = |name: &[u8], value: &[u8]| {
+        buf.extend_from_slice(name);
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value);
+        buf.extend_from_slice(b"\r\n");
+    };
+    line(b"host", upstream.host.as_bytes());
     for (name, value) in out.headers {
         if stays_here(name)
             || (post && name == header::ACCEPT)
@@ -135,43 +168,35 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
         {
             continue;
         }
-        headers.append(name.clone(), value.clone());
+        line(name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(host) = out.headers.get(header::HOST) {
-        headers.insert(X_FORWARDED_HOST, host.clone());
+        line(X_FORWARDED_HOST.as_str().as_bytes(), host.as_bytes());
     }
-    headers.insert(X_FORWARDED_FOR, out.forwarded_for.clone());
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(out.proto));
-    headers.insert(X_REQUEST_ID, header_value(out.request_id));
+    line(
+        X_FORWARDED_FOR.as_str().as_bytes(),
+        out.forwarded_for.as_bytes(),
+    );
+    line(X_FORWARDED_PROTO.as_str().as_bytes(), out.proto.as_bytes());
+    line(
+        X_REQUEST_ID.as_str().as_bytes(),
+        header_value(out.request_id).as_bytes(),
+    );
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        line(b"accept", b"application/json, text/event-stream");
     }
     for (name, value) in &upstream.headers {
-        headers.append(name, value.clone());
+        line(name.as_str().as_bytes(), value.as_bytes());
     }
-    headers.insert(header::HOST, upstream.host.clone());
-
-    let body_deadline = out.body_deadline;
-    let mut request = Request::new(Full::new(out.body));
-    *request.method_mut() = out.method;
-    *request.uri_mut() = uri;
-    *request.headers_mut() = headers;
-
-    let started = std::time::Instant::now();
-    let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
-    let response = tokio::select! {
-        r = upstream.pool().send(request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
-        _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
-    };
-    Ok(Answer {
-        response,
-        deadline: body_deadline.then_some(deadline),
-        took: started.elapsed(),
-    })
+    // A length for every request that can carry a body, as hyper's client sent it.
+    if !out.body.is_empty() || matches!(out.method, Method::POST | Method::PUT | Method::PATCH) {
+        let mut n = itoa::Buffer::new();
+        line(b"content-length", n.format(out.body.len()).as_bytes());
+    }
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(&out.body);
+    Ok(buf)
 }
 
 fn header_value(s: &str) -> HeaderValue {

@@ -140,7 +140,10 @@ mod tests {
     #[test]
     fn the_sdk_header_gets_what_parsing_it_gives() {
         assert_eq!(negotiate(Some(SDK_ACCEPT)), Ok(Want::Either));
-        assert_eq!(negotiate(Some(SDK_ACCEPT)), parse_and_negotiate(Some(SDK_ACCEPT)));
+        assert_eq!(
+            negotiate(Some(SDK_ACCEPT)),
+            parse_and_negotiate(Some(SDK_ACCEPT))
+        );
     }
 
     #[test]

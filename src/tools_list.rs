@@ -272,10 +272,11 @@ fn tool_name(object: &str) -> Option<std::borrow::Cow<'_, str>> {
 fn string_end(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     loop {
-        match *b.get(i)? {
+        // Jumps to the next quote or backslash instead of looking at every byte.
+        i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        match b[i] {
             b'\\' => i += 2,
-            b'"' => return Some(i + 1),
-            _ => i += 1,
+            _ => return Some(i + 1),
         }
     }
 }

@@ -44,7 +44,17 @@ impl Matcher {
     }
 
     pub fn matches(&self, name: &str) -> bool {
-        self.any || self.exact.contains(name) || self.globs.iter().any(|g| g.matches(name))
+        self.any || self.has_exact(name) || self.globs.iter().any(|g| g.matches(name))
+    }
+
+    /// A few names are compared directly, which is cheaper than hashing the name (a
+    /// tools/list answer asks this for every tool it lists).
+    fn has_exact(&self, name: &str) -> bool {
+        if self.exact.len() <= 8 {
+            self.exact.iter().any(|e| **e == *name)
+        } else {
+            self.exact.contains(name)
+        }
     }
 
     /// The patterns, sorted, for `mcpgate check`.

@@ -257,6 +257,45 @@ async fn json_answers_leave_whole_or_stream_when_large() {
     assert_eq!(r.json()["id"], 3);
 }
 
+/// Reads the next request from `conn` (`got` holds bytes read past the previous one):
+/// its head and the body its `Content-Length` announces. `None` once the client closes.
+fn next_request(conn: &mut std::net::TcpStream, got: &mut Vec<u8>) -> Option<(String, String)> {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .to_ascii_lowercase()
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(str::to_string))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                let request = (
+                    text[..end].to_string(),
+                    text[end + 4..end + 4 + len].to_string(),
+                );
+                got.drain(..end + 4 + len);
+                return Some(request);
+            }
+        }
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A small JSON answer with its length, as a keep-alive upstream sends it.
+fn small_answer() -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// A keep-alive upstream that answers every request on a connection with a small JSON
 /// result, counts the connections it accepted, keeps each request's head, and closes all
 /// its connections when told to.
@@ -269,7 +308,7 @@ struct KeepAliveUpstream {
 
 impl KeepAliveUpstream {
     fn start(path_and_query: &str) -> KeepAliveUpstream {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}{path_and_query}", listener.local_addr().unwrap());
         let up = KeepAliveUpstream {
@@ -288,33 +327,10 @@ impl KeepAliveUpstream {
                 let heads = heads.clone();
                 std::thread::spawn(move || {
                     let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    loop {
-                        let text = String::from_utf8_lossy(&seen).to_string();
-                        if let Some(end) = text.find("\r\n\r\n") {
-                            let len = text[..end]
-                                .to_ascii_lowercase()
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:").map(str::to_string))
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                                .unwrap_or(0);
-                            if seen.len() >= end + 4 + len {
-                                heads.lock().unwrap().push(text[..end].to_string());
-                                seen.drain(..end + 4 + len);
-                                let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
-                                let reply = format!(
-                                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                                    body.len()
-                                );
-                                if conn.write_all(reply.as_bytes()).is_err() {
-                                    return;
-                                }
-                                continue;
-                            }
-                        }
-                        match conn.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    while let Some((head, _)) = next_request(&mut conn, &mut seen) {
+                        heads.lock().unwrap().push(head);
+                        if conn.write_all(small_answer().as_bytes()).is_err() {
+                            return;
                         }
                     }
                 });
@@ -473,7 +489,7 @@ async fn answers_framed_every_way_arrive_whole_and_broken_ones_are_502() {
 /// reads it and closes without a word: what an upstream restarting, or timing out a kept
 /// connection just as a request arrives, looks like. It keeps every request line and body.
 fn one_answer_per_connection_upstream() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
@@ -484,39 +500,16 @@ fn one_answer_per_connection_upstream() -> (String, Arc<std::sync::Mutex<Vec<Str
             let log = log.clone();
             std::thread::spawn(move || {
                 let mut got = Vec::new();
-                let mut buf = [0u8; 4096];
                 for answered in 0.. {
-                    let request = loop {
-                        let text = String::from_utf8_lossy(&got).to_string();
-                        if let Some(end) = text.find("\r\n\r\n") {
-                            let len = text[..end]
-                                .to_ascii_lowercase()
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:").map(str::to_string))
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                                .unwrap_or(0);
-                            if got.len() >= end + 4 + len {
-                                let line = text.lines().next().unwrap_or_default().to_string();
-                                let body = text[end + 4..end + 4 + len].to_string();
-                                got.drain(..end + 4 + len);
-                                break format!("{line} {body}");
-                            }
-                        }
-                        match conn.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
+                    let Some((head, body)) = next_request(&mut conn, &mut got) else {
+                        return;
                     };
-                    log.lock().unwrap().push(request);
+                    let line = head.lines().next().unwrap_or_default().to_string();
+                    log.lock().unwrap().push(format!("{line} {body}"));
                     if answered > 0 {
                         return; // closes without answering
                     }
-                    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
-                    let reply = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if conn.write_all(reply.as_bytes()).is_err() {
+                    if conn.write_all(small_answer().as_bytes()).is_err() {
                         return;
                     }
                 }

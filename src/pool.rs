@@ -126,14 +126,23 @@ impl std::error::Error for PoolError {
     }
 }
 
+/// The connection ended before the answer's head was complete.
+fn closed_early() -> PoolError {
+    PoolError::Http(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "connection closed before a complete answer head",
+    ))
+}
+
 fn malformed(what: &str) -> PoolError {
     PoolError::Http(io::Error::new(io::ErrorKind::InvalidData, what.to_string()))
 }
 
-/// How a request on a kept connection failed, and whether it may go out again.
+/// How a request failed, and whether it may go out again on a fresh connection.
 enum Failed {
-    /// Nothing of it can have been acted on, or it is idempotent: send it again.
-    Retry,
+    /// On a kept connection, and nothing of it can have been acted on, or it is
+    /// idempotent: send it again.
+    Retry(PoolError),
     Fatal(PoolError),
 }
 
@@ -164,18 +173,16 @@ impl Pool {
         if let Some(conn) = self.take_alive() {
             match self.exchange(conn, method, request, true).await {
                 Ok(response) => return Ok(response),
-                Err(Failed::Retry) => {}
+                Err(Failed::Retry(e)) => {
+                    tracing::debug!(error = %e, "kept upstream connection failed; sending again");
+                }
                 Err(Failed::Fatal(e)) => return Err(e),
             }
         }
         let conn = self.connect().await?;
         match self.exchange(conn, method, request, false).await {
             Ok(response) => Ok(response),
-            Err(Failed::Fatal(e)) => Err(e),
-            Err(Failed::Retry) => Err(PoolError::Http(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before a complete answer head",
-            ))),
+            Err(Failed::Retry(e) | Failed::Fatal(e)) => Err(e),
         }
     }
 
@@ -214,10 +221,11 @@ impl Pool {
         reused: bool,
     ) -> Result<Response<UpBody>, Failed> {
         if let Err(e) = conn.io.write_all(request).await {
+            let e = PoolError::Http(e);
             return Err(if reused {
-                Failed::Retry
+                Failed::Retry(e)
             } else {
-                Failed::Fatal(PoolError::Http(e))
+                Failed::Fatal(e)
             });
         }
         loop {
@@ -237,22 +245,18 @@ impl Pool {
                 return Err(Failed::Fatal(malformed("answer head too large")));
             }
             let got_before = !conn.buf.is_empty();
-            match conn.fill().await {
-                Ok(n) if n > 0 => {}
-                // Closed or reset before the first byte of an answer: a kept connection
-                // the upstream gave up on while the request was on its way.
-                outcome if reused && !got_before && idempotent(method) => {
-                    tracing::debug!(?outcome, "kept upstream connection closed; sending again");
-                    return Err(Failed::Retry);
-                }
-                Ok(_) => {
-                    return Err(Failed::Fatal(PoolError::Http(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "connection closed before a complete answer head",
-                    ))));
-                }
-                Err(e) => return Err(Failed::Fatal(PoolError::Http(e))),
-            }
+            let e = match conn.fill().await {
+                Ok(n) if n > 0 => continue,
+                Ok(_) => closed_early(),
+                Err(e) => PoolError::Http(e),
+            };
+            // Closed or reset before the first byte of an answer: a kept connection the
+            // upstream gave up on while the request was on its way.
+            return Err(if reused && !got_before && idempotent(method) {
+                Failed::Retry(e)
+            } else {
+                Failed::Fatal(e)
+            });
         }
     }
 
@@ -363,25 +367,23 @@ fn parse_head(
         // Where each header's name and value sit in `buf`, to share them with the map
         // rather than copy them.
         let base = buf.as_ptr() as usize;
-        let spans: Vec<(usize, usize, usize, usize)> = head
-            .headers
-            .iter()
-            .map(|h| {
-                let (n, v) = (
-                    h.name.as_ptr() as usize - base,
-                    h.value.as_ptr() as usize - base,
-                );
-                (n, n + h.name.len(), v, v + h.value.len())
-            })
-            .collect();
+        let count = head.headers.len();
+        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+        for (span, h) in spans.iter_mut().zip(head.headers.iter()) {
+            let (n, v) = (
+                h.name.as_ptr() as usize - base,
+                h.value.as_ptr() as usize - base,
+            );
+            *span = (n, n + h.name.len(), v, v + h.value.len());
+        }
         let bytes = buf.split_to(len).freeze();
 
-        let mut headers = HeaderMap::with_capacity(spans.len());
+        let mut headers = HeaderMap::with_capacity(count);
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut encoded = false;
         let mut keep = !http10;
-        for (ns, ne, vs, ve) in spans {
+        for &(ns, ne, vs, ve) in &spans[..count] {
             let name =
                 HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(vs..ve))
@@ -502,10 +504,9 @@ impl UpBody {
                 Framing::Done => return Poll::Ready(None),
                 Framing::Length(left) => {
                     if !conn.buf.is_empty() {
-                        let n = (conn.buf.len() as u64).min(left) as usize;
-                        let data = conn.buf.split_to(n).freeze();
-                        self.framing = Framing::Length(left - n as u64);
-                        if left == n as u64 {
+                        let (data, left) = take_up_to(&mut conn.buf, left);
+                        self.framing = Framing::Length(left);
+                        if left == 0 {
                             self.end();
                         }
                         return Poll::Ready(Some(Ok(data)));
@@ -549,17 +550,17 @@ impl UpBody {
                     self.end();
                     return Poll::Ready(None);
                 }
-                Ok(_) => {
-                    self.conn = None;
-                    return Poll::Ready(Some(Err(BodyError("connection closed mid-answer"))));
-                }
-                Err(_) => {
-                    self.conn = None;
-                    return Poll::Ready(Some(Err(BodyError("connection failed mid-answer"))));
-                }
+                Ok(_) => return Poll::Ready(Some(Err(BodyError("connection closed mid-answer")))),
+                Err(_) => return Poll::Ready(Some(Err(BodyError("connection failed mid-answer")))),
             }
         }
     }
+}
+
+/// Up to `left` bytes off the front of `buf`, and how many are left after them.
+fn take_up_to(buf: &mut BytesMut, left: u64) -> (Bytes, u64) {
+    let n = (buf.len() as u64).min(left) as usize;
+    (buf.split_to(n).freeze(), left - n as u64)
 }
 
 enum ChunkStep {
@@ -586,12 +587,11 @@ fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, BodyError> 
             Err(_) => return Err(BodyError("bad chunk size")),
         },
         Chunk::Data(left) if !buf.is_empty() => {
-            let n = (buf.len() as u64).min(left) as usize;
-            let data = buf.split_to(n).freeze();
-            let next = if left == n as u64 {
+            let (data, left) = take_up_to(buf, left);
+            let next = if left == 0 {
                 Chunk::End
             } else {
-                Chunk::Data(left - n as u64)
+                Chunk::Data(left)
             };
             ChunkStep::Data(data, next)
         }
@@ -631,6 +631,7 @@ impl Body for UpBody {
         let this = self.get_mut();
         let r = ready!(this.poll_step(cx));
         if let Some(Err(_)) = &r {
+            // A broken answer's connection is closed, never kept.
             this.conn = None;
             this.framing = Framing::Done;
         }

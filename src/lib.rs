@@ -10,6 +10,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod h1;
 pub mod jsontext;
 pub mod logjson;
 pub mod metrics;

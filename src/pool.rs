@@ -329,7 +329,7 @@ enum Framing {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Chunk {
+pub(crate) enum Chunk {
     /// Before a chunk-size line.
     Size,
     /// Inside a chunk: this many data bytes are left.
@@ -563,7 +563,7 @@ fn take_up_to(buf: &mut BytesMut, left: u64) -> (Bytes, u64) {
     (buf.split_to(n).freeze(), left - n as u64)
 }
 
-enum ChunkStep {
+pub(crate) enum ChunkStep {
     Data(Bytes, Chunk),
     /// Framing bytes taken; go on.
     Moved(Chunk),
@@ -572,7 +572,7 @@ enum ChunkStep {
 }
 
 /// One step of chunked decoding over what `buf` holds.
-fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, BodyError> {
+pub(crate) fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, BodyError> {
     Ok(match state {
         Chunk::Size => match httparse::parse_chunk_size(buf) {
             Ok(httparse::Status::Complete((len, 0))) => {

@@ -1,16 +1,16 @@
 //! Listeners: bind every `[[listen]]` address (and the admin address), accept connections,
-//! terminate TLS where configured, and serve HTTP/1.1 and HTTP/2 with hyper's auto builder,
-//! handing every request to `pipeline::handle`. Owns sockets, connection limits and
-//! timeouts, and the graceful drain; knows nothing of MCP.
+//! terminate TLS where configured, and serve HTTP/1.1 (our own `h1`) and HTTP/2 (hyper's;
+//! by ALPN, or prior knowledge seen by `h1`), handing every request to `pipeline::handle`.
+//! Owns sockets, connection limits and timeouts, and the graceful drain; knows nothing of
+//! MCP.
 
 use crate::gateway::Gateway;
 use crate::pipeline;
 use crate::tls;
 use crate::workers::Workers;
+use crate::h1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
@@ -113,8 +113,10 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
 /// Serves until `shutdown` completes, then drains: stops accepting, lets in-flight
 /// requests and streams finish within `shutdown_grace`, and returns.
 pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Output = ()>) {
-    // Shared by the accept loops only; each connection holds its own `Watcher`.
-    let graceful = Arc::new(GracefulShutdown::new());
+    // `true` tells every connection to finish and close; each holds a receiver, so the
+    // drain is over when the last one is dropped.
+    let (drain, _) = watch::channel(false);
+    let graceful = Arc::new(drain);
     let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
     let workers = Arc::new(sockets.workers);
     let mut accepting = tokio::task::JoinSet::new();
@@ -142,7 +144,8 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
         Arc::try_unwrap(graceful).expect("the stopped accept loops held the only other references");
     let grace = gw.snapshot().server.shutdown_grace;
     tracing::info!(grace = %humantime::format_duration(grace), "draining: no new connections, in-flight requests may finish");
-    match tokio::time::timeout(grace, graceful.shutdown()).await {
+    graceful.send_replace(true);
+    match tokio::time::timeout(grace, graceful.closed()).await {
         Ok(()) => tracing::info!("all connections finished"),
         Err(_) => {
             tracing::warn!("shutdown grace elapsed with connections still open; closing them")
@@ -160,7 +163,7 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
 async fn accept_loop(
     gw: Arc<Gateway>,
     bound: Bound,
-    graceful: Arc<GracefulShutdown>,
+    graceful: Arc<watch::Sender<bool>>,
     limit: Arc<Semaphore>,
     workers: Arc<Workers>,
 ) {
@@ -188,7 +191,7 @@ async fn accept_loop(
             }
         };
         let gw = gw.clone();
-        let graceful = graceful.watcher();
+        let graceful = graceful.subscribe();
         let tls = bound.tls.clone();
         let index = bound.index;
         workers.spawn(async move {
@@ -214,8 +217,11 @@ async fn accept_loop(
                         .await
                         {
                             Ok(Ok(tls_stream)) => {
-                                serve_connection(gw, index, peer, tls_stream, graceful, &settings)
-                                    .await
+                                let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                                serve_connection(
+                                    gw, index, peer, tls_stream, graceful, &settings, h2,
+                                )
+                                .await
                             }
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed")
@@ -223,7 +229,7 @@ async fn accept_loop(
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }
-                    None => serve_connection(gw, index, peer, io, graceful, &settings).await,
+                    None => serve_connection(gw, index, peer, io, graceful, &settings, false).await,
                 }
             };
             tokio::select! {
@@ -241,31 +247,117 @@ async fn serve_connection<I>(
     index: usize,
     peer: SocketAddr,
     io: I,
-    graceful: Watcher,
+    graceful: watch::Receiver<bool>,
+    settings: &crate::config::compile::ServerSettings,
+    h2: bool,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let client = pipeline::Peer::new(peer);
+    if h2 {
+        return serve_h2(gw, index, client, io, graceful, settings).await;
+    }
+    let h1_settings = h1::Settings {
+        header_read_timeout: settings.header_read_timeout,
+        max_head: settings.max_header_size,
+    };
+    let ended = h1::serve(
+        io,
+        h1_settings,
+        h1::Drain::new(graceful.clone()),
+        || gw.snapshot().max_body,
+        |req| pipeline::handle(gw.clone(), index, client.clone(), req),
+    )
+    .await;
+    if let h1::Ended::H2(io, read) = ended {
+        let io = Rewind {
+            read: Some(read),
+            inner: io,
+        };
+        serve_h2(gw, index, client, io, graceful, settings).await;
+    }
+}
+
+/// Serves an HTTP/2 connection with hyper until it ends or, once the drain starts, has
+/// finished its streams.
+async fn serve_h2<I>(
+    gw: Arc<Gateway>,
+    index: usize,
+    client: pipeline::Peer,
+    io: I,
+    mut graceful: watch::Receiver<bool>,
     settings: &crate::config::compile::ServerSettings,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout)
-        .max_buf_size(settings.max_header_size.max(8192));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(settings.max_header_size as u32);
-    let client = pipeline::Peer::new(peer);
-    let service = service_fn(move |req| {
+    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let gw = gw.clone();
         let client = client.clone();
-        async move { Ok::<_, Infallible>(pipeline::handle(gw, index, client, req).await) }
+        async move {
+            let req = req.map(crate::body::ClientBody::H2);
+            Ok::<_, Infallible>(pipeline::handle(gw, index, client, req).await)
+        }
     });
-    let conn = builder.serve_connection(TokioIo::new(io), service);
-    // The watcher lets the drain tell this connection to finish its requests and close.
-    if let Err(e) = graceful.watch(conn.into_owned()).await {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_header_list_size(settings.max_header_size as u32)
+        .serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let drained = async move {
+        // A sender gone counts as the signal too.
+        let _ = graceful.wait_for(|&draining| draining).await;
+    };
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = drained => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
+    }
+}
+
+/// A connection whose first bytes were already read: they are read again first.
+struct Rewind<I> {
+    read: Option<bytes::Bytes>,
+    inner: I,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(mut read) = self.read.take() {
+            let n = read.len().min(buf.remaining());
+            buf.put_slice(&read.split_to(n));
+            if !read.is_empty() {
+                self.read = Some(read);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

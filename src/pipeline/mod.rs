@@ -24,7 +24,7 @@ use crate::transport::relay::StreamTiming;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
+use crate::body::ClientBody;
 use serde_json::value::RawValue;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ pub async fn handle(
     gw: Arc<Gateway>,
     listener: usize,
     peer: Peer,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
 ) -> Response<GateBody> {
     let started = Instant::now();
     let snapshot = gw.snapshot();
@@ -414,7 +414,7 @@ async fn run(
     snapshot: &Arc<Snapshot>,
     listener: usize,
     peer: &Peer,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     ctx: &mut Ctx,
 ) -> Result<Response<GateBody>, GateError> {
     let route = {
@@ -499,7 +499,7 @@ async fn post(
     profile: &Arc<Profile>,
     peer: &Peer,
     parts: http::request::Parts,
-    body: Incoming,
+    body: ClientBody,
     ctx: &mut Ctx,
 ) -> Result<Response<GateBody>, GateError> {
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
@@ -513,17 +513,23 @@ async fn post(
     if declared.is_some_and(|n| n > limit) {
         return Err(GateError::BodyTooLarge { limit });
     }
-    let bytes = Limited::new(body, limit as usize)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                GateError::BodyTooLarge { limit }
-            } else {
-                GateError::InvalidRequest("the request body could not be read".into())
-            }
-        })?
-        .to_bytes();
+    let bytes = match body {
+        ClientBody::Read(bytes) if bytes.len() as u64 <= limit => bytes,
+        ClientBody::Read(_) | ClientBody::TooLarge => {
+            return Err(GateError::BodyTooLarge { limit });
+        }
+        ClientBody::H2(body) => Limited::new(body, limit as usize)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    GateError::BodyTooLarge { limit }
+                } else {
+                    GateError::InvalidRequest("the request body could not be read".into())
+                }
+            })?
+            .to_bytes(),
+    };
 
     let payload = jsonrpc::parse(&bytes)?;
     if let jsonrpc::Payload::Single(m) = &payload {

@@ -287,8 +287,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
                     }
                 }
             }
-            let deadline = *deadline
-                .get_or_insert_with(|| Instant::now() + self.settings.header_read_timeout);
+            let deadline =
+                *deadline.get_or_insert_with(|| Instant::now() + self.settings.header_read_timeout);
             match poll_fn(|cx| self.poll_wait(cx, deadline)).await {
                 Wait::Read => {}
                 // A client that stops halfway through a head gets no answer, as with nginx.
@@ -505,7 +505,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
                 }
                 while written < self.out.len() {
                     match Pin::new(&mut self.io).poll_write(cx, &self.out[written..]) {
-                        Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                        }
                         Poll::Ready(Ok(n)) => {
                             written += n;
                             moved = true;
@@ -610,8 +612,8 @@ fn parse(
         }
         Err(_) => return Err(bad("malformed head")),
     };
-    let method = Method::from_bytes(head.method.unwrap_or("").as_bytes())
-        .map_err(|_| bad("method"))?;
+    let method =
+        Method::from_bytes(head.method.unwrap_or("").as_bytes()).map_err(|_| bad("method"))?;
     let uri: Uri = head.path.unwrap_or("").parse().map_err(|_| bad("target"))?;
     let http10 = head.version == Some(0);
     // Where each field's name and value sit in `buf`, to share them with the map rather
@@ -761,7 +763,9 @@ mod tests {
         assert_eq!(framing("GET /m HTTP/1.1\r\nHost: a\r\n\r\n"), Framing::None);
         // The same length twice is one length.
         assert_eq!(
-            framing("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"),
+            framing(
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"
+            ),
             Framing::Length(3)
         );
     }
@@ -769,14 +773,38 @@ mod tests {
     #[test]
     fn heads_that_could_smuggle_or_mislead_are_refused() {
         for (text, status) in [
-            ("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", 400),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: -5\r\n\r\n", 400),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
-            ("POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            ("POST /m HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: -5\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                501,
+            ),
+            (
+                "POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                "POST /m HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
             ("GET /m HTTP/1.1\r\n\r\n", 400),
             ("GET /m HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
             ("GET /m HTTP/9.9\r\nHost: a\r\n\r\n", 505),
@@ -821,6 +849,8 @@ mod tests {
         assert!(!keep("GET /m HTTP/1.0\r\n\r\n"));
         assert!(keep("GET /m HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
         assert!(keep("GET /m HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!keep("GET /m HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n"));
+        assert!(!keep(
+            "GET /m HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n"
+        ));
     }
 }

@@ -5,10 +5,10 @@
 //! MCP.
 
 use crate::gateway::Gateway;
+use crate::h1;
 use crate::pipeline;
 use crate::tls;
 use crate::workers::Workers;
-use crate::h1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;

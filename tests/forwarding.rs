@@ -573,3 +573,131 @@ async fn a_request_lost_on_a_kept_connection_is_sent_again_only_if_idempotent() 
     let sent = seen.lock().unwrap().len() as u64;
     assert!(sent > calls, "no DELETE was sent again: {sent} for {calls}");
 }
+
+/// Our HTTP/1.1 server side, over raw sockets: pipelined requests are answered in order,
+/// a chunked request body arrives joined, `Expect: 100-continue` is answered before the
+/// body is sent, HEAD gets a head only (the next answer on the connection still frames),
+/// and HTTP/1.0 closes unless it asks for keep-alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_connections_follow_rfc_9112() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let addr = gw.listeners["main"];
+    let post_head = |version: &str, extra: &str, len: usize| {
+        format!(
+            "POST /mcp-gpt-full {version}\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{extra}Content-Length: {len}\r\n\r\n"
+        )
+    };
+    let statuses = |text: &str| -> Vec<String> {
+        text.match_indices("HTTP/1.1 ")
+            .map(|(i, _)| text[i + 9..i + 12].to_string())
+            .collect()
+    };
+
+    // Two requests in one write, the second closing: two answers, in order.
+    let (a, b) = (list(71), list(72));
+    let both = format!(
+        "{}{a}{}{b}",
+        post_head("HTTP/1.1", "", a.len()),
+        post_head("HTTP/1.1", "Connection: close\r\n", b.len())
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(both.as_bytes()).await.unwrap();
+    let (_, text) = until_closed(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(statuses(&text), ["200", "200"], "{text}");
+    let (first, second) = (
+        text.find("\"id\":71").unwrap(),
+        text.find("\"id\":72").unwrap(),
+    );
+    assert!(first < second, "answered in order: {text}");
+
+    // A chunked body in two chunks, with an extension and a trailer, arrives joined.
+    let body = call(73, "get_document");
+    let (x, y) = body.split_at(10);
+    let chunked = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x};ext=1\r\n{x}\r\n{:x}\r\n{y}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        x.len(),
+        y.len()
+    );
+    let answer = raw(addr, chunked.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got = up.received();
+    assert_eq!(
+        got.last().unwrap().body,
+        body.as_bytes(),
+        "joined body forwarded"
+    );
+
+    // 100-continue: the interim answer comes before the body is sent.
+    let body = list(74);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        post_head(
+            "HTTP/1.1",
+            "Expect: 100-continue\r\nConnection: close\r\n",
+            body.len(),
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut interim))
+        .await
+        .expect("100 Continue before the body")
+        .unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(body.as_bytes()).await.unwrap();
+    let (_, text) = until_closed(&mut s, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+
+    // HEAD: a head without its body, so the next answer on the connection still parses.
+    let body = list(75);
+    let head_then_post = format!(
+        "HEAD /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n{}{body}",
+        post_head("HTTP/1.1", "Connection: close\r\n", body.len())
+    );
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head_then_post.as_bytes()).await.unwrap();
+    let (_, text) = until_closed(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(statuses(&text), ["405", "200"], "{text}");
+    let second = text.rfind("HTTP/1.1 200").unwrap();
+    assert!(
+        !text[..second].contains("jsonrpc"),
+        "no body after HEAD: {text}"
+    );
+
+    // HTTP/1.0: closed after the answer, unless it asks to keep the connection.
+    let body = list(76);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("{}{body}", post_head("HTTP/1.0", "", body.len())).as_bytes())
+        .await
+        .unwrap();
+    let (took, text) = until_closed(&mut s, Duration::from_secs(5)).await;
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains("connection: close"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "closed after the answer");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let kept = post_head("HTTP/1.0", "Connection: keep-alive\r\n", body.len());
+    s.write_all(format!("{kept}{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.contains("connection: keep-alive"), "{text}");
+    s.write_all(format!("{kept}{body}").as_bytes())
+        .await
+        .unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+}

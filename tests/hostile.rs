@@ -324,3 +324,68 @@ async fn garbage_on_the_socket_does_not_hurt_the_gateway() {
     let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
     assert_eq!(r.status, 200);
 }
+
+/// Heads that frame a body two ways (how requests are smuggled past proxies), or that
+/// break RFC 9112 otherwise, are refused before anything is forwarded, and the
+/// connection is closed so nothing after them is read as a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_framing_is_refused_and_never_forwarded() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let addr = gw.listeners["main"];
+    let smuggled = call(9, "delete_document");
+    let hidden = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    for (head, status) in [
+        ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "400"),
+        ("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "400"),
+        ("Content-Length: 5\r\nContent-Length: 50\r\n", "400"),
+        ("Transfer-Encoding: gzip, chunked\r\n", "501"),
+        (
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            "400",
+        ),
+    ] {
+        let req = format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{head}\r\n0\r\n\r\n{hidden}"
+        );
+        let answer = raw(addr, req.as_bytes()).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{head:?}: {answer}"
+        );
+        assert_eq!(
+            answer.matches("HTTP/1.1").count(),
+            1,
+            "nothing after it was read: {answer}"
+        );
+    }
+    for req in [
+        format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ),
+        format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        ),
+        format!(
+            "POST /mcp-gpt-full HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n",
+            smuggled.len()
+        ),
+        format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{smuggled}\r\n0\r\n\r\n"
+        ),
+    ] {
+        let answer = raw(addr, req.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{req:?}: {answer}");
+    }
+    assert!(up.received().is_empty(), "{:?}", up.called_tools());
+    // The gateway still serves.
+    assert_eq!(
+        post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await.status,
+        200
+    );
+}

@@ -686,30 +686,6 @@ async fn mtls_refuses_clients_without_a_certificate() {
     assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
 }
 
-/// Reads from a raw connection until the server closes it; how long that took, and what came.
-async fn until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> (Duration, String) {
-    use tokio::io::AsyncReadExt;
-    let started = Instant::now();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout_at(
-            tokio::time::Instant::from_std(started + limit),
-            s.read(&mut buf),
-        )
-        .await
-        {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-            Err(_) => break,
-        }
-    }
-    (
-        started.elapsed(),
-        String::from_utf8_lossy(&out).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_hygiene_knobs() {
     use tokio::io::AsyncWriteExt;

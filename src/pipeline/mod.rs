@@ -12,6 +12,7 @@ pub mod policy;
 pub mod respond;
 
 use crate::audit;
+use crate::body::ClientBody;
 use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
@@ -24,7 +25,6 @@ use crate::transport::relay::StreamTiming;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use crate::body::ClientBody;
 use serde_json::value::RawValue;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -534,3 +534,27 @@ pub fn raw_upstream(reply: impl Into<Vec<u8>>) -> String {
     });
     format!("http://{addr}/mcp")
 }
+
+/// Reads from a raw connection until the server closes it; how long that took, and what came.
+pub async fn until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> (Duration, String) {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(started + limit),
+            s.read(&mut buf),
+        )
+        .await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    (
+        started.elapsed(),
+        String::from_utf8_lossy(&out).into_owned(),
+    )
+}

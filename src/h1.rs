@@ -28,7 +28,7 @@
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
 use crate::body::{ClientBody, GateBody};
-use crate::pool::{Chunk, ChunkStep, step_chunk};
+use crate::pool::{Chunk, ChunkStep, Span, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -616,18 +616,8 @@ fn parse(
         Method::from_bytes(head.method.unwrap_or("").as_bytes()).map_err(|_| bad("method"))?;
     let uri: Uri = head.path.unwrap_or("").parse().map_err(|_| bad("target"))?;
     let http10 = head.version == Some(0);
-    // Where each field's name and value sit in `buf`, to share them with the map rather
-    // than copy them.
-    let base = buf.as_ptr() as usize;
     let count = head.headers.len();
-    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-    for (span, h) in spans.iter_mut().zip(head.headers.iter()) {
-        let (n, v) = (
-            h.name.as_ptr() as usize - base,
-            h.value.as_ptr() as usize - base,
-        );
-        *span = (n, n + h.name.len(), v, v + h.value.len());
-    }
+    let spans: [Span; MAX_HEADERS] = header_spans(buf, head.headers);
     let bytes = buf.split_to(len).freeze();
 
     let mut headers = HeaderMap::with_capacity(count);

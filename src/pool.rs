@@ -364,18 +364,8 @@ fn parse_head(
         }
         let status = StatusCode::from_u16(code).map_err(|_| malformed("answer status"))?;
         let http10 = head.version == Some(0);
-        // Where each header's name and value sit in `buf`, to share them with the map
-        // rather than copy them.
-        let base = buf.as_ptr() as usize;
         let count = head.headers.len();
-        let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
-        for (span, h) in spans.iter_mut().zip(head.headers.iter()) {
-            let (n, v) = (
-                h.name.as_ptr() as usize - base,
-                h.value.as_ptr() as usize - base,
-            );
-            *span = (n, n + h.name.len(), v, v + h.value.len());
-        }
+        let spans: [Span; MAX_HEADERS] = header_spans(buf, head.headers);
         let bytes = buf.split_to(len).freeze();
 
         let mut headers = HeaderMap::with_capacity(count);
@@ -454,6 +444,28 @@ fn parse_head(
         *response.headers_mut() = headers;
         return Ok(Some((response, Head { framing, keep })));
     }
+}
+
+/// Where a header's name and value sit in the buffer it was parsed from:
+/// `(name start, name end, value start, value end)`.
+pub(crate) type Span = (usize, usize, usize, usize);
+
+/// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
+/// buffer's bytes (once frozen) rather than copy them.
+pub(crate) fn header_spans<const N: usize>(
+    buf: &[u8],
+    headers: &[httparse::Header<'_>],
+) -> [Span; N] {
+    let base = buf.as_ptr() as usize;
+    let mut spans = [(0, 0, 0, 0); N];
+    for (span, h) in spans.iter_mut().zip(headers) {
+        let (n, v) = (
+            h.name.as_ptr() as usize - base,
+            h.value.as_ptr() as usize - base,
+        );
+        *span = (n, n + h.name.len(), v, v + h.value.len());
+    }
+    spans
 }
 
 /// How an answer's body is read, and whether its connection may be used again after it.

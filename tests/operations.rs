@@ -721,6 +721,25 @@ async fn connection_hygiene_knobs() {
     );
     drop(slow);
 
+    // On a kept connection the header timeout counts from the end of the last answer,
+    // not from when the connection opened: requests 300 ms apart are served well past
+    // 400 ms, then the connection closes once it waits longer than that.
+    let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = list(1);
+    let req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for _ in 0..4 {
+        kept.write_all(req.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut kept).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (took, rest) = until_closed(&mut kept, Duration::from_secs(5)).await;
+    assert!(rest.is_empty() && took < Duration::from_secs(5), "{rest}");
+    drop(kept);
+
     // A keep-alive connection idle after its answer: closed by the idle timeout.
     let mut idle = tokio::net::TcpStream::connect(idle_gw.listeners["main"])
         .await

@@ -558,3 +558,32 @@ pub async fn until_closed(s: &mut tokio::net::TcpStream, limit: Duration) -> (Du
         String::from_utf8_lossy(&out).into_owned(),
     )
 }
+
+/// Reads one answer with a `Content-Length` from a raw connection: its head and body.
+pub async fn read_answer(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .expect("an answer with Content-Length");
+            if got.len() >= end + 4 + length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        assert!(n > 0, "closed before a whole answer: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}

@@ -380,24 +380,25 @@ fn last_line_hash(path: &Path) -> Option<String> {
     (!body[start..].is_empty()).then(|| hex_sha256(&body[start..]))
 }
 
-/// Replaces the values of `redact` keys (at any depth) by their SHA-256 and length, and
-/// shrinks oversized arguments to their hash and size.
+/// A call's `arguments` as the JSON text its records carry: the client's own text when
+/// no key is redacted (written without the whitespace between tokens), else the value
+/// with the values of `redact` keys (at any depth) replaced by their SHA-256 and length.
+/// Oversized arguments shrink to their hash and size. `None`: the call had none.
 pub fn redact_arguments(
     arguments: Option<&serde_json::value::RawValue>,
     redact: &[String],
-) -> Value {
-    let Some(raw) = arguments else {
-        return Value::Null;
-    };
-    let text = raw.get();
+) -> Option<Box<str>> {
+    let text = arguments?.get();
     if text.len() > MAX_ARGUMENTS_BYTES {
-        return serde_json::json!({"truncated": true, "sha256": hex_sha256(text.as_bytes()), "len": text.len()});
+        let stub = serde_json::json!({"truncated": true, "sha256": hex_sha256(text.as_bytes()), "len": text.len()});
+        return Some(stub.to_string().into());
     }
-    let mut v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-    if !redact.is_empty() {
-        redact_value(&mut v, redact);
+    if redact.is_empty() {
+        return Some(text.into());
     }
-    v
+    let mut v: Value = serde_json::from_str(text).ok()?;
+    redact_value(&mut v, redact);
+    Some(v.to_string().into())
 }
 
 fn redact_value(v: &mut Value, redact: &[String]) {
@@ -477,7 +478,9 @@ mod tests {
             r#"{"id":"a","content":"secret text","nested":{"content":[1,2]}}"#.into(),
         )
         .unwrap();
-        let v = redact_arguments(Some(&raw), &["content".to_string()]);
+        let v: Value =
+            serde_json::from_str(&redact_arguments(Some(&raw), &["content".to_string()]).unwrap())
+                .unwrap();
         assert_eq!(v["id"], "a");
         assert_eq!(v["content"]["len"], 11);
         assert_eq!(v["content"]["sha256"], hex_sha256(b"secret text"));
@@ -525,7 +528,7 @@ mod tests {
         let call = Arc::new(Call {
             rpc_id: Some("\"id \\u00e9\"".into()),
             tool: "delete_\u{1}doc".into(),
-            arguments: json!({"b": [1, 2.5, null], "a": "é\t"}),
+            arguments: Some("{\"a\": \"é\\t\" , \"b\":[1,  2.5,\r\n\tnull]}".into()),
             durable: true,
         });
         let mut full = Record::new(base(Some(route), Some("tok")), Some(call.clone()));
@@ -570,7 +573,8 @@ mod tests {
             );
             m.insert("token", json!(b.token.as_deref()));
             if let Some(c) = &r.call {
-                m.insert("arguments", c.arguments.clone());
+                let args = c.arguments.as_deref().map(serde_json::from_str).transpose();
+                m.insert("arguments", args.unwrap().unwrap_or(json!(null)));
                 m.insert("rpc_id", json!(null));
                 m.insert("tool", json!(c.tool));
             }
@@ -614,7 +618,8 @@ pub struct Call {
     /// The JSON-RPC id as raw JSON text (`None` for a notification).
     pub rpc_id: Option<String>,
     pub tool: String,
-    pub arguments: Value,
+    /// JSON text, from [`redact_arguments`]; `None` is written as `null`.
+    pub arguments: Option<Box<str>>,
     pub durable: bool,
 }
 
@@ -672,7 +677,7 @@ impl Record {
 /// among them), exactly as serde_json would write the same object. Written by hand because
 /// it runs for every audited call; a unit test holds it to serde_json's output.
 fn write_line(out: &mut String, record: &Record, prev: &str) {
-    use crate::jsontext::{push_f64, push_str, push_u64, push_value};
+    use crate::jsontext::{push_compact, push_f64, push_plain, push_rfc3339, push_str, push_u64};
     use std::fmt::Write as _;
     let r = record;
     let b = &*r.base;
@@ -690,7 +695,10 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     out.push('{');
     if let Some(c) = &r.call {
         out.push_str("\"arguments\":");
-        push_value(out, &c.arguments);
+        match &c.arguments {
+            Some(text) => push_compact(out, text),
+            None => out.push_str("null"),
+        }
         out.push(',');
     }
     out.push_str("\"client\":\"");
@@ -698,7 +706,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     out.push('"');
     if let Some(d) = r.decision {
         key(out, "decision");
-        push_str(out, d);
+        push_plain(out, d);
     }
     if let Some(g) = r.gateway_ms {
         key(out, "gateway_ms");
@@ -714,10 +722,10 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     }
     if let Some(p) = r.phase {
         key(out, "phase");
-        push_str(out, p);
+        push_plain(out, p);
     }
     key(out, "prev");
-    push_str(out, prev);
+    push_plain(out, prev);
     key(out, "profile");
     push_str(out, route.map_or("-", |r| &*r.profile.name));
     if let Some(reason) = &r.reason {
@@ -725,7 +733,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         optional_str(out, reason.as_deref());
     }
     key(out, "request_id");
-    push_str(out, &b.request_id);
+    push_plain(out, &b.request_id);
     key(out, "route");
     push_str(out, route.map_or("-", |r| &*r.template));
     if let Some(c) = &r.call {
@@ -745,7 +753,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         push_u64(out, status.into());
     }
     out.push_str(",\"time\":\"");
-    let _ = write!(out, "{}", humantime::format_rfc3339_millis(r.time));
+    push_rfc3339(out, r.time, 3);
     out.push('"');
     key(out, "token");
     optional_str(out, b.token.as_deref());
@@ -787,22 +795,28 @@ struct ErrorHead {
     code: i64,
 }
 
-/// The outcome of each answered id in a JSON text (a response or a batch of them).
-fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
-    crate::pipeline::jsonrpc::one_or_many::<AnswerHead>(text)
-        .into_iter()
-        .filter_map(|h| {
-            let outcome = match (&h.result, &h.error) {
-                (_, Some(e)) if e.code == crate::error::code::UPSTREAM_TIMEOUT => "timeout",
-                (_, Some(e)) if e.code == crate::error::code::UPSTREAM => "upstream_error",
-                (_, Some(_)) => "jsonrpc_error",
-                (Some(r), None) if r.is_error == Some(true) => "is_error",
-                (Some(_), None) => "ok",
-                (None, None) => return None,
-            };
-            Some((h.id?.get().trim().to_string(), outcome))
-        })
-        .collect()
+/// Calls `found` with the id (as JSON text) and outcome of each response in a JSON text
+/// (a response or a batch of them). A single response is read without allocating.
+fn each_outcome(text: &str, mut found: impl FnMut(&str, &'static str)) {
+    let mut one = |h: AnswerHead<'_>| {
+        let outcome = match (&h.result, &h.error) {
+            (_, Some(e)) if e.code == crate::error::code::UPSTREAM_TIMEOUT => "timeout",
+            (_, Some(e)) if e.code == crate::error::code::UPSTREAM => "upstream_error",
+            (_, Some(_)) => "jsonrpc_error",
+            (Some(r), None) if r.is_error == Some(true) => "is_error",
+            (Some(_), None) => "ok",
+            (None, None) => return,
+        };
+        if let Some(id) = h.id {
+            found(id.get().trim(), outcome);
+        }
+    };
+    if text.trim_start().starts_with('[') {
+        let many: Vec<AnswerHead<'_>> = serde_json::from_str(text).unwrap_or_default();
+        many.into_iter().for_each(one);
+    } else if let Ok(head) = serde_json::from_str(text) {
+        one(head);
+    }
 }
 
 /// Appends `data` to `tail` and keeps the last [`TAIL`] bytes of the two.
@@ -872,15 +886,15 @@ impl AuditTap {
     }
 
     fn scan(&mut self, text: &str) {
-        for (id, outcome) in outcomes_in(text) {
-            for p in self
-                .pending
+        let pending = &mut self.pending;
+        each_outcome(text, |id, outcome| {
+            for p in pending
                 .iter_mut()
-                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(&id))
+                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(id))
             {
                 p.outcome = Some(outcome);
             }
-        }
+        });
     }
 
     fn observe(&mut self, data: &[u8]) {
@@ -1009,7 +1023,13 @@ impl Drop for AuditTap {
 
 #[cfg(test)]
 mod outcome_tests {
-    use super::{TAIL, keep_tail, outcomes_in};
+    use super::{TAIL, each_outcome, keep_tail};
+
+    fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
+        let mut all = Vec::new();
+        each_outcome(text, |id, outcome| all.push((id.to_string(), outcome)));
+        all
+    }
 
     /// The tail kept of a large answer is the last `TAIL` bytes of everything seen,
     /// whatever the sizes of the pieces.

@@ -28,7 +28,7 @@
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
 use crate::body::{ClientBody, GateBody};
-use crate::pool::{Chunk, ChunkStep, Span, header_spans, step_chunk};
+use crate::pool::{Chunk, ChunkStep, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -599,9 +599,10 @@ fn parse(
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         "head too large",
     );
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut head = httparse::Request::new(&mut slots);
-    let len = match head.parse(buf) {
+    // Slots httparse fills; left uninitialised, as zeroing them costs more than parsing.
+    let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut head = httparse::Request::new(&mut []);
+    let len = match head.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(len)) if len <= max_head => len,
         Ok(httparse::Status::Complete(_)) => return Err(too_large),
         Ok(httparse::Status::Partial) if buf.len() >= max_head => return Err(too_large),
@@ -616,17 +617,16 @@ fn parse(
         Method::from_bytes(head.method.unwrap_or("").as_bytes()).map_err(|_| bad("method"))?;
     let uri: Uri = head.path.unwrap_or("").parse().map_err(|_| bad("target"))?;
     let http10 = head.version == Some(0);
-    let count = head.headers.len();
-    let spans: [Span; MAX_HEADERS] = header_spans(buf, head.headers);
+    let spans = header_spans(buf, head.headers);
     let bytes = buf.split_to(len).freeze();
 
-    let mut headers = HeaderMap::with_capacity(count);
+    let mut headers = HeaderMap::with_capacity(spans.len());
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut hosts = 0;
     let mut keep_alive = !http10;
     let mut expect_continue = false;
-    for &(ns, ne, vs, ve) in &spans[..count] {
+    for &(ns, ne, vs, ve) in &spans {
         let name = HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| bad("field name"))?;
         let value =
             HeaderValue::from_maybe_shared(bytes.slice(vs..ve)).map_err(|_| bad("field value"))?;

@@ -21,29 +21,66 @@ static ESCAPE: [u8; 256] = {
     table
 };
 
-/// Appends `s` as a JSON string, escaped as serde_json escapes it.
+/// Whether any of the eight bytes in `w` must be escaped in a JSON string: a control
+/// byte (below 0x20), `"` or `\\`. Each test is exact as a yes or no (the classic "has a
+/// zero byte" and "has a byte less than n" word tricks).
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')))
+        != 0
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it. Runs of eight bytes
+/// that need no escape are passed over a word at a time.
 pub fn push_str(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
+    let bytes = s.as_bytes();
     let mut plain = 0;
-    for (i, &b) in s.as_bytes().iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(word) = bytes.get(i..i + 8) {
+            let word = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]));
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
         let escape = ESCAPE[usize::from(b)];
-        if escape == 0 {
-            continue;
+        if escape != 0 {
+            out.push_str(&s[plain..i]);
+            out.push('\\');
+            if escape == b'u' {
+                out.push_str("u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            } else {
+                out.push(char::from(escape));
+            }
+            plain = i + 1;
         }
-        out.push_str(&s[plain..i]);
-        out.push('\\');
-        if escape == b'u' {
-            out.push_str("u00");
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        } else {
-            out.push(char::from(escape));
-        }
-        plain = i + 1;
+        i += 1;
     }
     out.push_str(&s[plain..]);
+    out.push('"');
+}
+
+/// Appends `s` in quotes as it is: only for text that cannot need an escape (names and
+/// values mcpgate makes itself, hex digests, request ids checked for their characters).
+/// A debug build checks that promise.
+pub fn push_plain(out: &mut String, s: &str) {
+    debug_assert!(
+        !s.bytes().any(|b| ESCAPE[usize::from(b)] != 0),
+        "{s:?} needs escaping"
+    );
+    out.reserve(s.len() + 2);
+    out.push('"');
+    out.push_str(s);
     out.push('"');
 }
 
@@ -67,6 +104,51 @@ pub fn push_i64(out: &mut String, value: i64) {
     out.push_str(itoa::Buffer::new().format(value));
 }
 
+/// Appends `time` in RFC 3339 (UTC) with `digits` (3 or 6) digits of the second, exactly
+/// as humantime's `format_rfc3339_millis` / `_micros` write it. The part down to the
+/// second is formatted once per second per thread and reused by the lines within it.
+pub fn push_rfc3339(out: &mut String, time: std::time::SystemTime, digits: u32) {
+    use std::time::{Duration, UNIX_EPOCH};
+    thread_local! {
+        /// The second last formatted on this thread, and its text without the `Z`.
+        static SECOND: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let cached = SECOND.try_with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.0 != secs {
+            use std::fmt::Write as _;
+            cell.1.clear();
+            let whole = UNIX_EPOCH + Duration::from_secs(secs);
+            let _ = write!(cell.1, "{}", humantime::format_rfc3339_seconds(whole));
+            cell.1.pop();
+            cell.0 = secs;
+        }
+        out.push_str(&cell.1);
+    });
+    if cached.is_err() {
+        use std::fmt::Write as _;
+        let whole = UNIX_EPOCH + Duration::from_secs(secs);
+        let mut text = humantime::format_rfc3339_seconds(whole).to_string();
+        text.pop();
+        let _ = write!(out, "{text}");
+    }
+    let (fraction, width) = match digits {
+        3 => (since.subsec_millis(), 3),
+        _ => (since.subsec_micros(), 6),
+    };
+    let mut digits = itoa::Buffer::new();
+    let text = digits.format(fraction);
+    out.push('.');
+    for _ in text.len()..width {
+        out.push('0');
+    }
+    out.push_str(text);
+    out.push('Z');
+}
+
 /// `bytes` as text: borrowed when it is UTF-8 (the usual case, checked on the fast path),
 /// else with U+FFFD for each bad sequence.
 pub fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
@@ -76,24 +158,30 @@ pub fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Appends any serialisable value (a tool's arguments) as serde_json writes it.
-pub fn push_value<T: serde::Serialize + ?Sized>(out: &mut String, value: &T) {
-    let _ = serde_json::to_writer(StringWriter(out), value);
-}
-
-/// Lets serde_json write into a `String` (it only ever writes UTF-8).
-struct StringWriter<'a>(&'a mut String);
-
-impl std::io::Write for StringWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let s = std::str::from_utf8(buf).map_err(std::io::Error::other)?;
-        self.0.push_str(s);
-        Ok(buf.len())
+/// Appends JSON text without the whitespace between its tokens, which is how serde_json
+/// writes it; strings are copied as they are, escapes and all. `json` must be valid JSON
+/// (it then has no raw line break left, strings cannot hold one).
+pub fn push_compact(out: &mut String, json: &str) {
+    let bytes = json.as_bytes();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut kept = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            out.push_str(&json[kept..i]);
+            kept = i + 1;
+        }
     }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    out.push_str(&json[kept..]);
 }
 
 #[cfg(test)]
@@ -113,6 +201,61 @@ mod tests {
             let mut ours = String::new();
             push_str(&mut ours, text);
             assert_eq!(ours, serde_json::to_string(text).unwrap());
+        }
+        // Each byte that needs escaping, at every place in and around a word.
+        for special in (0u8..0x20).chain([b'"', b'\\']) {
+            for len in 0..20 {
+                for at in 0..len {
+                    let mut text = vec![b'a'; len];
+                    text[at] = special;
+                    let text = String::from_utf8(text).unwrap();
+                    let mut ours = String::new();
+                    push_str(&mut ours, &text);
+                    assert_eq!(ours, serde_json::to_string(&text).unwrap());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn compact_text_is_the_same_value_without_whitespace() {
+        for text in [
+            "{}",
+            " [ 1 , 2.5 , -3 , true , false , null ] ",
+            "{\"a b\" : \" spaced \\\" \\\\ \\n \" ,\n\t\"c\":{ \"d\" :[ ] }}",
+            "\"\\\\\"",
+            "{\"é\":\"日本 🦀\"}",
+        ] {
+            let mut ours = String::new();
+            push_compact(&mut ours, text);
+            let value: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert_eq!(ours, serde_json::to_string(&value).unwrap(), "{text}");
+        }
+        // Numbers and escapes stay as written: the record shows what the upstream got.
+        let mut ours = String::new();
+        push_compact(&mut ours, "[ 2.5e3 , -0 , \"\\u00e9\" ]");
+        assert_eq!(ours, "[2.5e3,-0,\"\\u00e9\"]");
+    }
+
+    #[test]
+    fn times_are_written_as_humantime_writes_them() {
+        use std::time::{Duration, UNIX_EPOCH};
+        for nanos in [
+            0u64,
+            1_790_000_000_123_456_789,
+            1_790_000_000_000_000_001,
+            1_790_000_000_999_999_999,
+            1_790_000_001_050_000_000,
+            1_790_000_001_000_007_000,
+            4_102_444_799_999_000_000,
+        ] {
+            let t = UNIX_EPOCH + Duration::from_nanos(nanos);
+            let mut ours = String::new();
+            push_rfc3339(&mut ours, t, 3);
+            assert_eq!(ours, humantime::format_rfc3339_millis(t).to_string());
+            ours.clear();
+            push_rfc3339(&mut ours, t, 6);
+            assert_eq!(ours, humantime::format_rfc3339_micros(t).to_string());
         }
     }
 

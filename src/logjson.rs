@@ -14,7 +14,7 @@
 //! The human format is tracing's own formatter, which knows only spans, so with it
 //! requests get a real span ([`use_spans`]).
 
-use crate::jsontext::{push_f64, push_i64, push_str, push_u64};
+use crate::jsontext::{push_f64, push_i64, push_plain, push_rfc3339, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::future::Future;
@@ -196,7 +196,12 @@ impl FieldWriter<'_> {
             self.out.push(',');
         }
         self.first = false;
-        push_str(self.out, name);
+        // Field names are Rust identifiers, unless a macro call spelled one as a string.
+        if name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            push_plain(self.out, name);
+        } else {
+            push_str(self.out, name);
+        }
         self.out.push(':');
     }
 }
@@ -358,11 +363,7 @@ where
             out.clear();
             let meta = event.metadata();
             out.push_str("{\"timestamp\":\"");
-            let _ = write!(
-                out,
-                "{}",
-                humantime::format_rfc3339_micros(std::time::SystemTime::now())
-            );
+            push_rfc3339(out, std::time::SystemTime::now(), 6);
             out.push_str("\",\"level\":\"");
             out.push_str(meta.level().as_str());
             out.push('"');

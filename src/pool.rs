@@ -347,9 +347,12 @@ fn parse_head(
     method: &Method,
 ) -> Result<Option<(Response<()>, Head)>, PoolError> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut head = httparse::Response::new(&mut slots);
-        let len = match head.parse(buf) {
+        // Slots httparse fills; left uninitialised, as zeroing them costs more than parsing.
+        let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut head = httparse::Response::new(&mut []);
+        let parsed =
+            httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut head, buf, &mut slots);
+        let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(e) => return Err(malformed(&format!("answer head: {e}"))),
@@ -364,16 +367,15 @@ fn parse_head(
         }
         let status = StatusCode::from_u16(code).map_err(|_| malformed("answer status"))?;
         let http10 = head.version == Some(0);
-        let count = head.headers.len();
-        let spans: [Span; MAX_HEADERS] = header_spans(buf, head.headers);
+        let spans = header_spans(buf, head.headers);
         let bytes = buf.split_to(len).freeze();
 
-        let mut headers = HeaderMap::with_capacity(count);
+        let mut headers = HeaderMap::with_capacity(spans.len());
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut encoded = false;
         let mut keep = !http10;
-        for &(ns, ne, vs, ve) in &spans[..count] {
+        for &(ns, ne, vs, ve) in &spans {
             let name =
                 HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(vs..ve))
@@ -452,20 +454,18 @@ pub(crate) type Span = (usize, usize, usize, usize);
 
 /// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
 /// buffer's bytes (once frozen) rather than copy them.
-pub(crate) fn header_spans<const N: usize>(
-    buf: &[u8],
-    headers: &[httparse::Header<'_>],
-) -> [Span; N] {
+pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Vec<Span> {
     let base = buf.as_ptr() as usize;
-    let mut spans = [(0, 0, 0, 0); N];
-    for (span, h) in spans.iter_mut().zip(headers) {
-        let (n, v) = (
-            h.name.as_ptr() as usize - base,
-            h.value.as_ptr() as usize - base,
-        );
-        *span = (n, n + h.name.len(), v, v + h.value.len());
-    }
-    spans
+    headers
+        .iter()
+        .map(|h| {
+            let (n, v) = (
+                h.name.as_ptr() as usize - base,
+                h.value.as_ptr() as usize - base,
+            );
+            (n, n + h.name.len(), v, v + h.value.len())
+        })
+        .collect()
 }
 
 /// How an answer's body is read, and whether its connection may be used again after it.

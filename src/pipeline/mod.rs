@@ -28,8 +28,6 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::value::RawValue;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime};
 use tracing::Instrument;
 
@@ -130,7 +128,9 @@ pub async fn handle(
     };
     let _entered = span.enter();
     let _in = logjson::enter_request(&id);
-    let head_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // One reading of the clock serves the audit record, the log line and the metrics.
+    let took = started.elapsed();
+    let head_ms = took.as_secs_f64() * 1000.0;
     let response = match &gw.audit {
         Some(a) => audit_answer(
             a,
@@ -143,7 +143,7 @@ pub async fn handle(
         ),
         None => response,
     };
-    if started.elapsed() > snapshot.log.slow_request {
+    if took > snapshot.log.slow_request {
         let upstream_ms = ctx.upstream_ms.unwrap_or(0.0);
         tracing::warn!(
             total_ms = head_ms,
@@ -155,13 +155,12 @@ pub async fn handle(
     }
     let route = ctx.route.as_ref().map_or("-", |r| &*r.template);
     let profile = ctx.route.as_ref().map_or("-", |r| &*r.profile.name);
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     match &reason {
         Some(e) if e.side() != crate::error::Side::Downstream => tracing::warn!(
             method = http_method.as_str(), route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
-            status, reason = e.reason(), error = %e, ms = elapsed_ms, "request failed"),
+            status, reason = e.reason(), error = %e, ms = head_ms, "request failed"),
         _ => tracing::info!(
             method = http_method.as_str(),
             route,
@@ -171,7 +170,7 @@ pub async fn handle(
             tool = ctx.tool.as_deref().unwrap_or("-"),
             status,
             reason = reason.as_ref().map_or("-", GateError::reason),
-            ms = elapsed_ms,
+            ms = head_ms,
             "request"
         ),
     }
@@ -181,7 +180,7 @@ pub async fn handle(
         &http_method,
         status,
         reason.as_ref(),
-        started.elapsed(),
+        took,
     );
     response
 }
@@ -780,7 +779,7 @@ fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<
 /// it is safe in logs and headers); otherwise makes one: a per-process random prefix and
 /// a counter, unique without a syscall per request.
 fn request_id(headers: &HeaderMap) -> Arc<str> {
-    if let Some(v) = headers.get("x-request-id") {
+    if let Some(v) = headers.get(forward::X_REQUEST_ID) {
         let b = v.as_bytes();
         if (1..=128).contains(&b.len())
             && b.iter()
@@ -789,23 +788,30 @@ fn request_id(headers: &HeaderMap) -> Arc<str> {
             return Arc::from(String::from_utf8_lossy(b));
         }
     }
-    static PREFIX: OnceLock<u64> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| {
-        let mut b = [0u8; 8];
-        let _ = getrandom::fill(&mut b);
-        u64::from_le_bytes(b)
+    thread_local! {
+        /// This thread's random prefix and its count of ids made: the pair is unique
+        /// without a counter shared (and contended) between worker threads.
+        static NEXT: std::cell::Cell<(u64, u64)> = std::cell::Cell::new((random_u64(), 0));
+    }
+    let (prefix, n) = NEXT.with(|next| {
+        let (prefix, n) = next.get();
+        next.set((prefix, n.wrapping_add(1)));
+        (prefix, n)
     });
     // Written by hand: `format!` costs more than the rest of this function many times over.
-    let mut id = String::with_capacity(32);
-    for n in [prefix, COUNTER.fetch_add(1, Ordering::Relaxed)] {
-        for shift in (0..16).rev() {
-            id.push(char::from(
-                b"0123456789abcdef"[(n >> (shift * 4)) as usize & 0xf],
-            ));
+    let mut id = [0u8; 32];
+    for (digits, n) in id.chunks_mut(16).zip([prefix, n]) {
+        for (i, d) in digits.iter_mut().enumerate() {
+            *d = b"0123456789abcdef"[(n >> ((15 - i) * 4)) as usize & 0xf];
         }
     }
-    Arc::from(id)
+    Arc::from(std::str::from_utf8(&id).unwrap_or_default())
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    u64::from_le_bytes(b)
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 
 use mcpgate::audit::{Audit, AuditSettings, Base, Call, Record};
 use prometheus_client::metrics::counter::Counter;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ fn record(i: u64) -> Record {
     let call = Arc::new(Call {
         rpc_id: Some(i.to_string()),
         tool: "get_document".into(),
-        arguments: json!({"id": "welcome"}),
+        arguments: Some(r#"{"id": "welcome"}"#.into()),
         durable: false,
     });
     let mut r = Record::new(base, Some(call));

@@ -2,17 +2,27 @@
 //! route templates, profile, upstream and token-free names only; a tool name from a client
 //! becomes a label only while fewer than `MAX_TOOL_LABELS` distinct names were seen, so a
 //! client sending random names cannot blow up the series count.
+//!
+//! The series every request touches (requests, tool calls, the two latency histograms)
+//! are counted by each thread in a shard of its own and summed when `/metrics` is read:
+//! no lock, atomic or hash of a label's text is shared between the worker threads on the
+//! request path (see [`Shards`]). The rest are prometheus_client metrics as registered.
 
+use hashbrown::{Equivalent, HashMap as FastMap};
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, text::encode,
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder, NoLabelSet,
+    text::encode,
 };
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub const MAX_TOOL_LABELS: usize = 256;
@@ -76,19 +86,270 @@ pub struct UpstreamErrorLabels {
     pub kind: &'static str,
 }
 
-fn latency_histogram() -> Histogram {
-    // 1 ms … ~16 s, doubling.
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
-        0.001, 2.0, 15,
-    ))
+/// The latency buckets' upper bounds, in seconds: 1 ms … ~16 s, doubling, then +Inf.
+fn latency_bounds() -> Vec<f64> {
+    prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 15)
+        .chain([f64::MAX])
+        .collect()
+}
+
+/// One histogram series as a thread counts it: the sum, the count, and the count in
+/// each bucket (not cumulative; the text encoder adds them up).
+#[derive(Clone, Debug, Default)]
+struct Tally {
+    sum: f64,
+    count: u64,
+    buckets: Vec<u64>,
+}
+
+impl Tally {
+    fn observe(&mut self, bounds: &[f64], v: f64) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; bounds.len()];
+        }
+        self.sum += v;
+        self.count += 1;
+        let at = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len() - 1);
+        self.buckets[at] += 1;
+    }
+
+    fn add(&mut self, other: &Tally) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; other.buckets.len()];
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// A request's labels, borrowed, for looking its series up. It hashes exactly as
+/// [`RequestLabels`] does (the derived `Hash` writes each field's text in order), so a
+/// hit clones nothing; only a thread's first request of a series makes owned labels.
+#[derive(Hash)]
+pub struct RequestKey<'a> {
+    pub route: &'a str,
+    pub profile: &'a str,
+    pub method: &'static str,
+    pub status: u16,
+}
+
+impl Equivalent<RequestLabels> for RequestKey<'_> {
+    fn equivalent(&self, k: &RequestLabels) -> bool {
+        self.status == k.status
+            && self.method == k.method
+            && *self.route == *k.route.0
+            && *self.profile == *k.profile.0
+    }
+}
+
+/// A tool call's labels, borrowed (see [`RequestKey`]).
+#[derive(Hash)]
+struct ToolKey<'a> {
+    profile: &'a str,
+    tool: &'a str,
+    outcome: &'static str,
+}
+
+impl Equivalent<ToolLabels> for ToolKey<'_> {
+    fn equivalent(&self, k: &ToolLabels) -> bool {
+        self.outcome == k.outcome && *self.profile == *k.profile.0 && *self.tool == *k.tool.0
+    }
+}
+
+/// One label's text, borrowed: hashes as a one-label set ([`RouteLabels`],
+/// [`UpstreamLabels`]) does.
+#[derive(Hash)]
+struct OneKey<'a>(&'a str);
+
+impl Equivalent<RouteLabels> for OneKey<'_> {
+    fn equivalent(&self, k: &RouteLabels) -> bool {
+        *self.0 == *k.route.0
+    }
+}
+
+impl Equivalent<UpstreamLabels> for OneKey<'_> {
+    fn equivalent(&self, k: &UpstreamLabels) -> bool {
+        *self.0 == *k.upstream.0
+    }
+}
+
+/// What one thread counted of the per-request series.
+#[derive(Default)]
+struct Shard {
+    requests: FastMap<RequestLabels, u64>,
+    tool_calls: FastMap<ToolLabels, u64>,
+    request_seconds: FastMap<RouteLabels, Tally>,
+    upstream_seconds: FastMap<UpstreamLabels, Tally>,
+    /// Tool labels this thread has used: the shared set is asked only for a new name.
+    tools: FastMap<Box<str>, Label>,
+}
+
+impl Shard {
+    fn merge_into(&self, all: &mut Shard) {
+        for (k, v) in &self.requests {
+            *all.requests.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &self.tool_calls {
+            *all.tool_calls.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &self.request_seconds {
+            all.request_seconds.entry(k.clone()).or_default().add(v);
+        }
+        for (k, v) in &self.upstream_seconds {
+            all.upstream_seconds.entry(k.clone()).or_default().add(v);
+        }
+    }
+}
+
+/// Every thread's shard of one [`Metrics`]. A thread finds its own through a thread-local
+/// list keyed by `id` (tests run several gateways in one process), registering it here on
+/// first use; a shard outlives its thread, so counts never go back.
+#[derive(Debug)]
+pub struct Shards {
+    id: u64,
+    bounds: Vec<f64>,
+    all: Mutex<Vec<Arc<Mutex<ShardCell>>>>,
+}
+
+/// A shard behind the lock only the scrape ever contends for.
+#[derive(Default)]
+struct ShardCell(Shard);
+
+impl std::fmt::Debug for ShardCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shard")
+    }
+}
+
+thread_local! {
+    /// This thread's shard of each `Shards` it has counted into, by id.
+    static MINE: RefCell<Vec<(u64, Arc<Mutex<ShardCell>>)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; recover the data if something ever did.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shards {
+    fn new() -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        Shards {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            bounds: latency_bounds(),
+            all: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` on this thread's shard.
+    fn with<R>(&self, f: impl FnOnce(&mut Shard, &[f64]) -> R) -> R {
+        let cell = MINE
+            .try_with(|mine| {
+                let mut mine = mine.borrow_mut();
+                if let Some((_, cell)) = mine.iter().find(|(id, _)| *id == self.id) {
+                    return cell.clone();
+                }
+                let cell = Arc::new(Mutex::new(ShardCell::default()));
+                lock(&self.all).push(cell.clone());
+                mine.push((self.id, cell.clone()));
+                cell
+            })
+            // A thread being torn down counts into a shard of its own, kept here.
+            .unwrap_or_else(|_| {
+                let cell = Arc::new(Mutex::new(ShardCell::default()));
+                lock(&self.all).push(cell.clone());
+                cell
+            });
+        let mut shard = lock(&cell);
+        f(&mut shard.0, &self.bounds)
+    }
+
+    /// Every shard summed, for a scrape.
+    fn merged(&self) -> Shard {
+        let cells: Vec<_> = lock(&self.all).clone();
+        let mut all = Shard::default();
+        for cell in cells {
+            lock(&cell).0.merge_into(&mut all);
+        }
+        all
+    }
+}
+
+/// Writes the sharded series into a scrape.
+#[derive(Debug)]
+struct PerRequest(Arc<Shards>);
+
+impl Collector for PerRequest {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let all = self.0.merged();
+        let mut requests = encoder.encode_descriptor(
+            "requests",
+            "HTTP requests answered, by route, profile, JSON-RPC method and status.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, n) in &all.requests {
+            requests
+                .encode_family(labels)?
+                .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
+        }
+        let mut tools = encoder.encode_descriptor(
+            "tool_calls",
+            "tools/call requests by profile, tool and outcome.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, n) in &all.tool_calls {
+            tools
+                .encode_family(labels)?
+                .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
+        }
+        let bounds = &self.0.bounds;
+        let buckets = |t: &Tally| -> Vec<(f64, u64)> {
+            bounds
+                .iter()
+                .copied()
+                .zip(t.buckets.iter().copied().chain(std::iter::repeat(0)))
+                .collect()
+        };
+        let mut seconds = encoder.encode_descriptor(
+            "request_duration_seconds",
+            "Time from request to the answer's head (streams go on after it).",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (labels, t) in &all.request_seconds {
+            seconds.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+                t.sum,
+                t.count,
+                &buckets(t),
+                None,
+            )?;
+        }
+        let mut upstream = encoder.encode_descriptor(
+            "upstream_duration_seconds",
+            "Time the upstream took to send its answer's head.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (labels, t) in &all.upstream_seconds {
+            upstream.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+                t.sum,
+                t.count,
+                &buckets(t),
+                None,
+            )?;
+        }
+        Ok(())
+    }
 }
 
 pub struct Metrics {
     registry: Registry,
-    pub requests: Family<RequestLabels, Counter>,
-    pub tool_calls: Family<ToolLabels, Counter>,
-    pub request_seconds: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    pub upstream_seconds: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
+    per_request: Arc<Shards>,
     pub refusals: Family<ReasonLabels, Counter>,
     pub open_streams: Gauge,
     pub reloads: Family<ResultLabels, Counter>,
@@ -109,10 +370,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("mcpgate");
         let m = Metrics {
-            requests: Family::default(),
-            tool_calls: Family::default(),
-            request_seconds: Family::new_with_constructor(latency_histogram),
-            upstream_seconds: Family::new_with_constructor(latency_histogram),
+            per_request: Arc::new(Shards::new()),
             refusals: Family::default(),
             open_streams: Gauge::default(),
             reloads: Family::default(),
@@ -123,26 +381,7 @@ impl Metrics {
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
-        registry.register(
-            "requests",
-            "HTTP requests answered, by route, profile, JSON-RPC method and status",
-            m.requests.clone(),
-        );
-        registry.register(
-            "tool_calls",
-            "tools/call requests by profile, tool and outcome",
-            m.tool_calls.clone(),
-        );
-        registry.register(
-            "request_duration_seconds",
-            "Time from request to the answer's head (streams go on after it)",
-            m.request_seconds.clone(),
-        );
-        registry.register(
-            "upstream_duration_seconds",
-            "Time the upstream took to send its answer's head",
-            m.upstream_seconds.clone(),
-        );
+        registry.register_collector(Box::new(PerRequest(m.per_request.clone())));
         registry.register(
             "refusals",
             "Requests mcpgate answered itself with an error, by reason",
@@ -197,11 +436,91 @@ impl Metrics {
     }
 
     pub fn observe_upstream(&self, upstream: &Arc<str>, took: Duration) {
-        self.upstream_seconds
-            .get_or_create(&UpstreamLabels {
-                upstream: Label(upstream.clone()),
-            })
-            .observe(took.as_secs_f64());
+        self.per_request.with(|shard, bounds| {
+            let key = OneKey(upstream);
+            match shard.upstream_seconds.get_mut(&key) {
+                Some(t) => t.observe(bounds, took.as_secs_f64()),
+                None => {
+                    let mut t = Tally::default();
+                    t.observe(bounds, took.as_secs_f64());
+                    let labels = UpstreamLabels {
+                        upstream: Label(upstream.clone()),
+                    };
+                    shard.upstream_seconds.insert(labels, t);
+                }
+            }
+        });
+    }
+
+    /// Counts an answered request and the time to its answer's head, in this thread's
+    /// shard.
+    pub fn count_request(&self, key: &RequestKey<'_>, took: Duration) {
+        self.per_request.with(|shard, bounds| {
+            match shard.requests.get_mut(key) {
+                Some(n) => *n += 1,
+                None => {
+                    let labels = RequestLabels {
+                        route: Label::from(key.route),
+                        profile: Label::from(key.profile),
+                        method: key.method,
+                        status: key.status,
+                    };
+                    shard.requests.insert(labels, 1);
+                }
+            }
+            let route = OneKey(key.route);
+            match shard.request_seconds.get_mut(&route) {
+                Some(t) => t.observe(bounds, took.as_secs_f64()),
+                None => {
+                    let mut t = Tally::default();
+                    t.observe(bounds, took.as_secs_f64());
+                    let labels = RouteLabels {
+                        route: Label::from(key.route),
+                    };
+                    shard.request_seconds.insert(labels, t);
+                }
+            }
+        });
+    }
+
+    /// Counts a tools/call of `tool` (bounded as [`Metrics::tool_label`] says). A thread
+    /// remembers the names that got a label of their own (at most `MAX_TOOL_LABELS`), so
+    /// the shared set is locked only for a name it has not seen.
+    pub fn count_tool_call(&self, profile: &str, tool: &str, outcome: &'static str) {
+        self.per_request.with(|shard, _| {
+            let Shard {
+                tools, tool_calls, ..
+            } = shard;
+            let fresh;
+            let label = match tools.get(tool) {
+                Some(label) => label,
+                None => {
+                    // A copy of the text: the thread's own, so using it touches no count
+                    // another thread shares.
+                    fresh = Label::from(&*self.tool_label(tool).0);
+                    if *fresh.0 != *"(other)" {
+                        tools.insert(tool.into(), fresh.clone());
+                    }
+                    &fresh
+                }
+            };
+            let key = ToolKey {
+                profile,
+                tool: &label.0,
+                outcome,
+            };
+            match tool_calls.get_mut(&key) {
+                Some(n) => *n += 1,
+                None => {
+                    let labels = ToolLabels {
+                        profile: Label::from(profile),
+                        tool: label.clone(),
+                        outcome,
+                    };
+                    tool_calls.insert(labels, 1);
+                }
+            }
+        });
     }
 
     /// The Prometheus text exposition.
@@ -227,6 +546,68 @@ mod tests {
         }
         assert_eq!(m.tool_label("one-more"), Label::from("(other)"));
         assert_eq!(m.tool_label("t0"), Label::from("t0"));
+    }
+
+    /// Counts made on several threads add up, and the histograms read exactly as
+    /// prometheus_client's own would for the same observations.
+    #[test]
+    fn per_request_series_from_every_thread_are_summed() {
+        use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+        let m = Metrics::new();
+        let key = RequestKey {
+            route: "/mcp/{token}",
+            profile: "gpt",
+            method: "tools/call",
+            status: 200,
+        };
+        let upstream: Arc<str> = Arc::from("docs");
+        let times = [0.0004, 0.003, 0.003, 2.5, 40.0];
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for t in times {
+                        m.count_request(&key, Duration::from_secs_f64(t));
+                        m.count_tool_call("gpt", "get_document", "forwarded");
+                        m.observe_upstream(&upstream, Duration::from_secs_f64(t));
+                    }
+                });
+            }
+        });
+        m.count_request(&key, Duration::from_secs_f64(0.003));
+        let text = m.render();
+        assert!(
+            text.contains("mcpgate_requests_total{route=\"/mcp/{token}\",profile=\"gpt\",method=\"tools/call\",status=\"200\"} 11\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mcpgate_tool_calls_total{profile=\"gpt\",tool=\"get_document\",outcome=\"forwarded\"} 10\n"),
+            "{text}"
+        );
+
+        let mut reference = Registry::with_prefix("mcpgate");
+        let route: Family<RouteLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15)));
+        let up: Family<UpstreamLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15)));
+        reference.register("request_duration_seconds", "Time from request to the answer's head (streams go on after it)", route.clone());
+        reference.register("upstream_duration_seconds", "Time the upstream took to send its answer's head", up.clone());
+        for t in times.iter().chain(&times).chain(&[0.003]) {
+            route
+                .get_or_create(&RouteLabels {
+                    route: Label::from("/mcp/{token}"),
+                })
+                .observe(*t);
+        }
+        for t in times.iter().chain(&times) {
+            up.get_or_create(&UpstreamLabels {
+                upstream: Label::from("docs"),
+            })
+            .observe(*t);
+        }
+        let mut expected = String::new();
+        encode(&mut expected, &reference).unwrap();
+        let expected = expected.trim_end_matches("# EOF\n");
+        assert!(text.contains(expected), "{text}\n--- expected ---\n{expected}");
     }
 
     #[test]

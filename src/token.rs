@@ -30,13 +30,23 @@ pub fn generate() -> Result<String, getrandom::Error> {
 }
 
 pub fn to_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
-    }
+    push_hex(&mut s, bytes);
     s
+}
+
+/// Appends `bytes` in lowercase hex, 32 bytes at a time through a buffer on the stack.
+pub fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for chunk in bytes.chunks(32) {
+        let mut text = [0u8; 64];
+        for (pair, b) in text.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 15)];
+        }
+        out.push_str(std::str::from_utf8(&text[..chunk.len() * 2]).unwrap_or_default());
+    }
 }
 
 pub fn parse_hex32(s: &str) -> Result<[u8; 32], String> {

@@ -10,6 +10,7 @@ use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,6 +18,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Keys one rule may hold before it refuses new ones (after pruning): a flood of distinct
 /// client addresses or tool names cannot grow memory without bound.
 pub const MAX_KEYS_PER_RULE: usize = 100_000;
+
+/// How often (in takes per thread) a rule counts its keys against [`MAX_KEYS_PER_RULE`].
+const KEY_COUNT_EVERY: u32 = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
@@ -59,6 +63,8 @@ pub struct RateRule {
     pub rate_text: String,
     pub burst: u32,
     limiter: DefaultKeyedRateLimiter<RateKey>,
+    /// Set while the rule holds [`MAX_KEYS_PER_RULE`] keys (then every take counts them).
+    full: AtomicBool,
     /// For `auth_failure` rules: addresses refused until the given instant.
     blocked: Mutex<HashMap<IpAddr, Instant>>,
 }
@@ -88,15 +94,35 @@ impl RateRule {
             rate_text,
             burst: quota.burst_size().get(),
             limiter: DefaultKeyedRateLimiter::keyed(quota),
+            full: AtomicBool::new(false),
             blocked: Mutex::new(HashMap::new()),
         }
     }
 
     /// Takes one cell for `key`; on refusal, how long until one is free.
     fn take(&self, key: &RateKey) -> Result<(), Duration> {
-        if self.limiter.len() >= MAX_KEYS_PER_RULE {
-            self.limiter.retain_recent();
-            if self.limiter.len() >= MAX_KEYS_PER_RULE {
+        // Counting the keys locks every shard of the map, so it is done on every
+        // `KEY_COUNT_EVERY`th take of a thread (a rule can go over its cap by at most that
+        // many keys per worker before it notices), and on every take once it is full.
+        thread_local! {
+            static TAKES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let due = TAKES.with(|t| {
+            let n = t.get().wrapping_add(1);
+            t.set(n);
+            n % KEY_COUNT_EVERY == 0
+        });
+        if due || self.full.load(Ordering::Relaxed) {
+            let mut keys = self.limiter.len();
+            if keys >= MAX_KEYS_PER_RULE {
+                self.limiter.retain_recent();
+                keys = self.limiter.len();
+            }
+            let full = keys >= MAX_KEYS_PER_RULE;
+            if full != self.full.load(Ordering::Relaxed) {
+                self.full.store(full, Ordering::Relaxed);
+            }
+            if full {
                 tracing::warn!(rule = %self.signature, "rate-limit rule holds too many keys; refusing until old ones expire");
                 return Err(Duration::from_secs(1));
             }
@@ -359,6 +385,28 @@ mod tests {
         for _ in 0..5 {
             assert!(limits.check(&open, &[]).is_ok());
         }
+    }
+
+    /// A rule refuses new keys once it holds `MAX_KEYS_PER_RULE` that are not back to
+    /// full, noticing within `KEY_COUNT_EVERY` takes; keys it already holds still count.
+    #[test]
+    fn a_rule_stops_taking_new_keys_at_its_cap() {
+        let r = rule(KeyKind::Token, "1/h", None);
+        let key = |n: usize| {
+            let mut t = [0u8; 32];
+            t[..8].copy_from_slice(&n.to_le_bytes());
+            RateKey::Token(t)
+        };
+        for n in 0..MAX_KEYS_PER_RULE {
+            assert!(r.take(&key(n)).is_ok());
+        }
+        let refused = (MAX_KEYS_PER_RULE..MAX_KEYS_PER_RULE + 2 * KEY_COUNT_EVERY as usize)
+            .position(|n| r.take(&key(n)).is_err())
+            .expect("refused once full");
+        assert!(refused <= KEY_COUNT_EVERY as usize, "{refused}");
+        assert!(r.keys() <= MAX_KEYS_PER_RULE + KEY_COUNT_EVERY as usize);
+        // Every take is checked from now on.
+        assert_eq!(r.take(&key(usize::MAX)), Err(Duration::from_secs(1)));
     }
 
     #[test]

@@ -336,17 +336,10 @@ fn record_metrics(
     took: std::time::Duration,
 ) {
     use crate::metrics::{
-        Label, ReasonLabels, RequestLabels, RouteLabels, ToolLabels, UpstreamErrorLabels,
+        Label, ReasonLabels, RequestKey, UpstreamErrorLabels,
     };
-    let none = || Label::from("-");
-    let route = ctx
-        .route
-        .as_ref()
-        .map_or_else(none, |r| Label(r.template.clone()));
-    let profile = ctx
-        .route
-        .as_ref()
-        .map_or_else(none, |r| Label(r.profile.name.clone()));
+    let route = ctx.route.as_ref().map_or("-", |r| &*r.template);
+    let profile = ctx.route.as_ref().map_or("-", |r| &*r.profile.name);
     let method = match ctx.rpc_method.as_deref() {
         Some(m) => match KNOWN_METHODS.iter().find(|k| **k == m) {
             Some(known) => known,
@@ -355,17 +348,13 @@ fn record_metrics(
         },
         None => http_method_label(http),
     };
-    m.requests
-        .get_or_create(&RequestLabels {
-            route: route.clone(),
-            profile: profile.clone(),
-            method,
-            status,
-        })
-        .inc();
-    m.request_seconds
-        .get_or_create(&RouteLabels { route })
-        .observe(took.as_secs_f64());
+    let key = RequestKey {
+        route,
+        profile,
+        method,
+        status,
+    };
+    m.count_request(&key, took);
     if let Some(e) = error {
         match e.side() {
             crate::error::Side::Downstream => m
@@ -380,7 +369,7 @@ fn record_metrics(
                 let upstream = ctx
                     .route
                     .as_ref()
-                    .map_or_else(none, |r| Label(r.profile.upstream.name.clone()));
+                    .map_or_else(|| Label::from("-"), |r| Label(r.profile.upstream.name.clone()));
                 m.upstream_errors
                     .get_or_create(&UpstreamErrorLabels {
                         upstream,
@@ -398,13 +387,7 @@ fn record_metrics(
             Some(e) if e.side() == crate::error::Side::Upstream => "upstream_error",
             Some(_) => "rejected",
         };
-        m.tool_calls
-            .get_or_create(&ToolLabels {
-                profile,
-                tool: m.tool_label(tool),
-                outcome,
-            })
-            .inc();
+        m.count_tool_call(profile, tool, outcome);
     }
 }
 

@@ -9,14 +9,35 @@ use crate::metrics::{Metrics, ResultLabels};
 use crate::streams::StreamRegistry;
 use crate::tls::CertStore;
 use arc_swap::ArcSwap;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::SystemTime;
+
+/// A thread's own handle on a configuration snapshot. The snapshot is shared by every
+/// thread, and so is the count in its `Arc`: two workers cloning and dropping that per
+/// request bounce its cache line between their cores. Each thread wraps it once per
+/// reload in an `Arc` of its own and clones that instead.
+#[derive(Clone)]
+#[allow(clippy::redundant_allocation)] // The second allocation is the point: its own count.
+pub struct Here(Arc<Arc<Snapshot>>);
+
+impl std::ops::Deref for Here {
+    type Target = Arc<Snapshot>;
+
+    fn deref(&self) -> &Arc<Snapshot> {
+        &self.0
+    }
+}
 
 pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
+    /// Which gateway this is, for the per-thread cache of [`Gateway::snapshot_here`].
+    id: u64,
+    /// Moved on every swap of `snapshot`, after it.
+    generation: AtomicU64,
     pub metrics: Metrics,
     pub streams: Arc<StreamRegistry>,
     /// Server certificate of each TLS listener, by listener name.
@@ -51,8 +72,11 @@ impl Gateway {
             }
             None => (None, None),
         };
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(snapshot),
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
             metrics,
             streams,
             certs,
@@ -78,6 +102,36 @@ impl Gateway {
     /// The configuration a new request should use, for its whole life.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// The same, through this thread's own handle on it (see [`Here`]): what the request
+    /// path uses, so that taking and dropping it per request writes no count the other
+    /// worker threads share.
+    pub fn snapshot_here(&self) -> Here {
+        thread_local! {
+            /// Per gateway: the generation and the handle this thread last made.
+            static MADE: RefCell<Vec<(u64, u64, Here)>> = const { RefCell::new(Vec::new()) };
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let fresh = || Here(Arc::new(self.snapshot.load_full()));
+        MADE.try_with(|made| {
+            let mut made = made.borrow_mut();
+            match made.iter_mut().find(|(id, _, _)| *id == self.id) {
+                Some((_, seen, here)) => {
+                    if *seen != generation {
+                        *seen = generation;
+                        *here = fresh();
+                    }
+                    here.clone()
+                }
+                None => {
+                    let here = fresh();
+                    made.push((self.id, generation, here.clone()));
+                    here
+                }
+            }
+        })
+        .unwrap_or_else(|_| fresh())
     }
 
     pub fn start_draining(&self) {
@@ -138,6 +192,7 @@ impl Gateway {
         }
         let next = Arc::new(next);
         self.snapshot.store(next.clone());
+        self.generation.fetch_add(1, Ordering::Release);
         // Streams of tokens that are gone or expired end now (SPEC §8).
         let now = SystemTime::now();
         Ok(self

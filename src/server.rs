@@ -261,12 +261,15 @@ async fn serve_connection<I>(
         header_read_timeout: settings.header_read_timeout,
         max_head: settings.max_header_size,
     };
+    // Requests borrow the gateway: a clone of its `Arc` per request would be a count
+    // both worker threads write.
+    let shared: &Gateway = &gw;
     let ended = h1::serve(
         io,
         h1_settings,
         h1::Drain::new(graceful.clone()),
-        || gw.snapshot().max_body,
-        |req| pipeline::handle(gw.clone(), index, client.clone(), req),
+        || shared.snapshot_here().max_body,
+        |req| pipeline::handle(shared, index, client.clone(), req),
     )
     .await;
     if let h1::Ended::H2(io, read) = ended {
@@ -295,7 +298,7 @@ async fn serve_h2<I>(
         let client = client.clone();
         async move {
             let req = req.map(crate::body::ClientBody::H2);
-            Ok::<_, Infallible>(pipeline::handle(gw, index, client, req).await)
+            Ok::<_, Infallible>(pipeline::handle(&gw, index, client, req).await)
         }
     });
     let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())

@@ -78,13 +78,13 @@ struct Ctx {
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
 /// configuration current when it arrived until it ends, even if a reload swaps it.
 pub async fn handle(
-    gw: Arc<Gateway>,
+    gw: &Gateway,
     listener: usize,
     peer: Peer,
     req: Request<ClientBody>,
 ) -> Response<GateBody> {
     let started = Instant::now();
-    let snapshot = gw.snapshot();
+    let snapshot = gw.snapshot_here();
     let tls = snapshot
         .listeners
         .get(listener)
@@ -115,7 +115,7 @@ pub async fn handle(
     let span = logjson::request_span(&id);
     let result = logjson::in_request(
         id.clone(),
-        run(&gw, &snapshot, listener, &peer, req, &mut ctx).instrument(span.clone()),
+        run(gw, &snapshot, listener, &peer, req, &mut ctx).instrument(span.clone()),
     )
     .await;
     let (response, reason) = match result {

@@ -33,13 +33,16 @@ use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
+use futures_util::task::AtomicWaker;
+use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::io::{self, Write as _};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
 /// What a client with HTTP/2 prior knowledge sends first (RFC 9113 §3.4).
@@ -73,31 +76,68 @@ pub enum Ended<I> {
     H2(I, Bytes),
 }
 
-/// The gateway's signal to finish and close, as each connection sees it.
+/// The gateway's signal to finish and close, given once for all connections. A
+/// connection reads the flag with a plain load on every request (the line is only ever
+/// written once), and one waiting between requests leaves its waker here to be woken.
+/// (A `watch` channel, as before, took a lock shared by every connection of both workers
+/// each time one looked.)
+#[derive(Default)]
+pub struct DrainSignal {
+    given: AtomicBool,
+    waiting: std::sync::Mutex<HashMap<u64, Arc<AtomicWaker>>>,
+    next: AtomicU64,
+}
+
+impl DrainSignal {
+    /// Gives the signal: every connection finishes its request in progress and closes;
+    /// idle ones are woken to close at once.
+    pub fn give(&self) {
+        self.given.store(true, Ordering::SeqCst);
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        for waker in waiting.values() {
+            waker.wake();
+        }
+    }
+}
+
+/// One connection's view of the [`DrainSignal`].
 pub struct Drain {
-    rx: watch::Receiver<bool>,
-    /// Resolves once the signal is given; made once, so waiting costs no new registration.
-    given: Pin<Box<dyn Future<Output = ()> + Send>>,
+    signal: Arc<DrainSignal>,
+    id: u64,
+    waker: Arc<AtomicWaker>,
 }
 
 impl Drain {
-    pub fn new(rx: watch::Receiver<bool>) -> Drain {
-        let mut waiter = rx.clone();
-        Drain {
-            rx,
-            given: Box::pin(async move {
-                // A sender gone counts as the signal too.
-                let _ = waiter.wait_for(|&draining| draining).await;
-            }),
-        }
+    pub fn new(signal: Arc<DrainSignal>) -> Drain {
+        let id = signal.next.fetch_add(1, Ordering::Relaxed);
+        let waker = Arc::new(AtomicWaker::new());
+        signal
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, waker.clone());
+        Drain { signal, id, waker }
     }
 
     fn draining(&self) -> bool {
-        *self.rx.borrow()
+        self.signal.given.load(Ordering::Acquire)
     }
 
+    /// Whether the signal was given; if not, `cx` is woken when it is.
     fn poll(&mut self, cx: &mut Context<'_>) -> bool {
-        self.given.as_mut().poll(cx).is_ready()
+        if self.draining() {
+            return true;
+        }
+        self.waker.register(cx.waker());
+        // Given between the first look and the registration: `give` may have missed us.
+        self.draining()
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        let mut waiting = self.signal.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.remove(&self.id);
     }
 }
 

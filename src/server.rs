@@ -116,7 +116,10 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     // `true` tells every connection to finish and close; each holds a receiver, so the
     // drain is over when the last one is dropped.
     let (drain, _) = watch::channel(false);
-    let graceful = Arc::new(drain);
+    let graceful = Arc::new(Graceful {
+        tx: drain,
+        signal: Arc::new(h1::DrainSignal::default()),
+    });
     let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
     let workers = Arc::new(sockets.workers);
     let mut accepting = tokio::task::JoinSet::new();
@@ -140,12 +143,11 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     gw.start_draining();
     accepting.abort_all();
     while accepting.join_next().await.is_some() {}
-    let graceful =
-        Arc::try_unwrap(graceful).expect("the stopped accept loops held the only other references");
     let grace = gw.snapshot().server.shutdown_grace;
     tracing::info!(grace = %humantime::format_duration(grace), "draining: no new connections, in-flight requests may finish");
-    graceful.send_replace(true);
-    match tokio::time::timeout(grace, graceful.closed()).await {
+    graceful.signal.give();
+    graceful.tx.send_replace(true);
+    match tokio::time::timeout(grace, graceful.tx.closed()).await {
         Ok(()) => tracing::info!("all connections finished"),
         Err(_) => {
             tracing::warn!("shutdown grace elapsed with connections still open; closing them")
@@ -160,10 +162,24 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     }
 }
 
+/// The drain, both ways a connection learns of it: HTTP/1.1 connections read `signal`,
+/// HTTP/2 ones wait on `tx`; every connection holds a receiver of `tx`, so the drain is
+/// over when `tx` has none left.
+struct Graceful {
+    tx: watch::Sender<bool>,
+    signal: Arc<h1::DrainSignal>,
+}
+
+/// What a connection holds of [`Graceful`].
+struct ConnDrain {
+    rx: watch::Receiver<bool>,
+    signal: Arc<h1::DrainSignal>,
+}
+
 async fn accept_loop(
     gw: Arc<Gateway>,
     bound: Bound,
-    graceful: Arc<watch::Sender<bool>>,
+    graceful: Arc<Graceful>,
     limit: Arc<Semaphore>,
     workers: Arc<Workers>,
 ) {
@@ -191,7 +207,10 @@ async fn accept_loop(
             }
         };
         let gw = gw.clone();
-        let graceful = graceful.subscribe();
+        let graceful = ConnDrain {
+            rx: graceful.tx.subscribe(),
+            signal: graceful.signal.clone(),
+        };
         let tls = bound.tls.clone();
         let index = bound.index;
         workers.spawn(async move {
@@ -247,7 +266,7 @@ async fn serve_connection<I>(
     index: usize,
     peer: SocketAddr,
     io: I,
-    graceful: watch::Receiver<bool>,
+    graceful: ConnDrain,
     settings: &crate::config::compile::ServerSettings,
     h2: bool,
 ) where
@@ -255,7 +274,7 @@ async fn serve_connection<I>(
 {
     let client = pipeline::Peer::new(peer);
     if h2 {
-        return serve_h2(gw, index, client, io, graceful, settings).await;
+        return serve_h2(gw, index, client, io, graceful.rx, settings).await;
     }
     let h1_settings = h1::Settings {
         header_read_timeout: settings.header_read_timeout,
@@ -267,7 +286,7 @@ async fn serve_connection<I>(
     let ended = h1::serve(
         io,
         h1_settings,
-        h1::Drain::new(graceful.clone()),
+        h1::Drain::new(graceful.signal.clone()),
         || shared.snapshot_here().max_body,
         |req| pipeline::handle(shared, index, client.clone(), req),
     )
@@ -277,7 +296,7 @@ async fn serve_connection<I>(
             read: Some(read),
             inner: io,
         };
-        serve_h2(gw, index, client, io, graceful, settings).await;
+        serve_h2(gw, index, client, io, graceful.rx, settings).await;
     }
 }
 

@@ -447,9 +447,21 @@ async fn sigterm_lets_a_slow_call_finish_then_exits_zero() {
     let mut gw = Gateway::start(&with_admin(config(&up.url(), "10s")));
     let url = gw.url("/mcp-gpt-full");
     let slow = tokio::spawn(async move { post(&url, &[], &call(1, "get_document")).await });
+    // A kept-alive connection, idle between requests when the drain begins.
+    use tokio::io::AsyncWriteExt;
+    let mut idle = tokio::net::TcpStream::connect(gw.listeners["main"])
+        .await
+        .unwrap();
+    idle.write_all(b"GET /nowhere HTTP/1.1\r\nHost: gw\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut idle).await.starts_with("HTTP/1.1 404"));
     tokio::time::sleep(Duration::from_millis(400)).await;
     gw.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The idle connection is woken and closed at once, not left to the grace.
+    let (took, rest) = until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(2), "closed after {took:?}");
+    assert_eq!(rest, "");
     let ready = send(Method::GET, &gw.admin_url("/readyz"), &[], "").await;
     assert_eq!(ready.status, 503, "not ready while draining");
     // No new connections.

@@ -44,6 +44,7 @@ pub trait Sink: Send + Sync + 'static {
 /// that is one write for many requests instead of one per request (nginx's `access_log
 /// … buffer= flush=` does the same); an info line reaches the file at most [`GATHER`]
 /// late. Other threads write each line at once.
+#[derive(Clone, Copy)]
 pub struct Stderr;
 
 /// How long a worker holds its first unwritten line before writing what it gathered.
@@ -178,6 +179,80 @@ impl<S: Sink> JsonLayer<S> {
     pub fn new(sink: S) -> Self {
         JsonLayer { sink }
     }
+}
+
+impl<S: Sink + Clone> JsonLayer<S> {
+    /// The layer of the process's own subscriber: its sink also takes the lines written
+    /// without tracing's dispatch ([`request_line`]).
+    pub fn installed(sink: S) -> Self {
+        let _ = DIRECT.set(Box::new(sink.clone()));
+        JsonLayer { sink }
+    }
+}
+
+/// The sink of the JSON layer the process logs through, once installed.
+static DIRECT: OnceLock<Box<dyn Sink>> = OnceLock::new();
+
+/// The fields of the line every request ends with (the access log).
+pub struct RequestLine<'a> {
+    pub method: &'a str,
+    pub route: &'a str,
+    pub profile: &'a str,
+    pub token: &'a str,
+    pub rpc: &'a str,
+    pub tool: &'a str,
+    pub status: u16,
+    pub reason: &'a str,
+    pub ms: f64,
+}
+
+/// Writes the `request` line straight to the installed JSON layer's sink, exactly as
+/// `info!(target: "mcpgate::pipeline", method, route, …, "request")` would reach it, but
+/// without the dispatch and the field visitor: it is the one line every request writes.
+/// `false` when no JSON layer is installed (the human format, tests): the caller then
+/// logs the event. The caller checks the level is enabled.
+pub fn request_line(fields: &RequestLine<'_>) -> bool {
+    let Some(sink) = DIRECT.get() else {
+        return false;
+    };
+    LINE.with(|line| {
+        let mut fresh = String::new();
+        let mut guard = line.try_borrow_mut();
+        let out: &mut String = match guard.as_deref_mut() {
+            Ok(buf) => buf,
+            Err(_) => &mut fresh,
+        };
+        out.clear();
+        format_request_line(out, fields, std::time::SystemTime::now());
+        sink.write_line(out.as_bytes(), false);
+    });
+    true
+}
+
+fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::SystemTime) {
+    out.push_str("{\"timestamp\":\"");
+    push_rfc3339(out, now, 6);
+    out.push_str("\",\"level\":\"INFO\",\"message\":\"request\",\"method\":");
+    push_str(out, f.method);
+    out.push_str(",\"route\":");
+    push_str(out, f.route);
+    out.push_str(",\"profile\":");
+    push_str(out, f.profile);
+    out.push_str(",\"token\":");
+    push_str(out, f.token);
+    out.push_str(",\"rpc\":");
+    push_str(out, f.rpc);
+    out.push_str(",\"tool\":");
+    push_str(out, f.tool);
+    out.push_str(",\"status\":");
+    push_u64(out, f.status.into());
+    out.push_str(",\"reason\":");
+    push_str(out, f.reason);
+    out.push_str(",\"ms\":");
+    push_f64(out, f.ms);
+    out.push_str(",\"target\":\"mcpgate::pipeline\"");
+    push_request(out);
+    out.push_str("}\n");
 }
 
 /// A span's fields as a JSON fragment (`"k":v,"k2":v2`), kept in the span's extensions.
@@ -418,6 +493,45 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// The request line written directly is the one the event would give, byte for byte
+    /// but the timestamp, with escapes in the values.
+    #[test]
+    fn the_direct_request_line_is_the_events_line() {
+        let fields = RequestLine {
+            method: "POST",
+            route: "/gpt-mcp/{token}/mcp",
+            profile: "gpt \"full\"",
+            token: "-",
+            rpc: "tools/call",
+            tool: "odd\ntool\\",
+            status: 200,
+            reason: "-",
+            ms: 0.578144,
+        };
+        let via_event = Buffer::default();
+        let subscriber = tracing_subscriber::registry().with(JsonLayer::new(via_event.clone()));
+        let id: Arc<str> = Arc::from("r-9");
+        tracing::subscriber::with_default(subscriber, || {
+            let _in = enter_request(&id);
+            let f = &fields;
+            tracing::info!(
+                target: "mcpgate::pipeline",
+                method = f.method, route = f.route, profile = f.profile, token = f.token,
+                rpc = f.rpc, tool = f.tool, status = f.status, reason = f.reason, ms = f.ms,
+                "request"
+            );
+        });
+        let mut direct = String::new();
+        {
+            let _in = enter_request(&id);
+            format_request_line(&mut direct, &fields, std::time::SystemTime::now());
+        }
+        let event = String::from_utf8(via_event.0.lock().unwrap().clone()).unwrap();
+        let skip_time = |l: &str| l[l.find("\",\"level\"").unwrap()..].to_string();
+        assert_eq!(skip_time(&direct), skip_time(&event));
+        assert!(direct.contains("\"span\":{\"request_id\":\"r-9\""), "{direct}");
     }
 
     fn emit() {

@@ -262,7 +262,7 @@ fn init_logging(settings: &config::LogSettings) {
         use tracing_subscriber::util::SubscriberInitExt;
         tracing_subscriber::registry()
             .with(filter)
-            .with(mcpgate::logjson::JsonLayer::new(
+            .with(mcpgate::logjson::JsonLayer::installed(
                 mcpgate::logjson::Stderr::new(),
             ))
             .init();

@@ -161,18 +161,34 @@ pub async fn handle(
             method = http_method.as_str(), route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = e.reason(), error = %e, ms = head_ms, "request failed"),
-        _ => tracing::info!(
-            method = http_method.as_str(),
-            route,
-            profile,
-            token = ctx.token_id.as_deref().unwrap_or("-"),
-            rpc = ctx.rpc_method.as_deref().unwrap_or("-"),
-            tool = ctx.tool.as_deref().unwrap_or("-"),
-            status,
-            reason = reason.as_ref().map_or("-", GateError::reason),
-            ms = head_ms,
-            "request"
-        ),
+        _ if tracing::enabled!(tracing::Level::INFO) => {
+            let line = logjson::RequestLine {
+                method: http_method.as_str(),
+                route,
+                profile,
+                token: ctx.token_id.as_deref().unwrap_or("-"),
+                rpc: ctx.rpc_method.as_deref().unwrap_or("-"),
+                tool: ctx.tool.as_deref().unwrap_or("-"),
+                status,
+                reason: reason.as_ref().map_or("-", GateError::reason),
+                ms: head_ms,
+            };
+            if !logjson::request_line(&line) {
+                tracing::info!(
+                    method = line.method,
+                    route = line.route,
+                    profile = line.profile,
+                    token = line.token,
+                    rpc = line.rpc,
+                    tool = line.tool,
+                    status = line.status,
+                    reason = line.reason,
+                    ms = line.ms,
+                    "request"
+                );
+            }
+        }
+        _ => {}
     }
     record_metrics(
         &gw.metrics,

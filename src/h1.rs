@@ -660,13 +660,14 @@ fn parse(
     let spans = header_spans(buf, head.headers);
     let bytes = buf.split_to(len).freeze();
 
+    let spans = spans.as_slice();
     let mut headers = HeaderMap::with_capacity(spans.len());
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut hosts = 0;
     let mut keep_alive = !http10;
     let mut expect_continue = false;
-    for &(ns, ne, vs, ve) in &spans {
+    for &(ns, ne, vs, ve) in spans {
         let name = HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| bad("field name"))?;
         let value =
             HeaderValue::from_maybe_shared(bytes.slice(vs..ve)).map_err(|_| bad("field value"))?;
@@ -851,6 +852,25 @@ mod tests {
             status_of(&format!("GET /m HTTP/1.1\r\nHost: a\r\n{many}\r\n")),
             431
         );
+    }
+
+    /// Every field of a head reaches the request, whether the spans fit on the stack
+    /// (up to 24) or not, up to the 100 allowed.
+    #[test]
+    fn every_field_is_kept_however_many() {
+        for n in [0usize, 1, 23, 24, 25, 99] {
+            let mut text = String::from("GET /m HTTP/1.1\r\nHost: a\r\n");
+            for i in 0..n {
+                text.push_str(&format!("X-F{i}: v{i}\r\n"));
+            }
+            text.push_str("\r\n");
+            let parsed = head(&text).unwrap().unwrap();
+            let headers = parsed.request.headers();
+            assert_eq!(headers.len(), n + 1, "{n}");
+            for i in 0..n {
+                assert_eq!(headers[format!("x-f{i}").as_str()], format!("v{i}").as_str());
+            }
+        }
     }
 
     #[test]

@@ -370,12 +370,13 @@ fn parse_head(
         let spans = header_spans(buf, head.headers);
         let bytes = buf.split_to(len).freeze();
 
+        let spans = spans.as_slice();
         let mut headers = HeaderMap::with_capacity(spans.len());
         let mut length: Option<u64> = None;
         let mut chunked = false;
         let mut encoded = false;
         let mut keep = !http10;
-        for &(ns, ne, vs, ve) in &spans {
+        for &(ns, ne, vs, ve) in spans {
             let name =
                 HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(vs..ve))
@@ -453,19 +454,49 @@ fn parse_head(
 pub(crate) type Span = (usize, usize, usize, usize);
 
 /// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
-/// buffer's bytes (once frozen) rather than copy them.
-pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Vec<Span> {
+/// buffer's bytes (once frozen) rather than copy them. Up to [`INLINE_SPANS`] of them (any
+/// ordinary head) are kept on the stack, more in a `Vec`.
+pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Spans {
     let base = buf.as_ptr() as usize;
-    headers
-        .iter()
-        .map(|h| {
-            let (n, v) = (
-                h.name.as_ptr() as usize - base,
-                h.value.as_ptr() as usize - base,
-            );
-            (n, n + h.name.len(), v, v + h.value.len())
-        })
-        .collect()
+    let span = |h: &httparse::Header<'_>| {
+        let (n, v) = (
+            h.name.as_ptr() as usize - base,
+            h.value.as_ptr() as usize - base,
+        );
+        (n, n + h.name.len(), v, v + h.value.len())
+    };
+    let mut spans = Spans {
+        inline: [(0, 0, 0, 0); INLINE_SPANS],
+        len: headers.len(),
+        more: Vec::new(),
+    };
+    if headers.len() <= INLINE_SPANS {
+        for (slot, h) in spans.inline.iter_mut().zip(headers) {
+            *slot = span(h);
+        }
+    } else {
+        spans.more = headers.iter().map(span).collect();
+    }
+    spans
+}
+
+const INLINE_SPANS: usize = 24;
+
+/// See [`header_spans`].
+pub(crate) struct Spans {
+    inline: [Span; INLINE_SPANS],
+    len: usize,
+    more: Vec<Span>,
+}
+
+impl Spans {
+    pub(crate) fn as_slice(&self) -> &[Span] {
+        if self.len <= INLINE_SPANS {
+            &self.inline[..self.len]
+        } else {
+            &self.more
+        }
+    }
 }
 
 /// How an answer's body is read, and whether its connection may be used again after it.

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 /// A typical record: an allowed tools/call with its outcome and timings.
 fn record(i: u64) -> Record {
-    let base = Arc::new(Base {
-        request_id: format!("{i:032x}").into(),
-        listener: "public".into(),
-        route: None,
-        token: Some("chatgpt-app".into()),
-        client: [127, 0, 0, 1].into(),
-        method: "tools/call".into(),
-    });
+    let base = Arc::new(Base::new(
+        format!("{i:032x}").into(),
+        "public",
+        None,
+        Some("chatgpt-app"),
+        [127, 0, 0, 1].into(),
+        "tools/call",
+    ));
     let call = Arc::new(Call {
         rpc_id: Some(i.to_string()),
         tool: "get_document".into(),

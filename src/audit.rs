@@ -527,15 +527,15 @@ mod tests {
         .unwrap();
         let route = snapshot.routes[0].clone();
         let time = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_790_000_000_123);
-        let base = |route, token: Option<&str>| {
-            Arc::new(Base {
-                request_id: "r-1".into(),
-                listener: "main\n".into(),
+        let base = |route: Option<&crate::config::Route>, token: Option<&str>| {
+            Arc::new(Base::new(
+                "r-1".into(),
+                "main\n",
                 route,
-                token: token.map(Arc::from),
-                client: "::1".parse().unwrap(),
-                method: "tools/call".into(),
-            })
+                token,
+                "::1".parse().unwrap(),
+                "tools/call",
+            ))
         };
         let call = Arc::new(Call {
             rpc_id: Some("\"id \\u00e9\"".into()),
@@ -543,7 +543,7 @@ mod tests {
             arguments: Some("{\"a\": \"é\\t\" , \"b\":[1,  2.5,\r\n\tnull]}".into()),
             durable: true,
         });
-        let mut full = Record::new(base(Some(route), Some("tok")), Some(call.clone()));
+        let mut full = Record::new(base(Some(&route), Some("tok")), Some(call.clone()));
         full.time = time;
         full.phase = Some("end");
         full.decision = Some("allow");
@@ -568,31 +568,30 @@ mod tests {
         let mut bare = Record::new(base(None, Some("t")), None);
         bare.time = time;
         let mut v4 = bare.clone();
-        v4.base = Arc::new(Base {
-            request_id: "r-2".into(),
-            listener: "main".into(),
-            route: None,
-            token: None,
-            client: "10.0.200.7".parse().unwrap(),
-            method: "POST".into(),
-        });
+        v4.base = Arc::new(Base::new(
+            "r-2".into(),
+            "main",
+            None,
+            None,
+            "10.0.200.7".parse().unwrap(),
+            "POST",
+        ));
 
         let expected = |r: &Record| -> String {
             let b = &r.base;
             let mut m: BTreeMap<&str, serde_json::Value> = BTreeMap::new();
             m.insert("client", json!(b.client.to_string()));
-            m.insert("listener", json!(&*b.listener));
-            m.insert("method", json!(b.method));
+            m.insert("listener", json!(b.listener()));
+            m.insert("method", json!(b.method()));
             m.insert("prev", json!("ab12"));
             m.insert("request_id", json!(&*b.request_id));
-            let route = b.route.as_deref();
-            m.insert("profile", json!(route.map_or("-", |r| &*r.profile.name)));
-            m.insert("route", json!(route.map_or("-", |r| &*r.template)));
+            m.insert("profile", json!(b.profile()));
+            m.insert("route", json!(b.route()));
             m.insert(
                 "time",
                 json!(humantime::format_rfc3339_millis(r.time).to_string()),
             );
-            m.insert("token", json!(b.token.as_deref()));
+            m.insert("token", json!(b.token()));
             if let Some(c) = &r.call {
                 let args = c.arguments.as_deref().map(serde_json::from_str).transpose();
                 m.insert("arguments", args.unwrap().unwrap_or(json!(null)));
@@ -644,17 +643,74 @@ pub struct Call {
     pub durable: bool,
 }
 
-/// The fields every record of one request shares.
+/// The fields every record of one request shares. The names come from the configuration,
+/// and are copied into one buffer of the record's own: holding the configuration's `Arc`s
+/// instead would write counts both worker threads (and the writer) share, per request.
 #[derive(Debug)]
 pub struct Base {
     pub request_id: Arc<str>,
-    pub listener: Arc<str>,
-    /// The matched route: its template and profile name are written (`-` without one).
-    pub route: Option<Arc<crate::config::Route>>,
-    pub token: Option<Arc<str>>,
     pub client: std::net::IpAddr,
-    /// The JSON-RPC method, or the HTTP method when there is none.
-    pub method: String,
+    /// listener, route template, profile, method and token id, one after the other.
+    text: String,
+    /// Where each of the first four ends in `text`; the token id, if any, is the rest.
+    ends: [usize; 4],
+    token: bool,
+}
+
+impl Base {
+    /// `route`: the matched route, whose template and profile name are written (`-`
+    /// without one). `method`: the JSON-RPC method, or the HTTP method when there is none.
+    pub fn new(
+        request_id: Arc<str>,
+        listener: &str,
+        route: Option<&crate::config::Route>,
+        token: Option<&str>,
+        client: std::net::IpAddr,
+        method: &str,
+    ) -> Base {
+        let parts = [
+            listener,
+            route.map_or("-", |r| &r.template),
+            route.map_or("-", |r| &r.profile.name),
+            method,
+        ];
+        let mut text = String::with_capacity(
+            parts.iter().map(|p| p.len()).sum::<usize>() + token.map_or(0, str::len),
+        );
+        let mut ends = [0; 4];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            *end = text.len();
+        }
+        text.push_str(token.unwrap_or(""));
+        Base {
+            request_id,
+            client,
+            text,
+            ends,
+            token: token.is_some(),
+        }
+    }
+
+    pub fn listener(&self) -> &str {
+        &self.text[..self.ends[0]]
+    }
+
+    pub fn route(&self) -> &str {
+        &self.text[self.ends[0]..self.ends[1]]
+    }
+
+    pub fn profile(&self) -> &str {
+        &self.text[self.ends[1]..self.ends[2]]
+    }
+
+    pub fn method(&self) -> &str {
+        &self.text[self.ends[2]..self.ends[3]]
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.token.then(|| &self.text[self.ends[3]..])
+    }
 }
 
 /// One line of the trail, besides the chain's own `genesis` and `continued` lines. A
@@ -702,7 +758,6 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     use std::fmt::Write as _;
     let r = record;
     let b = &*r.base;
-    let route = b.route.as_deref();
     // `,"name":` before every field but the first (`arguments` or `client`).
     let key = |out: &mut String, name: &str| {
         out.push_str(",\"");
@@ -747,9 +802,9 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         push_f64(out, g);
     }
     key(out, "listener");
-    push_str(out, &b.listener);
+    push_str(out, b.listener());
     key(out, "method");
-    push_str(out, &b.method);
+    push_str(out, b.method());
     if let Some(o) = r.outcome {
         key(out, "outcome");
         optional_str(out, o);
@@ -761,7 +816,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     key(out, "prev");
     push_plain(out, prev);
     key(out, "profile");
-    push_str(out, route.map_or("-", |r| &*r.profile.name));
+    push_str(out, b.profile());
     if let Some(reason) = &r.reason {
         key(out, "reason");
         optional_str(out, reason.as_deref());
@@ -769,7 +824,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     key(out, "request_id");
     push_plain(out, &b.request_id);
     key(out, "route");
-    push_str(out, route.map_or("-", |r| &*r.template));
+    push_str(out, b.route());
     if let Some(c) = &r.call {
         // The id as the client wrote it: valid JSON, parsed with the request.
         key(out, "rpc_id");
@@ -786,7 +841,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     push_rfc3339(out, r.time, 3);
     out.push('"');
     key(out, "token");
-    optional_str(out, b.token.as_deref());
+    optional_str(out, b.token());
     if let Some(c) = &r.call {
         key(out, "tool");
         push_str(out, &c.tool);

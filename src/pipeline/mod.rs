@@ -50,11 +50,13 @@ impl Peer {
     }
 }
 
-/// What one request has learned about itself so far; logged when it ends.
-struct Ctx {
+/// What one request has learned about itself so far; logged when it ends. What comes from
+/// the configuration is borrowed from the request's snapshot (`'s`), not cloned: those
+/// `Arc`s are shared by both worker threads, and a clone writes their counts.
+struct Ctx<'s> {
     request_id: Arc<str>,
-    route: Option<Arc<Route>>,
-    token_id: Option<Arc<str>>,
+    route: Option<&'s Route>,
+    token_id: Option<&'s str>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
     rpc_id: Option<Box<RawValue>>,
     rpc_method: Option<String>,
@@ -64,7 +66,7 @@ struct Ctx {
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
     token: Option<([u8; 32], Option<SystemTime>)>,
     proto: &'static str,
-    listener: Arc<str>,
+    listener: &'s str,
     peer: Peer,
     /// The tools/call elements of the payload, for the audit trail.
     calls: Vec<Arc<audit::Call>>,
@@ -90,10 +92,7 @@ pub async fn handle(
         .get(listener)
         .is_some_and(|l| l.tls.is_some());
     let mut ctx = Ctx {
-        listener: snapshot
-            .listeners
-            .get(listener)
-            .map_or_else(|| Arc::from(""), |l| l.name.clone()),
+        listener: snapshot.listeners.get(listener).map_or("", |l| &l.name),
         peer: peer.clone(),
         calls: Vec::new(),
         upstream_ms: None,
@@ -149,16 +148,16 @@ pub async fn handle(
             total_ms = head_ms,
             upstream_ms,
             gateway_ms = head_ms - upstream_ms,
-            route = ctx.route.as_ref().map_or("-", |r| &*r.template),
+            route = ctx.route.map_or("-", |r| &*r.template),
             "slow request"
         );
     }
-    let route = ctx.route.as_ref().map_or("-", |r| &*r.template);
-    let profile = ctx.route.as_ref().map_or("-", |r| &*r.profile.name);
+    let route = ctx.route.map_or("-", |r| &*r.template);
+    let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let status = response.status().as_u16();
     match &reason {
         Some(e) if e.side() != crate::error::Side::Downstream => tracing::warn!(
-            method = http_method.as_str(), route, profile, token = ctx.token_id.as_deref().unwrap_or("-"),
+            method = http_method.as_str(), route, profile, token = ctx.token_id.unwrap_or("-"),
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = e.reason(), error = %e, ms = head_ms, "request failed"),
         _ if tracing::enabled!(tracing::Level::INFO) => {
@@ -166,7 +165,7 @@ pub async fn handle(
                 method: http_method.as_str(),
                 route,
                 profile,
-                token: ctx.token_id.as_deref().unwrap_or("-"),
+                token: ctx.token_id.unwrap_or("-"),
                 rpc: ctx.rpc_method.as_deref().unwrap_or("-"),
                 tool: ctx.tool.as_deref().unwrap_or("-"),
                 status,
@@ -202,15 +201,15 @@ pub async fn handle(
 }
 
 /// The fields every audit record of this request shares.
-fn audit_base(ctx: &Ctx, method: &str) -> Arc<audit::Base> {
-    Arc::new(audit::Base {
-        request_id: ctx.request_id.clone(),
-        listener: ctx.listener.clone(),
-        route: ctx.route.clone(),
-        token: ctx.token_id.clone(),
-        client: ctx.peer.addr.ip(),
-        method: method.to_string(),
-    })
+fn audit_base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
+    Arc::new(audit::Base::new(
+        ctx.request_id.clone(),
+        ctx.listener,
+        ctx.route,
+        ctx.token_id,
+        ctx.peer.addr.ip(),
+        method,
+    ))
 }
 
 /// Writes the audit records of a finished request: at once for refusals and failures,
@@ -354,8 +353,8 @@ fn record_metrics(
     use crate::metrics::{
         Label, ReasonLabels, RequestKey, UpstreamErrorLabels,
     };
-    let route = ctx.route.as_ref().map_or("-", |r| &*r.template);
-    let profile = ctx.route.as_ref().map_or("-", |r| &*r.profile.name);
+    let route = ctx.route.map_or("-", |r| &*r.template);
+    let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let method = match ctx.rpc_method.as_deref() {
         Some(m) => match KNOWN_METHODS.iter().find(|k| **k == m) {
             Some(known) => known,
@@ -407,46 +406,46 @@ fn record_metrics(
     }
 }
 
-async fn run(
+async fn run<'s>(
     gw: &Gateway,
-    snapshot: &Arc<Snapshot>,
+    snapshot: &'s Arc<Snapshot>,
     listener: usize,
     peer: &Peer,
     req: Request<ClientBody>,
-    ctx: &mut Ctx,
+    ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
     let route = {
         let m = snapshot
             .match_route(listener, req.uri().path())
             .ok_or(GateError::NoRoute)?;
-        let route = m.route.clone();
-        ctx.route = Some(route.clone());
+        let route: &'s Arc<Route> = m.route;
+        ctx.route = Some(route);
         if route.auth != crate::config::Auth::None {
             // A brute-force guard answers before the token is even looked at.
             snapshot.limits.auth_guard(peer.addr.ip())?;
         }
         let token = auth::authenticate(
             snapshot,
-            &route,
+            route,
             m.path_token,
             req.headers(),
             SystemTime::now(),
         )
         .map_err(|e| snapshot.limits.auth_failed(peer.addr.ip()).unwrap_or(e))?;
-        ctx.token_id = token.map(|(_, t)| t.id.clone());
+        ctx.token_id = token.map(|(_, t)| &*t.id);
         ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
     };
     let (parts, body) = req.into_parts();
     origin::check(&snapshot.listeners[listener], &parts)?;
-    let profile = route.profile.clone();
+    let profile = &route.profile;
     let upstream = &profile.upstream;
     let stream_timing = StreamTiming {
         keepalive: snapshot.sse_keepalive,
         idle: Some(upstream.stream_idle_timeout),
     };
     let (body_deadline, want) = match parts.method {
-        Method::POST => return post(gw, snapshot, &profile, peer, parts, body, ctx).await,
+        Method::POST => return post(gw, snapshot, profile, peer, parts, body, ctx).await,
         Method::GET
             if !accept::accepts_sse(parts.headers.get(header::ACCEPT).map(|v| v.as_bytes())) =>
         {
@@ -498,7 +497,7 @@ async fn post(
     peer: &Peer,
     parts: http::request::Parts,
     body: ClientBody,
-    ctx: &mut Ctx,
+    ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
     check_content_headers(&parts.headers)?;

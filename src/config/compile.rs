@@ -207,8 +207,9 @@ const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 
 impl HostRules {
     /// `host` is a `Host` header or `:authority`: `name`, `name:port`, `[v6]:port`.
+    /// Compared without case and without a lowercased copy (the rules are lowercase).
     pub fn allows(&self, host: &str) -> bool {
-        let host = host.trim().to_ascii_lowercase();
+        let host = host.trim();
         let name = match host.rsplit_once(':') {
             Some((n, port))
                 if !n.is_empty()
@@ -217,9 +218,11 @@ impl HostRules {
             {
                 n
             }
-            _ => host.as_str(),
+            _ => host,
         };
-        self.0.iter().any(|r| r == "*" || *r == host || *r == name)
+        self.0
+            .iter()
+            .any(|r| r == "*" || r.eq_ignore_ascii_case(host) || r.eq_ignore_ascii_case(name))
     }
 
     pub fn describe(&self) -> String {

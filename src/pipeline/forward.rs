@@ -31,9 +31,26 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
+/// Whether `name` is one of [`HOP_BY_HOP`]: one `match` (the compiler sorts the names by
+/// length first) instead of nine comparisons per header.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
 /// Headers mcpgate sets or strips itself; an upstream's `headers` table may not name them.
 pub fn is_managed_header(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    is_hop_by_hop(name)
         || matches!(
             name.as_str(),
             "host"
@@ -50,36 +67,40 @@ pub fn is_managed_header(name: &HeaderName) -> bool {
         )
 }
 
-/// The header names the `Connection` headers list (hop-by-hop by declaration).
+/// The header names the `Connection` headers list (hop-by-hop by declaration), but for
+/// `close` and the hop-by-hop names, which go anyway: the usual `keep-alive` or `close`
+/// costs no name made and nothing allocated.
 fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .map(str::trim)
+        .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+        .filter(|n| !is_hop_by_hop(n))
         .collect()
 }
 
 /// Removes hop-by-hop headers, including any the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let mut doomed = connection_listed(headers);
-    // One pass to find them; most answers carry at most `transfer-encoding`.
-    doomed.extend(
-        headers
-            .keys()
-            .filter(|n| HOP_BY_HOP.contains(&n.as_str()))
-            .cloned(),
-    );
-    for name in doomed {
+    for name in connection_listed(headers) {
         headers.remove(name);
+    }
+    // Most answers carry none, or `connection` or `transfer-encoding` alone: find them in
+    // one pass, then remove by name.
+    if headers.keys().any(is_hop_by_hop) {
+        for name in HOP_BY_HOP {
+            headers.remove(name);
+        }
     }
 }
 
 /// Headers of the client's request that never reach the upstream: hop-by-hop ones, the
 /// client's credentials, and those mcpgate sets itself.
 fn stays_here(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    is_hop_by_hop(name)
         || matches!(
             name.as_str(),
             "host"

@@ -928,18 +928,84 @@ struct Pending {
     outcome: Option<&'static str>,
 }
 
+/// The records of one answer's calls, waiting for the outcomes the answer holds.
+struct Outcomes {
+    pending: Vec<Pending>,
+    started: std::time::Instant,
+}
+
+impl Outcomes {
+    fn new(records: Vec<(Option<String>, Record)>, started: std::time::Instant) -> Self {
+        Outcomes {
+            pending: records
+                .into_iter()
+                .map(|(id, record)| Pending {
+                    id,
+                    record,
+                    outcome: None,
+                })
+                .collect(),
+            started,
+        }
+    }
+
+    /// Takes the outcome of each response in `text` for the calls with its id.
+    fn scan(&mut self, text: &str) {
+        let pending = &mut self.pending;
+        each_outcome(text, |id, outcome| {
+            for p in pending
+                .iter_mut()
+                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(id))
+            {
+                p.outcome = Some(outcome);
+            }
+        });
+    }
+
+    /// Gives `outcome` to every call that has none yet.
+    fn settle_unknown(&mut self, outcome: &'static str) {
+        for p in self.pending.iter_mut().filter(|p| p.outcome.is_none()) {
+            p.outcome = Some(outcome);
+        }
+    }
+
+    /// Writes one record per call; a call whose answer was not seen gets `otherwise`.
+    fn write(&mut self, audit: &Audit, otherwise: &'static str) {
+        let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        for p in self.pending.drain(..) {
+            let mut r = p.record;
+            r.outcome = Some(Some(p.outcome.unwrap_or(otherwise)));
+            r.total_ms = Some(total_ms);
+            audit.record(r);
+        }
+    }
+}
+
+/// Writes the records of calls answered by a JSON text already whole in memory: their
+/// outcomes are read from it at once, so the answer needs no [`AuditTap`]. A call whose
+/// response is not in it is `upstream_error`, as the tap would record it.
+pub fn record_whole_answer(
+    audit: &Audit,
+    records: Vec<(Option<String>, Record)>,
+    json: &[u8],
+    started: std::time::Instant,
+) {
+    let mut outcomes = Outcomes::new(records, started);
+    outcomes.scan(&crate::jsontext::lossy(json));
+    outcomes.write(audit, "upstream_error");
+}
+
 /// Wraps the answer to a request with tools/call elements: passes every byte on untouched,
 /// reads along to learn each call's outcome, and writes the records when the answer ends,
 /// fails, or the client goes away.
 pub struct AuditTap {
     inner: crate::body::GateBody,
     audit: Audit,
-    pending: Vec<Pending>,
+    outcomes: Outcomes,
     sse: Option<crate::transport::sse::Decoder>,
     json: Vec<u8>,
     /// Set once `json` outgrew `MAX_OBSERVED_JSON`: from then on it holds only a tail.
     overflowed: bool,
-    started: std::time::Instant,
     finished: bool,
 }
 
@@ -954,32 +1020,16 @@ impl AuditTap {
         AuditTap {
             inner,
             audit,
-            pending: records
-                .into_iter()
-                .map(|(id, record)| Pending {
-                    id,
-                    record,
-                    outcome: None,
-                })
-                .collect(),
+            outcomes: Outcomes::new(records, started),
             sse: sse.then(crate::transport::sse::Decoder::new),
             json: Vec::new(),
             overflowed: false,
-            started,
             finished: false,
         }
     }
 
     fn scan(&mut self, text: &str) {
-        let pending = &mut self.pending;
-        each_outcome(text, |id, outcome| {
-            for p in pending
-                .iter_mut()
-                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(id))
-            {
-                p.outcome = Some(outcome);
-            }
-        });
+        self.outcomes.scan(text);
     }
 
     fn observe(&mut self, data: &[u8]) {
@@ -1027,20 +1077,12 @@ impl AuditTap {
             } else {
                 "ok"
             };
-            for p in self.pending.iter_mut().filter(|p| p.outcome.is_none()) {
-                p.outcome = Some(outcome);
-            }
+            self.outcomes.settle_unknown(outcome);
         } else if !self.json.is_empty() {
             let json = std::mem::take(&mut self.json);
             self.scan(&crate::jsontext::lossy(&json));
         }
-        let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        for p in self.pending.drain(..) {
-            let mut r = p.record;
-            r.outcome = Some(Some(p.outcome.unwrap_or(otherwise)));
-            r.total_ms = Some(total_ms);
-            self.audit.record(r);
-        }
+        self.outcomes.write(&self.audit, otherwise);
     }
 }
 

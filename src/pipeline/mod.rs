@@ -289,6 +289,11 @@ fn audit_answer(
                 .headers()
                 .get(header::CONTENT_TYPE)
                 .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            if let (false, GateBody::Full(Some(json))) = (sse, response.body()) {
+                // A JSON answer already whole: its outcomes are read now, no tap needed.
+                audit::record_whole_answer(a, records, json, started);
+                return response;
+            }
             response.map(|body| {
                 GateBody::Stream(BodyExt::boxed_unsync(audit::AuditTap::new(
                     body,

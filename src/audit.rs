@@ -552,7 +552,7 @@ mod tests {
         full.reason = Some(Some("why \"not\"".into()));
         full.status = Some(200);
         full.upstream_ms = Some(Some(0.125));
-        full.gateway_ms = Some(1e-7);
+        full.gateway_ms = Some(0.013904999999999945);
         full.outcome = Some(Some("ok"));
         full.total_ms = Some(12345.678);
         let mut nulls = Record::new(
@@ -609,10 +609,12 @@ mod tests {
             put("decision", r.decision.map(|d| json!(d)));
             put("reason", r.reason.clone().map(|x| json!(x)));
             put("status", r.status.map(|x| json!(x)));
-            put("upstream_ms", r.upstream_ms.map(|x| json!(x)));
-            put("gateway_ms", r.gateway_ms.map(|x| json!(x)));
+            // Times are written to the microsecond.
+            let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+            put("upstream_ms", r.upstream_ms.map(|x| json!(x.map(ms))));
+            put("gateway_ms", r.gateway_ms.map(|x| json!(ms(x))));
             put("outcome", r.outcome.map(|x| json!(x)));
-            put("total_ms", r.total_ms.map(|x| json!(x)));
+            put("total_ms", r.total_ms.map(|x| json!(ms(x))));
             // The id goes in as the client wrote it, not re-encoded.
             let mut raw: BTreeMap<&str, Box<serde_json::value::RawValue>> = m
                 .into_iter()
@@ -626,6 +628,9 @@ mod tests {
             }
             serde_json::to_string(&raw).unwrap()
         };
+        let mut line = String::new();
+        write_line(&mut line, &full, "ab12");
+        assert!(line.contains(r#""gateway_ms":0.014,"#), "{line}");
         for r in [&full, &nulls, &bare, &v4] {
             let mut ours = String::new();
             write_line(&mut ours, r, "ab12");
@@ -756,7 +761,7 @@ impl Record {
 /// among them), exactly as serde_json would write the same object. Written by hand because
 /// it runs for every audited call; a unit test holds it to serde_json's output.
 fn write_line(out: &mut String, record: &Record, prev: &str) {
-    use crate::jsontext::{push_compact, push_f64, push_plain, push_rfc3339, push_str, push_u64};
+    use crate::jsontext::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
     use std::fmt::Write as _;
     let r = record;
     let b = &*r.base;
@@ -801,7 +806,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     }
     if let Some(g) = r.gateway_ms {
         key(out, "gateway_ms");
-        push_f64(out, g);
+        push_ms(out, g);
     }
     key(out, "listener");
     push_str(out, b.listener());
@@ -850,12 +855,12 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
     }
     if let Some(t) = r.total_ms {
         key(out, "total_ms");
-        push_f64(out, t);
+        push_ms(out, t);
     }
     if let Some(u) = r.upstream_ms {
         key(out, "upstream_ms");
         match u {
-            Some(u) => push_f64(out, u),
+            Some(u) => push_ms(out, u),
             None => out.push_str("null"),
         }
     }

@@ -96,6 +96,12 @@ pub fn push_f64(out: &mut String, value: f64) {
     }
 }
 
+/// Appends a duration in milliseconds to the microsecond (`0.578`, not
+/// `0.5781440000000001`): the precision the clocks give, in a few bytes.
+pub fn push_ms(out: &mut String, ms: f64) {
+    push_f64(out, (ms * 1000.0).round() / 1000.0);
+}
+
 pub fn push_u64(out: &mut String, value: u64) {
     out.push_str(itoa::Buffer::new().format(value));
 }

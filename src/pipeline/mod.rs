@@ -170,7 +170,8 @@ pub async fn handle(
                 tool: ctx.tool.as_deref().unwrap_or("-"),
                 status,
                 reason: reason.as_ref().map_or("-", GateError::reason),
-                ms: head_ms,
+                // To the microsecond: the clock's precision, in fewer bytes per line.
+                ms: (head_ms * 1000.0).round() / 1000.0,
             };
             if !logjson::request_line(&line) {
                 tracing::info!(

@@ -30,10 +30,10 @@
 use crate::body::{ClientBody, GateBody};
 use crate::pool::{Chunk, ChunkStep, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
-use futures_util::task::AtomicWaker;
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::io::{self, Write as _};
@@ -136,7 +136,11 @@ impl Drain {
 
 impl Drop for Drain {
     fn drop(&mut self) {
-        let mut waiting = self.signal.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = self
+            .signal
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         waiting.remove(&self.id);
     }
 }
@@ -868,7 +872,10 @@ mod tests {
             let headers = parsed.request.headers();
             assert_eq!(headers.len(), n + 1, "{n}");
             for i in 0..n {
-                assert_eq!(headers[format!("x-f{i}").as_str()], format!("v{i}").as_str());
+                assert_eq!(
+                    headers[format!("x-f{i}").as_str()],
+                    format!("v{i}").as_str()
+                );
             }
         }
     }

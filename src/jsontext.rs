@@ -29,8 +29,7 @@ fn needs_escape(w: u64) -> bool {
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')))
-        != 0
+    control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\'))) != 0
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it. Runs of eight bytes

@@ -531,7 +531,10 @@ mod tests {
         let event = String::from_utf8(via_event.0.lock().unwrap().clone()).unwrap();
         let skip_time = |l: &str| l[l.find("\",\"level\"").unwrap()..].to_string();
         assert_eq!(skip_time(&direct), skip_time(&event));
-        assert!(direct.contains("\"span\":{\"request_id\":\"r-9\""), "{direct}");
+        assert!(
+            direct.contains("\"span\":{\"request_id\":\"r-9\""),
+            "{direct}"
+        );
     }
 
     fn emit() {

@@ -109,7 +109,10 @@ impl Tally {
         }
         self.sum += v;
         self.count += 1;
-        let at = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len() - 1);
+        let at = bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(bounds.len() - 1);
         self.buckets[at] += 1;
     }
 
@@ -322,12 +325,9 @@ impl Collector for PerRequest {
             MetricType::Histogram,
         )?;
         for (labels, t) in &all.request_seconds {
-            seconds.encode_family(labels)?.encode_histogram::<NoLabelSet>(
-                t.sum,
-                t.count,
-                &buckets(t),
-                None,
-            )?;
+            seconds
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(t.sum, t.count, &buckets(t), None)?;
         }
         let mut upstream = encoder.encode_descriptor(
             "upstream_duration_seconds",
@@ -336,12 +336,9 @@ impl Collector for PerRequest {
             MetricType::Histogram,
         )?;
         for (labels, t) in &all.upstream_seconds {
-            upstream.encode_family(labels)?.encode_histogram::<NoLabelSet>(
-                t.sum,
-                t.count,
-                &buckets(t),
-                None,
-            )?;
+            upstream
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(t.sum, t.count, &buckets(t), None)?;
         }
         Ok(())
     }
@@ -589,8 +586,16 @@ mod tests {
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15)));
         let up: Family<UpstreamLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 15)));
-        reference.register("request_duration_seconds", "Time from request to the answer's head (streams go on after it)", route.clone());
-        reference.register("upstream_duration_seconds", "Time the upstream took to send its answer's head", up.clone());
+        reference.register(
+            "request_duration_seconds",
+            "Time from request to the answer's head (streams go on after it)",
+            route.clone(),
+        );
+        reference.register(
+            "upstream_duration_seconds",
+            "Time the upstream took to send its answer's head",
+            up.clone(),
+        );
         for t in times.iter().chain(&times).chain(&[0.003]) {
             route
                 .get_or_create(&RouteLabels {
@@ -607,7 +612,10 @@ mod tests {
         let mut expected = String::new();
         encode(&mut expected, &reference).unwrap();
         let expected = expected.trim_end_matches("# EOF\n");
-        assert!(text.contains(expected), "{text}\n--- expected ---\n{expected}");
+        assert!(
+            text.contains(expected),
+            "{text}\n--- expected ---\n{expected}"
+        );
     }
 
     #[test]

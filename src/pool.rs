@@ -350,8 +350,8 @@ fn parse_head(
         // Slots httparse fills; left uninitialised, as zeroing them costs more than parsing.
         let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
         let mut head = httparse::Response::new(&mut []);
-        let parsed =
-            httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut head, buf, &mut slots);
+        let parsed = httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(&mut head, buf, &mut slots);
         let len = match parsed {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),

@@ -356,9 +356,7 @@ fn record_metrics(
     error: Option<&GateError>,
     took: std::time::Duration,
 ) {
-    use crate::metrics::{
-        Label, ReasonLabels, RequestKey, UpstreamErrorLabels,
-    };
+    use crate::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let method = match ctx.rpc_method.as_deref() {
@@ -387,10 +385,10 @@ fn record_metrics(
                 .get_or_create(&ReasonLabels { reason: e.reason() })
                 .inc(),
             crate::error::Side::Upstream => {
-                let upstream = ctx
-                    .route
-                    .as_ref()
-                    .map_or_else(|| Label::from("-"), |r| Label(r.profile.upstream.name.clone()));
+                let upstream = ctx.route.as_ref().map_or_else(
+                    || Label::from("-"),
+                    |r| Label(r.profile.upstream.name.clone()),
+                );
                 m.upstream_errors
                     .get_or_create(&UpstreamErrorLabels {
                         upstream,

@@ -215,6 +215,16 @@ pub fn request_line(fields: &RequestLine<'_>) -> bool {
     let Some(sink) = DIRECT.get() else {
         return false;
     };
+    with_line(|out| {
+        format_request_line(out, fields, std::time::SystemTime::now());
+        sink.write_line(out.as_bytes(), false);
+    });
+    true
+}
+
+/// Runs `f` on this thread's line buffer, emptied. A log call made while formatting (a
+/// `Debug` impl that logs) gets a fresh buffer instead.
+fn with_line(f: impl FnOnce(&mut String)) {
     LINE.with(|line| {
         let mut fresh = String::new();
         let mut guard = line.try_borrow_mut();
@@ -223,10 +233,8 @@ pub fn request_line(fields: &RequestLine<'_>) -> bool {
             Err(_) => &mut fresh,
         };
         out.clear();
-        format_request_line(out, fields, std::time::SystemTime::now());
-        sink.write_line(out.as_bytes(), false);
+        f(out);
     });
-    true
 }
 
 fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::SystemTime) {
@@ -427,15 +435,7 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, K>) {
-        LINE.with(|line| {
-            // A log call made while formatting (a Debug impl that logs) gets a fresh buffer.
-            let mut fresh = String::new();
-            let mut guard = line.try_borrow_mut();
-            let out: &mut String = match guard.as_deref_mut() {
-                Ok(buf) => buf,
-                Err(_) => &mut fresh,
-            };
-            out.clear();
+        with_line(|out| {
             let meta = event.metadata();
             out.push_str("{\"timestamp\":\"");
             push_rfc3339(out, std::time::SystemTime::now(), 6);

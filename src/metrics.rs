@@ -288,60 +288,72 @@ struct PerRequest(Arc<Shards>);
 impl Collector for PerRequest {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let all = self.0.merged();
-        let mut requests = encoder.encode_descriptor(
+        let bounds = &self.0.bounds;
+        counters(
+            &mut encoder,
             "requests",
             "HTTP requests answered, by route, profile, JSON-RPC method and status.",
-            None,
-            MetricType::Counter,
+            &all.requests,
         )?;
-        for (labels, n) in &all.requests {
-            requests
-                .encode_family(labels)?
-                .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
-        }
-        let mut tools = encoder.encode_descriptor(
+        counters(
+            &mut encoder,
             "tool_calls",
             "tools/call requests by profile, tool and outcome.",
-            None,
-            MetricType::Counter,
+            &all.tool_calls,
         )?;
-        for (labels, n) in &all.tool_calls {
-            tools
-                .encode_family(labels)?
-                .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
-        }
-        let bounds = &self.0.bounds;
-        let buckets = |t: &Tally| -> Vec<(f64, u64)> {
-            bounds
-                .iter()
-                .copied()
-                .zip(t.buckets.iter().copied().chain(std::iter::repeat(0)))
-                .collect()
-        };
-        let mut seconds = encoder.encode_descriptor(
+        histograms(
+            &mut encoder,
             "request_duration_seconds",
             "Time from request to the answer's head (streams go on after it).",
-            None,
-            MetricType::Histogram,
+            &all.request_seconds,
+            bounds,
         )?;
-        for (labels, t) in &all.request_seconds {
-            seconds
-                .encode_family(labels)?
-                .encode_histogram::<NoLabelSet>(t.sum, t.count, &buckets(t), None)?;
-        }
-        let mut upstream = encoder.encode_descriptor(
+        histograms(
+            &mut encoder,
             "upstream_duration_seconds",
             "Time the upstream took to send its answer's head.",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (labels, t) in &all.upstream_seconds {
-            upstream
-                .encode_family(labels)?
-                .encode_histogram::<NoLabelSet>(t.sum, t.count, &buckets(t), None)?;
-        }
-        Ok(())
+            &all.upstream_seconds,
+            bounds,
+        )
     }
+}
+
+/// Writes one counter family of the summed shards.
+fn counters<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &FastMap<L, u64>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, n) in series {
+        family
+            .encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
+    }
+    Ok(())
+}
+
+/// Writes one histogram family of the summed shards; `bounds` are the buckets' upper bounds.
+fn histograms<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &FastMap<L, Tally>,
+    bounds: &[f64],
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, t) in series {
+        let buckets: Vec<(f64, u64)> = bounds
+            .iter()
+            .copied()
+            .zip(t.buckets.iter().copied().chain(std::iter::repeat(0)))
+            .collect();
+        family
+            .encode_family(labels)?
+            .encode_histogram::<NoLabelSet>(t.sum, t.count, &buckets, None)?;
+    }
+    Ok(())
 }
 
 pub struct Metrics {

@@ -240,18 +240,20 @@ fn with_line(f: impl FnOnce(&mut String)) {
 fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::SystemTime) {
     out.push_str("{\"timestamp\":\"");
     push_rfc3339(out, now, 6);
-    out.push_str("\",\"level\":\"INFO\",\"message\":\"request\",\"method\":");
-    push_str(out, f.method);
-    out.push_str(",\"route\":");
-    push_str(out, f.route);
-    out.push_str(",\"profile\":");
-    push_str(out, f.profile);
-    out.push_str(",\"token\":");
-    push_str(out, f.token);
-    out.push_str(",\"rpc\":");
-    push_str(out, f.rpc);
-    out.push_str(",\"tool\":");
-    push_str(out, f.tool);
+    out.push_str("\",\"level\":\"INFO\",\"message\":\"request\"");
+    // In the order the event lists them; each `,"key":` is written as one piece.
+    let text = [
+        (",\"method\":", f.method),
+        (",\"route\":", f.route),
+        (",\"profile\":", f.profile),
+        (",\"token\":", f.token),
+        (",\"rpc\":", f.rpc),
+        (",\"tool\":", f.tool),
+    ];
+    for (key, value) in text {
+        out.push_str(key);
+        push_str(out, value);
+    }
     out.push_str(",\"status\":");
     push_u64(out, f.status.into());
     out.push_str(",\"reason\":");

@@ -610,7 +610,7 @@ mod tests {
             put("reason", r.reason.clone().map(|x| json!(x)));
             put("status", r.status.map(|x| json!(x)));
             // Times are written to the microsecond.
-            let ms = |x: f64| (x * 1000.0).round() / 1000.0;
+            let ms = crate::jsontext::to_microsecond;
             put("upstream_ms", r.upstream_ms.map(|x| json!(x.map(ms))));
             put("gateway_ms", r.gateway_ms.map(|x| json!(ms(x))));
             put("outcome", r.outcome.map(|x| json!(x)));

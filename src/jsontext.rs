@@ -95,10 +95,15 @@ pub fn push_f64(out: &mut String, value: f64) {
     }
 }
 
-/// Appends a duration in milliseconds to the microsecond (`0.578`, not
-/// `0.5781440000000001`): the precision the clocks give, in a few bytes.
+/// A duration in milliseconds rounded to the microsecond (`0.578`, not
+/// `0.5781440000000001`): the precision the clocks give, in a few bytes when written.
+pub fn to_microsecond(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
+/// Appends a duration in milliseconds, to the microsecond.
 pub fn push_ms(out: &mut String, ms: f64) {
-    push_f64(out, (ms * 1000.0).round() / 1000.0);
+    push_f64(out, to_microsecond(ms));
 }
 
 pub fn push_u64(out: &mut String, value: u64) {

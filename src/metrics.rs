@@ -249,25 +249,32 @@ impl Shards {
 
     /// Runs `f` on this thread's shard.
     fn with<R>(&self, f: impl FnOnce(&mut Shard, &[f64]) -> R) -> R {
-        let cell = MINE
-            .try_with(|mine| {
-                let mut mine = mine.borrow_mut();
-                if let Some((_, cell)) = mine.iter().find(|(id, _)| *id == self.id) {
-                    return cell.clone();
-                }
-                let cell = Arc::new(Mutex::new(ShardCell::default()));
-                lock(&self.all).push(cell.clone());
-                mine.push((self.id, cell.clone()));
-                cell
-            })
+        let mut f = Some(f);
+        let mut run = |cell: &Mutex<ShardCell>| {
+            let f = f.take()?;
+            Some(f(&mut lock(cell).0, &self.bounds))
+        };
+        // The shard is used where it is found: no clone of its `Arc` per call.
+        let done = MINE.try_with(|mine| {
+            let mut mine = mine.borrow_mut();
+            if let Some((_, cell)) = mine.iter().find(|(id, _)| *id == self.id) {
+                return run(cell);
+            }
+            let cell = Arc::new(Mutex::new(ShardCell::default()));
+            lock(&self.all).push(cell.clone());
+            let done = run(&cell);
+            mine.push((self.id, cell));
+            done
+        });
+        match done {
+            Ok(Some(r)) => r,
             // A thread being torn down counts into a shard of its own, kept here.
-            .unwrap_or_else(|_| {
+            _ => {
                 let cell = Arc::new(Mutex::new(ShardCell::default()));
                 lock(&self.all).push(cell.clone());
-                cell
-            });
-        let mut shard = lock(&cell);
-        f(&mut shard.0, &self.bounds)
+                run(&cell).unwrap_or_else(|| unreachable!("`f` runs once"))
+            }
+        }
     }
 
     /// Every shard summed, for a scrape.

@@ -37,16 +37,23 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Appends `bytes` in lowercase hex, 32 bytes at a time through a buffer on the stack.
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(bytes.len() * 2);
     for chunk in bytes.chunks(32) {
         let mut text = [0u8; 64];
-        for (pair, b) in text.chunks_exact_mut(2).zip(chunk) {
-            pair[0] = HEX[usize::from(b >> 4)];
-            pair[1] = HEX[usize::from(b & 15)];
-        }
-        out.push_str(std::str::from_utf8(&text[..chunk.len() * 2]).unwrap_or_default());
+        let text = hex_into(&mut text, chunk);
+        out.push_str(std::str::from_utf8(text).unwrap_or_default());
     }
+}
+
+/// Writes `bytes` in lowercase hex at the start of `out` (which must hold twice as many)
+/// and returns that part.
+pub fn hex_into<'a>(out: &'a mut [u8], bytes: &[u8]) -> &'a [u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 15)];
+    }
+    &out[..bytes.len() * 2]
 }
 
 pub fn parse_hex32(s: &str) -> Result<[u8; 32], String> {

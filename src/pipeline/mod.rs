@@ -170,8 +170,7 @@ pub async fn handle(
                 tool: ctx.tool.as_deref().unwrap_or("-"),
                 status,
                 reason: reason.as_ref().map_or("-", GateError::reason),
-                // To the microsecond: the clock's precision, in fewer bytes per line.
-                ms: (head_ms * 1000.0).round() / 1000.0,
+                ms: crate::jsontext::to_microsecond(head_ms),
             };
             if !logjson::request_line(&line) {
                 tracing::info!(
@@ -778,8 +777,8 @@ fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<
 }
 
 /// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so
-/// it is safe in logs and headers); otherwise makes one: a per-process random prefix and
-/// a counter, unique without a syscall per request.
+/// it is safe in logs and headers); otherwise makes one: a random prefix per thread and
+/// the thread's count, unique without a syscall or a shared counter per request.
 fn request_id(headers: &HeaderMap) -> Arc<str> {
     if let Some(v) = headers.get(forward::X_REQUEST_ID) {
         let b = v.as_bytes();
@@ -800,14 +799,13 @@ fn request_id(headers: &HeaderMap) -> Arc<str> {
         next.set((prefix, n.wrapping_add(1)));
         (prefix, n)
     });
-    // Written by hand: `format!` costs more than the rest of this function many times over.
+    // Not `format!`: it costs more than the rest of this function many times over.
+    let mut pair = [0u8; 16];
+    pair[..8].copy_from_slice(&prefix.to_be_bytes());
+    pair[8..].copy_from_slice(&n.to_be_bytes());
     let mut id = [0u8; 32];
-    for (digits, n) in id.chunks_mut(16).zip([prefix, n]) {
-        for (i, d) in digits.iter_mut().enumerate() {
-            *d = b"0123456789abcdef"[(n >> ((15 - i) * 4)) as usize & 0xf];
-        }
-    }
-    Arc::from(std::str::from_utf8(&id).unwrap_or_default())
+    let id = crate::token::hex_into(&mut id, &pair);
+    Arc::from(std::str::from_utf8(id).unwrap_or_default())
 }
 
 fn random_u64() -> u64 {
@@ -830,13 +828,19 @@ mod tests {
             a.bytes()
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
-        // The first half is fixed per process, the second counts up.
+        // The first half is fixed per thread, the second counts up.
         let b = request_id(&h);
         assert_eq!(a[..16], b[..16]);
         assert!(
             u64::from_str_radix(&b[16..], 16).unwrap() > u64::from_str_radix(&a[16..], 16).unwrap()
         );
         assert_ne!(a, request_id(&h));
+        // Another thread has a prefix of its own (64 random bits), so its ids never meet ours
+        // even though its count starts where ours did.
+        let other = std::thread::spawn(|| request_id(&HeaderMap::new()))
+            .join()
+            .unwrap();
+        assert_ne!(other[..16], a[..16]);
         h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
         assert_eq!(&*request_id(&h), "abc-1.2:3");
         h.insert(

@@ -398,11 +398,8 @@ fn last_line_hash(path: &Path) -> Option<String> {
 /// no key is redacted (written without the whitespace between tokens), else the value
 /// with the values of `redact` keys (at any depth) replaced by their SHA-256 and length.
 /// Oversized arguments shrink to their hash and size. `None`: the call had none.
-pub fn redact_arguments(
-    arguments: Option<&serde_json::value::RawValue>,
-    redact: &[String],
-) -> Option<Box<str>> {
-    let text = arguments?.get();
+pub fn redact_arguments(arguments: Option<&str>, redact: &[String]) -> Option<Box<str>> {
+    let text = arguments?;
     if text.len() > MAX_ARGUMENTS_BYTES {
         let stub = serde_json::json!({"truncated": true, "sha256": hex_sha256(text.as_bytes()), "len": text.len()});
         return Some(stub.to_string().into());
@@ -492,9 +489,10 @@ mod tests {
             r#"{"id":"a","content":"secret text","nested":{"content":[1,2]}}"#.into(),
         )
         .unwrap();
-        let v: Value =
-            serde_json::from_str(&redact_arguments(Some(&raw), &["content".to_string()]).unwrap())
-                .unwrap();
+        let v: Value = serde_json::from_str(
+            &redact_arguments(Some(raw.get()), &["content".to_string()]).unwrap(),
+        )
+        .unwrap();
         assert_eq!(v["id"], "a");
         assert_eq!(v["content"]["len"], 11);
         assert_eq!(v["content"]["sha256"], hex_sha256(b"secret text"));
@@ -890,6 +888,18 @@ struct ErrorHead {
 /// Calls `found` with the id (as JSON text) and outcome of each response in a JSON text
 /// (a response or a batch of them). A single response is read without allocating.
 fn each_outcome(text: &str, mut found: impl FnMut(&str, &'static str)) {
+    if !text.trim_start().starts_with('[')
+        && let Some(read) = read_outcome(text)
+    {
+        if let Some((id, outcome)) = read {
+            found(id, outcome);
+        }
+        return;
+    }
+    each_outcome_by_serde(text, found);
+}
+
+fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'static str)) {
     let mut one = |h: AnswerHead<'_>| {
         let outcome = match (&h.result, &h.error) {
             (_, Some(e)) if e.code == crate::error::code::UPSTREAM_TIMEOUT => "timeout",
@@ -909,6 +919,84 @@ fn each_outcome(text: &str, mut found: impl FnMut(&str, &'static str)) {
     } else if let Ok(head) = serde_json::from_str(text) {
         one(head);
     }
+}
+
+/// The outcome of a single response, read in one pass with [`crate::jsonread`]:
+/// `Some(None)` when it has none (no id, or neither result nor error), `None` to leave
+/// the text to serde_json (malformed, an escaped key, a repeated field, a `result` or
+/// `error` or `isError` or `code` of a shape that is not the usual one). Where both
+/// read it, they agree (`fast_and_serde_agree`).
+fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
+    use crate::jsonread::{Reader, Seen};
+    let mut r = Reader::new(text);
+    r.skip_ws();
+    let mut seen = Seen::new();
+    let mut id = None;
+    // `None` when absent or null; else `isError` (`None` when absent or null).
+    let mut result: Option<Option<bool>> = None;
+    let mut code: Option<i64> = None;
+    r.object(0, |r, key| {
+        let key = key.plain()?;
+        let is_null = r.peek() == Some(b'n');
+        match key {
+            "id" | "result" | "error" => seen.first(key)?,
+            _ => {
+                r.value(1)?;
+                return Some(());
+            }
+        }
+        match key {
+            "id" => id = Some(r.value(1)?).filter(|_| !is_null),
+            _ if is_null => {
+                r.value(1)?;
+            }
+            "result" => {
+                let mut is_error = None;
+                let mut once = Seen::new();
+                r.object(1, |r, key| {
+                    if key.plain()? == "isError" {
+                        once.first("isError")?;
+                        is_error = match r.value(2)? {
+                            "true" => Some(true),
+                            "false" => Some(false),
+                            "null" => None,
+                            _ => return None,
+                        };
+                    } else {
+                        r.value(2)?;
+                    }
+                    Some(())
+                })?;
+                result = Some(is_error);
+            }
+            _ => {
+                let mut found = 0;
+                let mut once = Seen::new();
+                r.object(1, |r, key| {
+                    let value = r.value(2)?;
+                    if key.plain()? == "code" {
+                        once.first("code")?;
+                        found = value.parse().ok()?;
+                    }
+                    Some(())
+                })?;
+                code = Some(found);
+            }
+        }
+        Some(())
+    })?;
+    if !r.at_end() {
+        return None;
+    }
+    let outcome = match (result, code) {
+        (_, Some(crate::error::code::UPSTREAM_TIMEOUT)) => "timeout",
+        (_, Some(crate::error::code::UPSTREAM)) => "upstream_error",
+        (_, Some(_)) => "jsonrpc_error",
+        (Some(Some(true)), None) => "is_error",
+        (Some(_), None) => "ok",
+        (None, None) => return Some(None),
+    };
+    Some(id.map(|id| (id, outcome)))
 }
 
 /// Appends `data` to `tail` and keeps the last [`TAIL`] bytes of the two.
@@ -1157,7 +1245,7 @@ impl Drop for AuditTap {
 
 #[cfg(test)]
 mod outcome_tests {
-    use super::{TAIL, each_outcome, keep_tail};
+    use super::{TAIL, each_outcome, each_outcome_by_serde, keep_tail, read_outcome};
 
     fn outcomes_in(text: &str) -> Vec<(String, &'static str)> {
         let mut all = Vec::new();
@@ -1206,5 +1294,90 @@ mod outcome_tests {
             [("4".to_string(), "ok")]
         );
         assert!(outcomes_in("not json").is_empty());
+    }
+
+    const ANSWERS: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}"#,
+        r#"{"jsonrpc":"2.0","id":"a","result":{"isError":true,"content":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"x","data":{"k":[1]}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"error":{"message":"no code"}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"p":0.5}}"#,
+        r#"{"result":{"isError":null},"id":-4.5e1}"#,
+        r#" { "id" : "b" , "error" : { "code" : -32001 } , "x" : "\u00e9\n" } "#,
+        r#"{"jsonrpc":"2.0","id":5,"result":null,"error":{"code":-32004}}"#,
+    ];
+
+    /// The one-pass reader either steps aside or finds exactly what serde_json finds, on
+    /// the answers above and on random edits of them.
+    #[test]
+    fn fast_and_serde_agree() {
+        let by_serde = |text: &str| {
+            let mut all = Vec::new();
+            each_outcome_by_serde(text, |id, outcome| all.push((id.to_string(), outcome)));
+            all
+        };
+        let as_found = |read: Option<(&str, &'static str)>| -> Vec<(String, &'static str)> {
+            read.into_iter()
+                .map(|(id, o)| (id.to_string(), o))
+                .collect()
+        };
+        for text in ANSWERS {
+            let read = read_outcome(text).unwrap_or_else(|| panic!("stepped aside on {text}"));
+            assert_eq!(as_found(read), by_serde(text), "{text}");
+        }
+        const BITS: &[&str] = &[
+            "{",
+            "}",
+            "[",
+            "]",
+            "\"",
+            ",",
+            ":",
+            "\\",
+            " ",
+            "0",
+            "1",
+            "-",
+            ".",
+            "e",
+            "null",
+            "true",
+            "false",
+            "\"id\"",
+            "\"result\"",
+            "\"error\"",
+            "\"code\"",
+            "\"isError\"",
+            "\\u0069",
+            "{}",
+            "99999999999999999999",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut read = 0;
+        for _ in 0..40_000 {
+            let mut text = ANSWERS[next(ANSWERS.len())].to_string();
+            for _ in 0..1 + next(3) {
+                let cuts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+                let at = cuts[next(cuts.len())];
+                let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                match next(3) {
+                    0 => text.insert_str(at, BITS[next(BITS.len())]),
+                    1 => text.replace_range(at..end, ""),
+                    _ => text.replace_range(at..end, BITS[next(BITS.len())]),
+                }
+            }
+            if let Some(found) = read_outcome(&text) {
+                read += 1;
+                assert_eq!(as_found(found), by_serde(&text), "{text}");
+            }
+        }
+        assert!(read > 2_000, "{read}");
     }
 }

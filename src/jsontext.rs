@@ -24,12 +24,20 @@ static ESCAPE: [u8; 256] = {
 /// Whether any of the eight bytes in `w` must be escaped in a JSON string: a control
 /// byte (below 0x20), `"` or `\\`. Each test is exact as a yes or no (the classic "has a
 /// zero byte" and "has a byte less than n" word tricks).
-fn needs_escape(w: u64) -> bool {
+pub(crate) fn needs_escape(w: u64) -> bool {
+    escape_mask(w) != 0
+}
+
+/// The bytes of `w` that must be escaped, as their high bits. A flagged byte can make the
+/// bytes above it look flagged too (the subtraction borrows), but the lowest flag is
+/// always exact: for `w` read little-endian, `trailing_zeros() / 8` is the position of
+/// the first byte to escape.
+pub(crate) fn escape_mask(w: u64) -> u64 {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
     let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\'))) != 0
+    control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')))
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it. Runs of eight bytes
@@ -222,6 +230,25 @@ mod tests {
                     let mut ours = String::new();
                     push_str(&mut ours, &text);
                     assert_eq!(ours, serde_json::to_string(&text).unwrap());
+                }
+            }
+        }
+    }
+
+    /// The lowest flag of the mask is the first byte to escape, for every position and
+    /// every byte value, whatever follows it.
+    #[test]
+    fn the_escape_mask_finds_the_first_byte_to_escape() {
+        for at in 0..8 {
+            for b in 0..=255u8 {
+                for after in [0u8, b'"', b'a', 0xff] {
+                    let mut word = [b'x'; 8];
+                    word[at] = b;
+                    word[at + 1..].fill(after);
+                    let first = word.iter().position(|&c| ESCAPE[usize::from(c)] != 0);
+                    let mask = escape_mask(u64::from_le_bytes(word));
+                    let found = (mask != 0).then(|| mask.trailing_zeros() as usize / 8);
+                    assert_eq!(found, first, "{word:?}");
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! can disagree on which copy wins and the upstream must run exactly what was checked.
 
 use crate::error::GateError;
+use crate::jsonread::{Reader, Seen};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -121,8 +122,8 @@ pub struct Message<'a> {
     pub tool: Option<ToolName<'a>>,
     /// `params.name`, else `params.uri`, when a string: what an `Mcp-Name` header mirrors.
     pub mcp_name: Option<Cow<'a, str>>,
-    /// `params.arguments` of a request, raw: for the audit trail.
-    pub arguments: Option<&'a RawValue>,
+    /// `params.arguments` of a request, as its JSON text: for the audit trail.
+    pub arguments: Option<&'a str>,
 }
 
 impl Message<'_> {
@@ -213,7 +214,122 @@ pub fn parse(body: &[u8]) -> Result<Payload<'_>, GateError> {
     }
 }
 
+/// One message: read by [`read_message`] when it can, else by serde_json, which then also
+/// says what is wrong with it.
 fn message(json: &str) -> Result<Message<'_>, GateError> {
+    match read_message(json) {
+        Some(m) => Ok(m),
+        None => message_by_serde(json),
+    }
+}
+
+/// Reads a well-formed message in one pass with [`jsonread`]. `None` for anything it is
+/// not sure of (malformed or invalid, an escaped key or name, a repeated key, deep
+/// nesting): [`message_by_serde`] decides those. Where both read a message, they read
+/// the same one (`fast_and_serde_agree` below).
+fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
+    let mut r = Reader::new(json);
+    r.skip_ws();
+    let mut seen = Seen::new();
+    let (mut jsonrpc, mut id, mut method, mut noted) = (None, None, None, false);
+    // `params`: `None` if absent, `Some(None)` if not an object, else its three fields.
+    let mut params: Option<Option<[Option<&str>; 3]>> = None;
+    r.object(0, |r, key| {
+        let key = key.plain()?;
+        seen.first(key)?;
+        match key {
+            "jsonrpc" => jsonrpc = Some(r.value(1)?),
+            "id" => id = Some(r.value(1)?),
+            "method" => method = Some(r.value(1)?),
+            "params" if r.peek() == Some(b'{') => {
+                let mut inner = Seen::new();
+                let mut found = [None; 3];
+                r.object(1, |r, key| {
+                    let key = key.plain()?;
+                    inner.first(key)?;
+                    let slot = ["name", "uri", "arguments"].iter().position(|w| *w == key);
+                    let value = r.value(2)?;
+                    if let Some(i) = slot {
+                        found[i] = Some(value);
+                    }
+                    Some(())
+                })?;
+                params = Some(Some(found));
+            }
+            _ => {
+                noted |= matches!(key, "result" | "error");
+                if key == "params" {
+                    params = Some(None);
+                }
+                r.value(1)?;
+            }
+        }
+        Some(())
+    })?;
+    if !r.at_end() || jsonrpc != Some("\"2.0\"") {
+        return None;
+    }
+    let id = match id {
+        Some(text) if matches!(text.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n') => {
+            Some(serde_json::from_str::<&RawValue>(text).ok()?)
+        }
+        Some(_) => return None,
+        None => None,
+    };
+    let Some(method) = method else {
+        if !noted || id.is_none() {
+            return None;
+        }
+        return Some(Message {
+            kind: Kind::Response,
+            id,
+            method: None,
+            tool: None,
+            mcp_name: None,
+            arguments: None,
+        });
+    };
+    let method = Reader::new(method).plain_string()?;
+    let kind = if id.is_some() {
+        Kind::Request
+    } else {
+        Kind::Notification
+    };
+    let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
+    // A field's text if it is a string, `Some(None)` if absent or not a string, `None`
+    // to give up (an escaped string).
+    let text = |v: Option<&'a str>| match v {
+        Some(v) if v.starts_with('"') => Reader::new(v).plain_string().map(Some),
+        _ => Some(None),
+    };
+    match params {
+        Some(Some([name, uri, args])) => {
+            arguments = args;
+            let name_text = text(name)?;
+            if method == "tools/call" {
+                tool = Some(match (name_text, name) {
+                    (Some(n), _) => ToolName::Name(Cow::Borrowed(n)),
+                    (None, Some(_)) => ToolName::NotString,
+                    (None, None) => ToolName::Missing,
+                });
+            }
+            let uri_text = text(uri)?;
+            mcp_name = name_text.or(uri_text).map(Cow::Borrowed);
+        }
+        _ if method == "tools/call" => tool = Some(ToolName::Missing),
+        _ => {}
+    }
+    Some(Message {
+        kind,
+        id,
+        method: Some(Cow::Borrowed(method)),
+        tool,
+        mcp_name,
+        arguments,
+    })
+}
+
+fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
     let f = object_fields(
         json,
         ["jsonrpc", "id", "method", "params"],
@@ -261,7 +377,7 @@ fn message(json: &str) -> Result<Message<'_>, GateError> {
         let p = object_fields(params.get(), ["name", "uri", "arguments"], &[])
             .map_err(|e| invalid(&format!("params: {e}")))?;
         let [name, uri, args] = p.found;
-        arguments = args;
+        arguments = args.map(RawValue::get);
         let name_text = as_text(name);
         if method == "tools/call" {
             tool = Some(match (&name_text, name) {
@@ -421,6 +537,99 @@ mod tests {
             vec!["1".into(), "\"x\"".into()] as Vec<Box<str>>
         );
         assert!(p.has_requests());
+    }
+
+    /// Envelopes as clients send them, and the shapes around them.
+    const SEEDS: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool_001","arguments":{"id":"welcome"}}}"#,
+        r#"{"jsonrpc":"2.0","id":"a-1","method":"tools/list","params":{"cursor":"x"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"ping","params":[1,2]}"#,
+        r#"{"jsonrpc":"2.0","id":-1.5e3,"result":{"content":[{"type":"text","text":"a\nb"}]}}"#,
+        r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32000,"message":"m"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","name":7}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":null,"uri":"u","arguments":{"deep":[[{"a":true}],false]}}}"#,
+        r#" { "jsonrpc" : "2.0" , "id" : 0 , "method" : "tools/call" , "params" : { } } "#,
+        r#"{"id":4,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{},"name":"é日本"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"x","params":{"name":"a"},"extra":{"k":"\u00e9"}}"#,
+    ];
+
+    /// The one-pass reader either steps aside or reads exactly what serde_json reads: on
+    /// the seeds and on many thousands of random edits of them (characters that matter to
+    /// JSON put in, taken out or swapped), never a message serde_json would refuse or
+    /// read differently.
+    #[test]
+    fn fast_and_serde_agree() {
+        for seed in SEEDS {
+            let fast = read_message(seed).unwrap_or_else(|| panic!("stepped aside on {seed}"));
+            let slow = message_by_serde(seed).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{seed}");
+        }
+        const BITS: &[&str] = &[
+            "{",
+            "}",
+            "[",
+            "]",
+            "\"",
+            ",",
+            ":",
+            "\\",
+            " ",
+            "\n",
+            "0",
+            "1",
+            "-",
+            ".",
+            "e",
+            "+",
+            "a",
+            "null",
+            "true",
+            "\\u0061",
+            "\\u12",
+            "\u{1}",
+            "é",
+            "\"name\"",
+            "\"id\"",
+            "\"method\"",
+            "\"params\"",
+            "\"2.0\"",
+            "\"result\"",
+            "{}",
+            "[]",
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut read, mut agreed_err) = (0, 0);
+        for _ in 0..40_000 {
+            let mut text = SEEDS[next(SEEDS.len())].to_string();
+            for _ in 0..1 + next(3) {
+                let cuts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+                let at = cuts[next(cuts.len())];
+                let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                match next(3) {
+                    0 => text.insert_str(at, BITS[next(BITS.len())]),
+                    1 => text.replace_range(at..end, ""),
+                    _ => text.replace_range(at..end, BITS[next(BITS.len())]),
+                }
+            }
+            let slow = message_by_serde(&text);
+            match read_message(&text) {
+                Some(fast) => {
+                    read += 1;
+                    let slow = slow.unwrap_or_else(|e| panic!("{text}: read, but serde: {e}"));
+                    assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{text}");
+                }
+                None => agreed_err += usize::from(slow.is_err()),
+            }
+        }
+        // The edits reach both sides: many still read, many are refused.
+        assert!(read > 2_000 && agreed_err > 10_000, "{read} {agreed_err}");
     }
 
     #[test]

@@ -1,0 +1,380 @@
+//! A strict JSON reader for the two texts read on every call: the client's JSON-RPC
+//! envelope and the upstream's answer. It checks the whole text by the grammar serde_json
+//! applies (RFC 8259: no trailing commas, no leading zeros, no raw control bytes in
+//! strings, valid escapes) and hands back borrowed slices of it, in one pass and without
+//! allocating. It reads only what it can be sure of: a key with an escape in it, nesting
+//! deeper than [`MAX_DEPTH`] or anything malformed makes it give up (`None`), and the
+//! caller then reads the text with serde_json, whose answer (and error message) stands.
+//! So this reader can only ever agree with serde_json or step aside; the tests in
+//! `pipeline::jsonrpc` and `audit` hold it to that on every input they try.
+
+/// Deeper than this the reader gives up (serde_json's own limit is 128).
+pub const MAX_DEPTH: u32 = 64;
+
+/// A key, as written between its quotes.
+#[derive(Clone, Copy)]
+pub struct Key<'a> {
+    pub raw: &'a str,
+    /// Whether it holds a backslash escape, so `raw` is not its decoded text.
+    pub escaped: bool,
+}
+
+impl<'a> Key<'a> {
+    /// The key's text when it has no escape; `None` (give up) otherwise.
+    pub fn plain(self) -> Option<&'a str> {
+        (!self.escaped).then_some(self.raw)
+    }
+}
+
+pub struct Reader<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Reader { text, at: 0 }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    pub fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes().get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    pub fn peek(&self) -> Option<u8> {
+        self.bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        let hit = self.peek() == Some(b);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    fn expect(&mut self, b: u8) -> Option<()> {
+        self.eat(b).then_some(())
+    }
+
+    /// Whether only whitespace is left.
+    pub fn at_end(&mut self) -> bool {
+        self.skip_ws();
+        self.at == self.text.len()
+    }
+
+    /// One value of any kind, checked; returns its text, from its first byte to its last.
+    pub fn value(&mut self, depth: u32) -> Option<&'a str> {
+        let start = self.at;
+        match self.peek()? {
+            b'{' => self.object(depth, |r, _| r.value(depth + 1).map(drop))?,
+            b'[' => self.array(depth)?,
+            b'"' => {
+                self.string()?;
+            }
+            b't' => self.literal("true")?,
+            b'f' => self.literal("false")?,
+            b'n' => self.literal("null")?,
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => return None,
+        }
+        Some(&self.text[start..self.at])
+    }
+
+    /// An object; `each` is called at each member's value (whitespace skipped) and must
+    /// read that value. `depth` is the object's own nesting depth.
+    pub fn object(
+        &mut self,
+        depth: u32,
+        mut each: impl FnMut(&mut Self, Key<'a>) -> Option<()>,
+    ) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.expect(b'{')?;
+        self.skip_ws();
+        if self.eat(b'}') {
+            return Some(());
+        }
+        loop {
+            self.skip_ws();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let start = self.at + 1;
+            let escaped = self.string()?;
+            let key = Key {
+                raw: &self.text[start..self.at - 1],
+                escaped,
+            };
+            self.skip_ws();
+            self.expect(b':')?;
+            self.skip_ws();
+            each(self, key)?;
+            self.skip_ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, depth: u32) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.expect(b'[')?;
+        self.skip_ws();
+        if self.eat(b']') {
+            return Some(());
+        }
+        loop {
+            self.skip_ws();
+            self.value(depth + 1)?;
+            self.skip_ws();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string, from its opening quote; whether it holds an escape.
+    fn string(&mut self) -> Option<bool> {
+        self.expect(b'"')?;
+        let bytes = self.bytes();
+        let mut i = self.at;
+        let mut escaped = false;
+        loop {
+            // Runs of bytes that end nothing are passed over a word at a time.
+            while let Some(word) = bytes[i..].first_chunk::<8>() {
+                let mask = crate::jsontext::escape_mask(u64::from_le_bytes(*word));
+                if mask != 0 {
+                    i += mask.trailing_zeros() as usize / 8;
+                    break;
+                }
+                i += 8;
+            }
+            let b = *bytes.get(i)?;
+            i += 1;
+            match b {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    match *bytes.get(i)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
+                        b'u' => {
+                            let hex = bytes.get(i + 1..i + 5)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return None;
+                            }
+                            i += 5;
+                        }
+                        _ => return None,
+                    }
+                }
+                0..=0x1f => return None,
+                _ => {}
+            }
+        }
+        self.at = i;
+        Some(escaped)
+    }
+
+    /// A string value with no escape in it: its text between the quotes.
+    pub fn plain_string(&mut self) -> Option<&'a str> {
+        let start = self.at + 1;
+        match self.string()? {
+            false => Some(&self.text[start..self.at - 1]),
+            true => None,
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> Option<()> {
+        self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.eat(b'.') {
+            self.digits1()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            self.digits1()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    fn digits1(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+}
+
+/// The keys an object has shown so far, to refuse one seen twice (compared as written,
+/// which is exact for keys without escapes). Gives up past [`Seen::MAX`] keys.
+pub struct Seen<'a> {
+    keys: [&'a str; Seen::MAX],
+    len: usize,
+}
+
+impl<'a> Seen<'a> {
+    const MAX: usize = 16;
+
+    pub fn new() -> Self {
+        Seen {
+            keys: [""; Seen::MAX],
+            len: 0,
+        }
+    }
+
+    /// Notes `key`; `None` when it was already seen or there are too many to keep.
+    pub fn first(&mut self, key: &'a str) -> Option<()> {
+        if self.len == Seen::MAX || self.keys[..self.len].contains(&key) {
+            return None;
+        }
+        self.keys[self.len] = key;
+        self.len += 1;
+        Some(())
+    }
+}
+
+impl Default for Seen<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(text: &str) -> Option<&str> {
+        let mut r = Reader::new(text);
+        r.skip_ws();
+        let v = r.value(0)?;
+        r.at_end().then_some(v)
+    }
+
+    /// Every text the reader takes, serde_json takes too; and on these, both agree.
+    #[test]
+    fn accepts_what_serde_json_accepts() {
+        let good = [
+            "0",
+            "-0",
+            "-12.5e+3",
+            "1E9",
+            "0.001",
+            "true",
+            "null",
+            r#""a\"b\\c\/\b\f\n\r\t\u00e9\uD800""#,
+            "\"é ü 日本\"",
+            "[]",
+            "[ 1 , [2, {}] ]",
+            r#"{"a":{"b":[null,false]},"c":"d"}"#,
+            " {\n\t\"k\" : 1 } ",
+            r#"{"k\u0041":1}"#,
+        ];
+        for text in good {
+            assert!(whole(text).is_some(), "reader refused {text:?}");
+            assert!(
+                serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(),
+                "{text:?}"
+            );
+        }
+        let bad = [
+            "",
+            "01",
+            "-",
+            "1.",
+            ".5",
+            "1e",
+            "+1",
+            "tru",
+            "nul",
+            "[1,]",
+            "{,}",
+            r#"{"a":1,}"#,
+            r#"{"a"}"#,
+            r#"{a:1}"#,
+            "\"a",
+            "\"\u{1}\"",
+            r#""\x""#,
+            r#""\u12g4""#,
+            "[1 2]",
+            "{} {}",
+            "'a'",
+            "NaN",
+            "[",
+        ];
+        for text in bad {
+            assert!(whole(text).is_none(), "reader took {text:?}");
+            assert!(
+                serde_json::from_str::<serde::de::IgnoredAny>(text).is_err(),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn values_are_their_own_text() {
+        let mut r = Reader::new(r#"{"id" : 7 , "p": {"x": [1, "y"]} }"#);
+        let mut got = Vec::new();
+        r.object(0, |r, key| {
+            got.push((key.raw, r.value(1)?));
+            Some(())
+        })
+        .unwrap();
+        assert_eq!(got, [("id", "7"), ("p", r#"{"x": [1, "y"]}"#)]);
+    }
+
+    #[test]
+    fn gives_up_deep_down() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(whole(&deep(MAX_DEPTH as usize)).is_some());
+        assert!(whole(&deep(MAX_DEPTH as usize + 2)).is_none());
+        // Far past serde_json's limit too, and no stack overflow.
+        assert!(whole(&deep(100_000)).is_none());
+    }
+
+    #[test]
+    fn repeated_keys_are_seen() {
+        let mut seen = Seen::new();
+        assert!(seen.first("a").is_some());
+        assert!(seen.first("b").is_some());
+        assert!(seen.first("a").is_none());
+        let mut many = Seen::new();
+        let names: Vec<String> = (0..Seen::MAX + 1).map(|i| i.to_string()).collect();
+        let taken = names.iter().filter(|n| many.first(n).is_some()).count();
+        assert_eq!(taken, Seen::MAX);
+    }
+}

@@ -105,6 +105,10 @@ pub struct Drain {
     signal: Arc<DrainSignal>,
     id: u64,
     waker: Arc<AtomicWaker>,
+    /// The waker last registered: a connection's task keeps one waker, so registering it
+    /// again on every wait (an atomic exchange and a clone) is skipped. `give` is the
+    /// only one to wake it, and after it the flag answers every look.
+    registered: Option<std::task::Waker>,
 }
 
 impl Drain {
@@ -116,7 +120,12 @@ impl Drain {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, waker.clone());
-        Drain { signal, id, waker }
+        Drain {
+            signal,
+            id,
+            waker,
+            registered: None,
+        }
     }
 
     fn draining(&self) -> bool {
@@ -128,7 +137,15 @@ impl Drain {
         if self.draining() {
             return true;
         }
+        if self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return false;
+        }
         self.waker.register(cx.waker());
+        self.registered = Some(cx.waker().clone());
         // Given between the first look and the registration: `give` may have missed us.
         self.draining()
     }
@@ -629,7 +646,7 @@ fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 fn has_token(value: &HeaderValue, token: &str) -> bool {
     value
         .to_str()
-        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        .is_ok_and(|v| crate::headval::lists(v, token))
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod error;
 pub mod gateway;
 pub mod h1;
+pub mod headval;
 pub mod jsonread;
 pub mod jsontext;
 pub mod logjson;

@@ -396,13 +396,13 @@ fn parse_head(
                 chunked = value
                     .to_str()
                     .ok()
-                    .and_then(|v| v.rsplit(',').next())
-                    .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+                    .and_then(|v| crate::headval::items(v).next_back())
+                    .is_some_and(|last| last.eq_ignore_ascii_case("chunked"));
             } else if name == header::CONNECTION {
                 let listed = |token: &str| {
                     value
                         .to_str()
-                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+                        .is_ok_and(|v| crate::headval::lists(v, token))
                 };
                 if listed("close") {
                     keep = false;

@@ -209,14 +209,13 @@ impl HostRules {
     /// `host` is a `Host` header or `:authority`: `name`, `name:port`, `[v6]:port`.
     /// Compared without case and without a lowercased copy (the rules are lowercase).
     pub fn allows(&self, host: &str) -> bool {
-        let host = host.trim();
-        let name = match host.rsplit_once(':') {
-            Some((n, port))
-                if !n.is_empty()
-                    && !port.contains(']')
-                    && port.bytes().all(|b| b.is_ascii_digit()) =>
+        let host = host.trim_ascii();
+        // `name:port` when what follows the last colon is all digits (so not `[v6]`).
+        let name = match host.bytes().rposition(|b| b == b':') {
+            Some(colon)
+                if colon > 0 && host.as_bytes()[colon + 1..].iter().all(u8::is_ascii_digit) =>
             {
-                n
+                &host[..colon]
             }
             _ => host,
         };

@@ -7,7 +7,7 @@
 use crate::config::glob::Matcher;
 use crate::error::GateError;
 use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::{Quota, RateLimiter, clock::DefaultClock, state::keyed::DashMapStateStore};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +52,11 @@ pub enum RateKey {
     Ip(IpAddr),
 }
 
+/// A rule's state per key. Keys are hashed with foldhash (randomly seeded per process):
+/// governor's default, SipHash, cost more per request than the rest of the rule's check.
+type Keyed =
+    RateLimiter<RateKey, DashMapStateStore<RateKey, hashbrown::DefaultHashBuilder>, DefaultClock>;
+
 pub struct RateRule {
     /// Everything that defines the rule; equal signatures share state across reloads.
     pub signature: String,
@@ -62,7 +67,7 @@ pub struct RateRule {
     pub auth_failure: bool,
     pub rate_text: String,
     pub burst: u32,
-    limiter: DefaultKeyedRateLimiter<RateKey>,
+    limiter: Keyed,
     /// Set while the rule holds [`MAX_KEYS_PER_RULE`] keys (then every take counts them).
     full: AtomicBool,
     /// For `auth_failure` rules: addresses refused until the given instant.
@@ -93,7 +98,7 @@ impl RateRule {
             auth_failure,
             rate_text,
             burst: quota.burst_size().get(),
-            limiter: DefaultKeyedRateLimiter::keyed(quota),
+            limiter: Keyed::dashmap_with_hasher(quota, Default::default()),
             full: AtomicBool::new(false),
             blocked: Mutex::new(HashMap::new()),
         }
@@ -192,9 +197,9 @@ fn refused(wait: Duration) -> GateError {
 impl Limits {
     /// Before the token is even looked up: an address that failed too often is refused.
     pub fn auth_guard(&self, ip: IpAddr) -> Result<(), GateError> {
-        let now = Instant::now();
         for rule in self.rate.iter().filter(|r| r.auth_failure) {
             if let Some(until) = rule.blocked.lock().expect("blocked lock").get(&ip) {
+                let now = Instant::now();
                 if *until > now {
                     return Err(refused(*until - now));
                 }

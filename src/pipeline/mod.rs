@@ -23,7 +23,7 @@ use crate::tools_list::{ListRewrite, ToolFilter};
 use crate::transport::accept::{self, Want};
 use crate::transport::relay::StreamTiming;
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::value::RawValue;
 use std::net::SocketAddr;
@@ -726,7 +726,7 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
     let media = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim());
+        .map(crate::headval::media_type);
     if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
@@ -734,8 +734,7 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
     }
     for v in headers.get_all(header::CONTENT_ENCODING) {
         let ok = v.to_str().is_ok_and(|v| {
-            v.split(',')
-                .all(|e| e.trim().is_empty() || e.trim().eq_ignore_ascii_case("identity"))
+            crate::headval::items(v).all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
         });
         if !ok {
             return Err(GateError::UnsupportedMediaType(
@@ -749,8 +748,10 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
 /// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
 /// intermediary routing on the header and the server reading the body would disagree.
 fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<(), GateError> {
-    let method = headers.get("mcp-method");
-    let name = headers.get("mcp-name");
+    const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+    let method = headers.get(MCP_METHOD);
+    let name = headers.get(MCP_NAME);
     if method.is_none() && name.is_none() {
         return Ok(());
     }

@@ -206,7 +206,7 @@ fn format_of(headers: &HeaderMap) -> Format {
     else {
         return Format::Other;
     };
-    let media = ct.split(';').next().unwrap_or("").trim();
+    let media = crate::headval::media_type(ct);
     if media.eq_ignore_ascii_case("application/json") {
         Format::Json
     } else if media.eq_ignore_ascii_case("text/event-stream") {

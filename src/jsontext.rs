@@ -109,9 +109,30 @@ pub fn to_microsecond(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
 }
 
-/// Appends a duration in milliseconds, to the microsecond.
+/// Appends a duration in milliseconds, to the microsecond: the same text as
+/// `push_f64(out, to_microsecond(ms))`, written from the whole count of microseconds.
+/// Below 10^12 µs the shortest text that reads back as `k / 1000` is that decimal itself
+/// (neighbouring counts are further apart than the float's spacing), which is what
+/// serde_json writes: `12.5`, `0.034`, `3.0`.
 pub fn push_ms(out: &mut String, ms: f64) {
-    push_f64(out, to_microsecond(ms));
+    let us = (ms * 1000.0).round();
+    if !(us.is_sign_positive() && us < 1e12) {
+        return push_f64(out, to_microsecond(ms));
+    }
+    let us = us as u64;
+    push_u64(out, us / 1000);
+    out.push('.');
+    let frac = us % 1000;
+    let digits = [frac / 100, frac / 10 % 10, frac % 10];
+    let kept = match frac {
+        0 => 1,
+        _ if frac % 100 == 0 => 1,
+        _ if frac % 10 == 0 => 2,
+        _ => 3,
+    };
+    for d in &digits[..kept] {
+        out.push(char::from(b'0' + *d as u8));
+    }
 }
 
 pub fn push_u64(out: &mut String, value: u64) {
@@ -232,6 +253,44 @@ mod tests {
                     assert_eq!(ours, serde_json::to_string(&text).unwrap());
                 }
             }
+        }
+    }
+
+    /// The microsecond count is written as serde_json writes the rounded float.
+    #[test]
+    fn milliseconds_are_written_as_serde_json_writes_them() {
+        let check = |ms: f64| {
+            let mut ours = String::new();
+            push_ms(&mut ours, ms);
+            let theirs = serde_json::to_string(&to_microsecond(ms)).unwrap();
+            assert_eq!(ours, theirs, "{ms}");
+        };
+        for k in 0..200_000u64 {
+            check(k as f64 / 1000.0);
+        }
+        let mut state = 0x853c_49e6_748f_ea9bu64;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let scale = 10f64.powi((state % 16) as i32 - 4);
+            check((state >> 11) as f64 / (1u64 << 53) as f64 * scale);
+        }
+        for ms in [
+            0.0,
+            -0.0,
+            0.0004999,
+            0.0005,
+            0.0015,
+            1e9 - 0.0005,
+            999_999_999.999_4,
+            1e9,
+            1e12,
+            1e300,
+            -1.5,
+            f64::MIN_POSITIVE,
+        ] {
+            check(ms);
         }
     }
 

@@ -203,6 +203,7 @@ pub struct RequestLine<'a> {
     pub tool: &'a str,
     pub status: u16,
     pub reason: &'a str,
+    /// Rounded to the microsecond ([`crate::jsontext::to_microsecond`]).
     pub ms: f64,
 }
 
@@ -259,7 +260,7 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
     out.push_str(",\"reason\":");
     push_str(out, f.reason);
     out.push_str(",\"ms\":");
-    push_f64(out, f.ms);
+    crate::jsontext::push_ms(out, f.ms);
     out.push_str(",\"target\":\"mcpgate::pipeline\"");
     push_request(out);
     out.push_str("}\n");
@@ -510,7 +511,8 @@ mod tests {
             tool: "odd\ntool\\",
             status: 200,
             reason: "-",
-            ms: 0.578144,
+            // Rounded to the microsecond, as the pipeline hands it over.
+            ms: crate::jsontext::to_microsecond(0.578144),
         };
         let via_event = Buffer::default();
         let subscriber = tracing_subscriber::registry().with(JsonLayer::new(via_event.clone()));

@@ -14,7 +14,7 @@ use crate::tools_list::ListRewrite;
 use crate::transport::accept::Want;
 use crate::transport::relay::{self, SseRelay, StreamTiming};
 use crate::transport::sse;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use serde::Serialize;
@@ -92,7 +92,7 @@ fn own_response(
 
 pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        r.headers_mut().insert("x-request-id", v);
+        r.headers_mut().insert(super::forward::X_REQUEST_ID, v);
     }
 }
 
@@ -107,7 +107,8 @@ fn set_sse_headers(h: &mut HeaderMap) {
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, no-transform"),
     );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+    h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
 }
 
 /// The answer for an error. `rpc_id` is the id of the single request it concerns, if known;

@@ -493,7 +493,11 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
         } else if let Some(n) = length {
             Out::Length(n)
         } else if let Some(n) = body.size_hint().exact() {
-            let _ = write!(out, "content-length: {n}\r\n");
+            put_header(
+                out,
+                b"content-length",
+                itoa::Buffer::new().format(n).as_bytes(),
+            );
             Out::Length(n)
         } else if http10 {
             *keep_alive = false;

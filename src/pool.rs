@@ -409,6 +409,23 @@ fn parse_head(
                 } else if http10 && listed("keep-alive") {
                     keep = true;
                 }
+                // Kept only when it names other fields, for `strip_hop_by_hop` to remove
+                // them by it.
+                let names_others = value.to_str().is_ok_and(|v| {
+                    crate::headval::items(v).any(|t| {
+                        !(t.is_empty()
+                            || t.eq_ignore_ascii_case("close")
+                            || t.eq_ignore_ascii_case("keep-alive"))
+                    })
+                });
+                if !names_others {
+                    continue;
+                }
+            }
+            // The other hop-by-hop fields end here (framing was read from them above):
+            // `strip_hop_by_hop` would remove them before the answer goes on anyway.
+            if name != header::CONNECTION && crate::pipeline::forward::is_hop_by_hop(&name) {
+                continue;
             }
             headers.append(name, value);
         }
@@ -792,6 +809,50 @@ mod tests {
         assert_eq!(r.headers().get_all("x-a").iter().count(), 2);
         assert_eq!(h.framing, Framing::Length(2));
         assert_eq!(&buf[..], b"{}");
+    }
+
+    /// Hop-by-hop fields are read for the framing and not kept; `Connection` is kept
+    /// only when it names other fields, which the pipeline then removes by it.
+    #[test]
+    fn hop_by_hop_fields_are_not_kept() {
+        let parsed = |extra: &str| {
+            let text = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{extra}transfer-encoding: chunked\r\nkeep-alive: timeout=5\r\nte: trailers\r\nupgrade: h2c\r\ntrailer: x\r\nproxy-connection: keep-alive\r\n\r\n"
+            );
+            let (r, h) = parse_head(&mut BytesMut::from(text.as_str()), &Method::POST)
+                .unwrap()
+                .unwrap();
+            assert_eq!(h.framing, Framing::Chunked(Chunk::Size));
+            let mut names: Vec<String> = r.headers().keys().map(|n| n.to_string()).collect();
+            names.sort();
+            (names, h.keep)
+        };
+        assert_eq!(parsed(""), (vec!["content-type".to_string()], true));
+        assert_eq!(
+            parsed("connection: close\r\n"),
+            (vec!["content-type".to_string()], false)
+        );
+        assert_eq!(
+            parsed("connection: keep-alive, X-Hop\r\nx-hop: 1\r\n"),
+            (
+                vec![
+                    "connection".to_string(),
+                    "content-type".to_string(),
+                    "x-hop".to_string()
+                ],
+                true
+            )
+        );
+        // What reaches the client is the same as before: the pipeline strips the rest.
+        let text = "HTTP/1.1 200 OK\r\nconnection: X-Hop\r\nx-hop: 1\r\nx-kept: 2\r\ncontent-length: 0\r\n\r\n";
+        let (mut r, _) = parse_head(&mut BytesMut::from(text), &Method::POST)
+            .unwrap()
+            .unwrap();
+        crate::pipeline::forward::strip_hop_by_hop(r.headers_mut());
+        assert_eq!(
+            r.headers().keys().collect::<Vec<_>>(),
+            ["x-kept", "content-length"]
+        );
     }
 
     /// Decodes all of `wire` in the given pieces, as reads would deliver them.

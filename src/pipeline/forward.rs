@@ -21,7 +21,7 @@ pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-i
 
 /// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1, and the legacy ones): one
 /// `match` (the compiler sorts the names by length first) rather than nine comparisons.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
         "connection"

@@ -376,10 +376,10 @@ fn parse_head(
         let mut chunked = false;
         let mut encoded = false;
         let mut keep = !http10;
-        for &(ns, ne, vs, ve) in spans {
-            let name =
-                HeaderName::from_bytes(&bytes[ns..ne]).map_err(|_| malformed("header name"))?;
-            let value = HeaderValue::from_maybe_shared(bytes.slice(vs..ve))
+        for &span in spans {
+            let name = HeaderName::from_bytes(&bytes[span.name()])
+                .map_err(|_| malformed("header name"))?;
+            let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
                 .map_err(|_| malformed("header value"))?;
             if name == header::CONTENT_LENGTH {
                 let n = std::str::from_utf8(value.as_bytes())
@@ -466,24 +466,43 @@ fn parse_head(
     }
 }
 
-/// Where a header's name and value sit in the buffer it was parsed from:
-/// `(name start, name end, value start, value end)`.
-pub(crate) type Span = (usize, usize, usize, usize);
+/// Where a header's name and value sit in the buffer it was parsed from. Offsets are
+/// `u32`: heads are bounded far below that (16 MiB for a request, the read buffer for an
+/// answer), and a smaller span keeps [`Spans`] cheap to make and to return.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Span {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+impl Span {
+    pub(crate) fn name(self) -> std::ops::Range<usize> {
+        self.name.0 as usize..self.name.1 as usize
+    }
+
+    pub(crate) fn value(self) -> std::ops::Range<usize> {
+        self.value.0 as usize..self.value.1 as usize
+    }
+}
 
 /// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
 /// buffer's bytes (once frozen) rather than copy them. Up to [`INLINE_SPANS`] of them (any
 /// ordinary head) are kept on the stack, more in a `Vec`.
 pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Spans {
+    debug_assert!(buf.len() <= u32::MAX as usize || headers.is_empty());
     let base = buf.as_ptr() as usize;
     let span = |h: &httparse::Header<'_>| {
         let (n, v) = (
             h.name.as_ptr() as usize - base,
             h.value.as_ptr() as usize - base,
         );
-        (n, n + h.name.len(), v, v + h.value.len())
+        Span {
+            name: (n as u32, (n + h.name.len()) as u32),
+            value: (v as u32, (v + h.value.len()) as u32),
+        }
     };
     let mut spans = Spans {
-        inline: [(0, 0, 0, 0); INLINE_SPANS],
+        inline: [Span::default(); INLINE_SPANS],
         len: headers.len(),
         more: Vec::new(),
     };
@@ -497,7 +516,7 @@ pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Span
     spans
 }
 
-const INLINE_SPANS: usize = 24;
+const INLINE_SPANS: usize = 16;
 
 /// See [`header_spans`].
 pub(crate) struct Spans {

@@ -29,7 +29,6 @@ use serde_json::value::RawValue;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
-use tracing::Instrument;
 
 /// The client at the other end of a connection, as every request on it needs it.
 #[derive(Clone)]
@@ -114,7 +113,8 @@ pub async fn handle(
     let span = logjson::request_span(&id);
     let result = logjson::in_request(
         id.clone(),
-        run(gw, &snapshot, listener, &peer, req, &mut ctx).instrument(span.clone()),
+        span.clone(),
+        run(gw, &snapshot, listener, &peer, req, &mut ctx),
     )
     .await;
     let (response, reason) = match result {

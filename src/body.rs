@@ -8,7 +8,6 @@ use http_body_util::combinators::UnsyncBoxBody;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::time::Sleep;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -26,7 +25,7 @@ pub enum GateBody {
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
         body: crate::pool::UpBody,
-        deadline: Option<Pin<Box<Sleep>>>,
+        deadline: Option<crate::deadline::Deadline>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),
     /// Bytes already read from `rest`, sent first.
@@ -63,7 +62,7 @@ impl Body for GateBody {
                 }
                 if deadline
                     .as_mut()
-                    .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+                    .is_some_and(|d| Pin::new(d).poll(cx).is_ready())
                 {
                     *deadline = None;
                     return Poll::Ready(Some(Err(Box::new(DeadlineExceeded))));

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod audit;
 pub mod body;
 pub mod config;
+pub mod deadline;
 pub mod demo;
 pub mod error;
 pub mod gateway;

@@ -5,13 +5,12 @@
 //! It returns the upstream's response head; the body is streamed by `respond`.
 
 use crate::config::Upstream;
+use crate::deadline::Deadline;
 use crate::error::GateError;
 use crate::pool::UpBody;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, Uri};
-use std::pin::Pin;
-use tokio::time::Sleep;
 
 // Made at compile time: a name given as a `&str` is parsed on every request.
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -19,21 +18,22 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1, and the legacy ones): one
-/// `match` (the compiler sorts the names by length first) rather than nine comparisons.
+/// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1, and the legacy ones). Compared
+/// as header names: a standard name is one small number, so most comparisons are one
+/// byte, with no text compared.
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+    static HOP_BY_HOP: [HeaderName; 9] = [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::TE,
+        header::TRAILER,
+        header::UPGRADE,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ];
+    HOP_BY_HOP.contains(name)
 }
 
 /// Headers mcpgate sets or strips itself; an upstream's `headers` table may not name them.
@@ -85,19 +85,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Headers of the client's request that never reach the upstream: hop-by-hop ones, the
 /// client's credentials, and those mcpgate sets itself.
 fn stays_here(name: &HeaderName) -> bool {
-    is_hop_by_hop(name)
-        || matches!(
-            name.as_str(),
-            "host"
-                | "authorization"
-                | "cookie"
-                | "content-length"
-                | "accept-encoding"
-                | "x-forwarded-for"
-                | "x-forwarded-proto"
-                | "x-forwarded-host"
-                | "x-request-id"
-        )
+    static SET_HERE: [HeaderName; 9] = [
+        header::HOST,
+        header::AUTHORIZATION,
+        header::COOKIE,
+        header::CONTENT_LENGTH,
+        header::ACCEPT_ENCODING,
+        X_FORWARDED_FOR,
+        X_FORWARDED_PROTO,
+        X_FORWARDED_HOST,
+        X_REQUEST_ID,
+    ];
+    is_hop_by_hop(name) || SET_HERE.contains(name)
 }
 
 pub struct Outgoing<'a> {
@@ -121,7 +120,7 @@ pub struct Outgoing<'a> {
 /// of it.
 pub struct Answer {
     pub response: Response<UpBody>,
-    pub deadline: Option<Pin<Box<Sleep>>>,
+    pub deadline: Option<Deadline>,
     /// How long the upstream took to send the head.
     pub took: std::time::Duration,
 }
@@ -129,10 +128,10 @@ pub struct Answer {
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
     let request = encode(upstream, &out)?;
     let started = std::time::Instant::now();
-    let mut deadline = Box::pin(tokio::time::sleep(out.timeout));
+    let mut deadline = Deadline::after(out.timeout);
     let response = tokio::select! {
         r = upstream.pool().send(&out.method, &request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
-        _ = deadline.as_mut() => return Err(GateError::UpstreamTimeout),
+        _ = &mut deadline => return Err(GateError::UpstreamTimeout),
     };
     Ok(Answer {
         response,
@@ -170,7 +169,7 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
         if stays_here(name)
             || (post && name == header::ACCEPT)
             || listed.contains(name)
-            || upstream.headers.contains_key(name)
+            || (!upstream.headers.is_empty() && upstream.headers.contains_key(name))
         {
             continue;
         }
@@ -254,6 +253,50 @@ mod tests {
         let bare: Uri = "http://127.0.0.1:8000".parse().unwrap();
         assert_eq!(origin_form(&bare, Some("a=1")).unwrap(), "/?a=1");
         assert!(origin_form(&base, Some("a=1 2")).is_err());
+    }
+
+    /// Names as they arrive (parsed from the wire, any case) are recognised, standard and
+    /// custom ones alike.
+    #[test]
+    fn hop_by_hop_and_set_here_names() {
+        let parsed = |n: &str| HeaderName::from_bytes(n.as_bytes()).unwrap();
+        for n in [
+            "Connection",
+            "keep-alive",
+            "Proxy-Connection",
+            "proxy-authenticate",
+            "Proxy-Authorization",
+            "TE",
+            "trailer",
+            "Transfer-Encoding",
+            "upgrade",
+        ] {
+            assert!(is_hop_by_hop(&parsed(n)), "{n}");
+            assert!(stays_here(&parsed(n)), "{n}");
+        }
+        for n in [
+            "host",
+            "Authorization",
+            "cookie",
+            "content-length",
+            "accept-encoding",
+            "X-Forwarded-For",
+            "x-forwarded-proto",
+            "x-forwarded-host",
+            "X-Request-Id",
+        ] {
+            assert!(!is_hop_by_hop(&parsed(n)), "{n}");
+            assert!(stays_here(&parsed(n)), "{n}");
+        }
+        for n in [
+            "content-type",
+            "accept",
+            "mcp-session-id",
+            "keep-alive-x",
+            "x-te",
+        ] {
+            assert!(!stays_here(&parsed(n)), "{n}");
+        }
     }
 
     #[test]

@@ -159,8 +159,9 @@ struct Writer {
     size: u64,
     /// SHA-256 of the last line written (hex), what the next line carries as `prev`.
     last: String,
-    /// Where each record's line is made, reused.
-    line: String,
+    /// The batch being made, kept between batches so its buffer is not grown again from
+    /// nothing (tens of KiB a millisecond under load) every time.
+    spare: Batch,
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -180,7 +181,7 @@ impl Writer {
             file,
             size,
             last,
-            line: String::with_capacity(1024),
+            spare: Batch::default(),
         };
         if w.last.is_empty() {
             // A file that opens but cannot be written (a full disk) is not fatal: durable
@@ -212,13 +213,13 @@ impl Writer {
     }
 
     /// Appends `record`, linked to the chain, to `buf` as one line.
-    fn chain_record(&mut self, record: &Record, buf: &mut Vec<u8>) {
-        self.line.clear();
-        write_line(&mut self.line, record, &self.last);
+    /// Appends the record's line to `buf`, chained to the line before it.
+    fn chain_record(&mut self, record: &Record, buf: &mut String) {
+        let start = buf.len();
+        write_line(buf, record, &self.last);
         self.last.clear();
-        crate::token::push_hex(&mut self.last, &Sha256::digest(self.line.as_bytes()));
-        buf.extend_from_slice(self.line.as_bytes());
-        buf.push(b'\n');
+        crate::token::push_hex(&mut self.last, &Sha256::digest(&buf.as_bytes()[start..]));
+        buf.push('\n');
     }
 
     fn write(&mut self, marker: Map<String, Value>, sync: bool) -> std::io::Result<()> {
@@ -291,7 +292,7 @@ impl Writer {
 
     /// `false` once a `Close` was handled.
     fn write_batch(&mut self, batch: &mut Vec<Command>, dropped: &Counter) -> bool {
-        let mut pending = Batch::default();
+        let mut pending = std::mem::take(&mut self.spare);
         for cmd in batch.drain(..) {
             match cmd {
                 Command::Record(r) => {
@@ -321,6 +322,11 @@ impl Writer {
             }
         }
         self.flush(&mut pending, dropped);
+        // A burst of large records is not held on to.
+        if pending.buf.capacity() > 1 << 20 {
+            pending.buf = String::new();
+        }
+        self.spare = pending;
         true
     }
 
@@ -328,7 +334,7 @@ impl Writer {
         if pending.buf.is_empty() {
             return;
         }
-        let mut result = self.file.write_all(&pending.buf);
+        let mut result = self.file.write_all(pending.buf.as_bytes());
         if result.is_ok() && !pending.acks.is_empty() {
             result = self.file.sync_data();
         }
@@ -364,7 +370,7 @@ impl Writer {
 /// Lines waiting for one write, and who waits for their fsync.
 #[derive(Default)]
 struct Batch {
-    buf: Vec<u8>,
+    buf: String,
     plain: u64,
     acks: Vec<oneshot::Sender<Result<(), String>>>,
 }

@@ -900,6 +900,67 @@ async fn log_lines_written_in_batches_arrive_whole() {
     assert_eq!(requests, 300);
 }
 
+/// With stderr a regular file (as in `2>>mcpgate.log`), under concurrent load from many
+/// connections every request's line arrives whole, and a normal stop writes what was
+/// gathered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_written_to_a_file_arrive_whole() {
+    let up = json_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.toml");
+    std::fs::write(&path, config(&up.url(), "10s")).unwrap();
+    let log_path = dir.path().join("mcpgate.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["run", "-c"])
+        .arg(&path)
+        .env("MCPGATE_TEST_API_KEY", API_KEY)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let addr = loop {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Some((_, addr)) = text.lines().find_map(parse_listening) {
+            break addr;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no listening line: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let url = format!("http://{addr}/gpt-mcp/{GPT}/mcp");
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..40 {
+                assert_eq!(post(&url, &[], &call(i, "get_document")).await.status, 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().unwrap().success());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let mut requests = 0;
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
+        if v["message"] == "request" {
+            assert_eq!(v["status"], 200);
+            requests += 1;
+        }
+    }
+    assert_eq!(requests, 640);
+}
+
 /// `mcpgate healthcheck` (for container probes) asks the admin listener and exits 0 only on
 /// a 200; with nothing listening it fails and says where it looked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -291,7 +291,7 @@ impl Drop for Gateway {
 
 /// The gateway logs JSON lines when stderr is not a terminal; a `listening` line names the
 /// listener and the address it bound.
-fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
+pub fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     if v["message"] != "listening" {
         return None;

@@ -274,6 +274,42 @@ impl Default for Seen<'_> {
     }
 }
 
+/// Random edits of `seeds` (one to three per text: a piece put in, a character taken out,
+/// or one replaced by a piece; the pieces are JSON's punctuation and literals and the
+/// caller's `bits`), the same for the same `seed`: the inputs on which the tests hold
+/// this reader's users to serde_json.
+#[cfg(test)]
+pub(crate) fn edits(seeds: &[&str], bits: &[&str], seed: u64, count: usize) -> Vec<String> {
+    const JSON: &[&str] = &[
+        "{", "}", "[", "]", "\"", ",", ":", "\\", " ", "\n", "0", "1", "-", ".", "e", "null",
+        "true", "{}", "[]",
+    ];
+    let bits: Vec<&str> = JSON.iter().chain(bits).copied().collect();
+    let mut state = seed;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    (0..count)
+        .map(|_| {
+            let mut text = seeds[next(seeds.len())].to_string();
+            for _ in 0..1 + next(3) {
+                let cuts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+                let at = cuts[next(cuts.len())];
+                let end = text[at..].chars().next().map_or(at, |c| at + c.len_utf8());
+                match next(3) {
+                    0 => text.insert_str(at, bits[next(bits.len())]),
+                    1 => text.replace_range(at..end, ""),
+                    _ => text.replace_range(at..end, bits[next(bits.len())]),
+                }
+            }
+            text
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -868,6 +868,21 @@ async fn one_worker_thread_per_cpu() {
     assert_eq!(names, expected);
 }
 
+/// The `request` lines of a JSON log, each checked to be a 200; panics on a line that is
+/// not one whole JSON object.
+fn answered_request_lines(log: &str) -> usize {
+    let mut requests = 0;
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
+        if v["message"] == "request" {
+            assert_eq!(v["status"], 200);
+            requests += 1;
+        }
+    }
+    requests
+}
+
 /// Workers gather their log lines and write several at once: under concurrent load every
 /// request's line still arrives, whole, one JSON object per line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -888,15 +903,7 @@ async fn log_lines_written_in_batches_arrive_whole() {
         t.await.unwrap();
     }
     let log = gw.log_with("\"message\":\"request\"", 300).await;
-    let mut requests = 0;
-    for line in log.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
-        if v["message"] == "request" {
-            assert_eq!(v["status"], 200);
-            requests += 1;
-        }
-    }
+    let requests = answered_request_lines(&log);
     assert_eq!(requests, 300);
 }
 
@@ -949,15 +956,7 @@ async fn log_lines_written_to_a_file_arrive_whole() {
         .status();
     assert!(child.wait().unwrap().success());
     let log = std::fs::read_to_string(&log_path).unwrap();
-    let mut requests = 0;
-    for line in log.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line:?}"));
-        if v["message"] == "request" {
-            assert_eq!(v["status"], 200);
-            requests += 1;
-        }
-    }
+    let requests = answered_request_lines(&log);
     assert_eq!(requests, 640);
 }
 

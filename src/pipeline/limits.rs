@@ -7,7 +7,7 @@
 use crate::config::glob::Matcher;
 use crate::error::GateError;
 use governor::clock::Clock;
-use governor::{Quota, RateLimiter, clock::DefaultClock, state::keyed::DashMapStateStore};
+use governor::{DefaultKeyedRateLimiter, Quota};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,10 +52,11 @@ pub enum RateKey {
     Ip(IpAddr),
 }
 
-/// A rule's state per key. Keys are hashed with foldhash (randomly seeded per process):
-/// governor's default, SipHash, cost more per request than the rest of the rule's check.
-type Keyed =
-    RateLimiter<RateKey, DashMapStateStore<RateKey, hashbrown::DefaultHashBuilder>, DefaultClock>;
+/// A rule's state per key. Keys are hashed with governor's default, SipHash keyed per
+/// process: a rule keyed by client address takes keys an attacker chooses, so the hash
+/// must resist collisions made on purpose (foldhash, tried, saved 0.2% of the
+/// instructions per call and promises no such resistance).
+type Keyed = DefaultKeyedRateLimiter<RateKey>;
 
 pub struct RateRule {
     /// Everything that defines the rule; equal signatures share state across reloads.
@@ -98,7 +99,7 @@ impl RateRule {
             auth_failure,
             rate_text,
             burst: quota.burst_size().get(),
-            limiter: Keyed::dashmap_with_hasher(quota, Default::default()),
+            limiter: Keyed::keyed(quota),
             full: AtomicBool::new(false),
             blocked: Mutex::new(HashMap::new()),
         }

@@ -114,14 +114,8 @@ impl<'a> Reader<'a> {
             self.expect(b':')?;
             self.skip_ws();
             each(self, key)?;
-            self.skip_ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closed_after_member(b'}')? {
+                return Some(());
             }
         }
     }
@@ -138,15 +132,22 @@ impl<'a> Reader<'a> {
         loop {
             self.skip_ws();
             self.value(depth + 1)?;
-            self.skip_ws();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.closed_after_member(b']')? {
+                return Some(());
             }
+        }
+    }
+
+    /// After a member of an object or array: `Some(true)` past its `close`, `Some(false)`
+    /// past a comma (another member follows), `None` at anything else.
+    fn closed_after_member(&mut self, close: u8) -> Option<bool> {
+        self.skip_ws();
+        let b = self.peek()?;
+        self.at += 1;
+        match b {
+            b',' => Some(false),
+            _ if b == close => Some(true),
+            _ => None,
         }
     }
 

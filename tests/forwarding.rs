@@ -448,6 +448,25 @@ async fn a_large_answer_with_its_length_streams_whole() {
     }
 }
 
+/// The upstream's hop-by-hop fields, and the fields its `Connection` names, stay between
+/// it and mcpgate; its other fields reach the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_hop_by_hop_fields_do_not_reach_the_client() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\nx-secret-hop: 1\r\nconnection: keep-alive, X-Secret-Hop\r\nkeep-alive: timeout=5\r\nupgrade: h2c\r\nx-kept: 2\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let gw = Gateway::start(&config(&raw_upstream(reply), "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, body);
+    for gone in ["x-secret-hop", "keep-alive", "upgrade"] {
+        assert!(r.headers.get(gone).is_none(), "{gone} passed");
+    }
+    assert_eq!(r.header("x-kept"), "2");
+}
+
 /// Answers the upstream may frame in any of HTTP/1.1's ways reach the client whole: a
 /// body that ends when the upstream closes, and a chunked one with extensions and
 /// trailers. One broken off or framed wrongly is a 502, not a hang or a cut answer

@@ -4,7 +4,7 @@
 //! cleaned, tools/list filtered, and converted between JSON and SSE per the client's
 //! `Accept` (SPEC §5). Every other body streams through untouched.
 
-use super::forward::{Answer, strip_hop_by_hop};
+use super::forward::Answer;
 use super::policy::Refusal;
 use crate::body::GateBody;
 use crate::error::GateError;
@@ -223,8 +223,8 @@ pub async fn upstream(
     shaping: Shaping,
     request_id: &str,
 ) -> Result<Response<GateBody>, GateError> {
+    // The pool hands over the head without hop-by-hop fields.
     let (mut parts, incoming) = answer.response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
     let body = GateBody::Upstream {
         body: incoming,
         deadline: answer.deadline,

@@ -298,10 +298,12 @@ impl Writer {
                 Command::Record(r) => {
                     self.chain_record(&r, &mut pending.buf);
                     pending.plain += 1;
+                    self.flush_if_full(&mut pending, dropped);
                 }
                 Command::Durable(r, ack) => {
                     self.chain_record(&r, &mut pending.buf);
                     pending.acks.push(ack);
+                    self.flush_if_full(&mut pending, dropped);
                 }
                 // Everything queued before a reopen or close goes to the old file first.
                 Command::Reopen => {
@@ -328,6 +330,19 @@ impl Writer {
         }
         self.spare = pending;
         true
+    }
+
+    /// With `max_size`, writes what gathered as soon as it would fill the file, so the file
+    /// rotates there: a file ends at most one record past `max_size`, however many records
+    /// a batch holds.
+    fn flush_if_full(&mut self, pending: &mut Batch, dropped: &Counter) {
+        if self
+            .settings
+            .max_size
+            .is_some_and(|max| self.size + pending.buf.len() as u64 >= max)
+        {
+            self.flush(pending, dropped);
+        }
     }
 
     fn flush(&mut self, pending: &mut Batch, dropped: &Counter) {
@@ -504,6 +519,60 @@ mod tests {
         assert_eq!(v["content"]["sha256"], hex_sha256(b"secret text"));
         assert_eq!(v["nested"]["content"]["len"], 5);
         assert!(!v.to_string().contains("secret"));
+    }
+
+    /// Size rotation holds for a batch of many records (as the writer gathers under
+    /// load): every file ends at most one record past `max_size`, and each verifies.
+    #[test]
+    fn a_large_batch_rotates_where_the_file_fills() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let max = 2048;
+        let settings = AuditSettings {
+            path: path.clone(),
+            durable: Vec::new(),
+            redact: Vec::new(),
+            max_size: Some(max),
+            keep: 20,
+            queue: 1024,
+        };
+        let mut writer = Writer::open(&settings).unwrap();
+        let base = Arc::new(Base::new(
+            "r-1".into(),
+            "main",
+            None,
+            Some("tok"),
+            "127.0.0.1".parse().unwrap(),
+            "tools/call",
+        ));
+        let call = Arc::new(Call {
+            rpc_id: Some("1".into()),
+            tool: "move_document".into(),
+            arguments: Some(r#"{"from":"a","to":"b"}"#.into()),
+            durable: false,
+        });
+        let mut batch: Vec<Command> = (0..40)
+            .map(|_| Command::Record(Record::new(base.clone(), Some(call.clone()))))
+            .collect();
+        assert!(writer.write_batch(&mut batch, &Counter::default()));
+        let mut files = vec![path.clone()];
+        files.extend(
+            (1..=20)
+                .map(|n| dir.path().join(format!("audit.jsonl.{n}")))
+                .filter(|p| p.exists()),
+        );
+        assert!(files.len() >= 5, "rotated {} times", files.len() - 1);
+        let longest = std::fs::read_to_string(&files[1])
+            .unwrap()
+            .lines()
+            .map(|l| l.len() as u64 + 1)
+            .max()
+            .unwrap();
+        for f in &files {
+            let len = std::fs::metadata(f).unwrap().len();
+            assert!(len < max + longest, "{}: {len} bytes", f.display());
+            assert!(verify(f).is_ok(), "{}", f.display());
+        }
     }
 
     /// The hand-written line is serde_json's text for the same object, byte for byte: the

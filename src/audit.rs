@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 
@@ -39,14 +40,111 @@ pub struct AuditSettings {
 pub const MAX_ARGUMENTS_BYTES: usize = 64 << 10;
 
 enum Command {
-    /// Unboxed: the channel keeps its values in blocks of 32, so a record costs no
-    /// allocation of its own (nor a free on the writer thread).
-    Record(Record),
     /// Write, fsync, then answer: for durable records.
     Durable(Box<Record>, oneshot::Sender<Result<(), String>>),
     Reopen,
-    /// Write everything queued before it, sync, answer, and stop.
+    /// Write everything staged and queued before it, sync, answer, and stop.
     Close(oneshot::Sender<()>),
+}
+
+/// A plain record's line as its request's thread made it: the record's JSON text without
+/// the chain link, which only the writer knows, and where that link goes.
+struct Lines {
+    text: String,
+    /// Per line: where its `prev` member goes in `text`, and where the line ends. A line
+    /// starts where the one before it ends.
+    marks: Vec<(usize, usize)>,
+    /// Set once the writer has stopped: records staged after it are dropped.
+    closed: bool,
+}
+
+impl Lines {
+    const fn new() -> Lines {
+        Lines {
+            text: String::new(),
+            marks: Vec::new(),
+            closed: false,
+        }
+    }
+
+    fn push(&mut self, record: &Record) {
+        // A line left half made (a panic while making it) is not kept.
+        self.text.truncate(self.marks.last().map_or(0, |m| m.1));
+        let prev_at = write_line(&mut self.text, record);
+        self.marks.push((prev_at, self.text.len()));
+    }
+
+    /// Each line as the text before its `prev` member and the text after it.
+    fn each(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut start = 0;
+        self.marks.iter().map(move |&(at, end)| {
+            let parts = (&self.text[start..at], &self.text[at..end]);
+            start = end;
+            parts
+        })
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+        self.marks.clear();
+        // A burst of large records is not held on to.
+        if self.text.capacity() > 1 << 20 {
+            self.text = String::new();
+            self.marks = Vec::new();
+        }
+    }
+}
+
+/// Where plain records wait for the writer: one area per worker thread (and one for every
+/// other thread), so a request adds its line under a lock no other request takes, and no
+/// memory of a request's is freed on the writer's thread.
+struct Stage {
+    areas: Box<[Mutex<Lines>]>,
+    /// Lines one area holds before new ones are dropped: `queue` shared out among the areas.
+    area_max: usize,
+    /// Set while the writer waits with nothing to do: the first record after it wakes it.
+    idle: AtomicBool,
+    /// Set when the last handle is gone: the writer writes what is left and stops.
+    ended: AtomicBool,
+    writer: OnceLock<std::thread::Thread>,
+}
+
+impl Stage {
+    fn new(queue: usize) -> Stage {
+        let n = crate::workers::count() + 1;
+        Stage {
+            areas: (0..n).map(|_| Mutex::new(Lines::new())).collect(),
+            area_max: (queue / n).max(1),
+            idle: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            writer: OnceLock::new(),
+        }
+    }
+
+    fn area(&self, i: usize) -> MutexGuard<'_, Lines> {
+        self.areas[i].lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake_writer(&self) {
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        (0..self.areas.len()).all(|i| self.area(i).marks.is_empty())
+    }
+
+    /// Swaps every area's lines with the (empty) ones in `into`. `close`: no line is
+    /// staged after this.
+    fn take(&self, into: &mut [Lines], close: bool) {
+        for (i, lines) in into.iter_mut().enumerate() {
+            let mut area = self.area(i);
+            std::mem::swap(&mut area.text, &mut lines.text);
+            std::mem::swap(&mut area.marks, &mut lines.marks);
+            area.closed |= close;
+        }
+    }
 }
 
 /// The handle requests use. Cheap to clone: one shared pointer, so a request that holds
@@ -55,10 +153,9 @@ enum Command {
 pub struct Audit(Arc<Shared>);
 
 pub struct Shared {
+    /// Durable records, reopens and the close: the writer handles them in order.
     tx: mpsc::Sender<Command>,
-    /// The writer's thread, unparked for a durable record so it does not wait out a
-    /// gather (see `Writer::run`).
-    writer: Arc<OnceLock<std::thread::Thread>>,
+    stage: Arc<Stage>,
     dropped: Counter,
     durable: Matcher,
     pub settings: AuditSettings,
@@ -72,6 +169,13 @@ impl std::ops::Deref for Audit {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.stage.ended.store(true, Ordering::SeqCst);
+        self.stage.wake_writer();
+    }
+}
+
 impl Audit {
     /// Opens the file (creating it) and starts the writer. Fails if the file cannot be
     /// opened; a file that later fails to write is handled per record.
@@ -82,20 +186,20 @@ impl Audit {
     ) -> Result<(Self, tokio::task::JoinHandle<()>), String> {
         let writer = Writer::open(&settings)?;
         let (tx, rx) = mpsc::channel(settings.queue.max(1));
-        let thread = Arc::new(OnceLock::new());
+        let stage = Arc::new(Stage::new(settings.queue));
         let task = tokio::task::spawn_blocking({
             let dropped = dropped.clone();
-            let thread = thread.clone();
+            let stage = stage.clone();
             move || {
-                let _ = thread.set(std::thread::current());
-                writer.run(rx, dropped)
+                let _ = stage.writer.set(std::thread::current());
+                writer.run(&stage, rx, dropped)
             }
         });
         let durable = Matcher::new(settings.durable.iter().map(String::as_str));
         Ok((
             Audit(Arc::new(Shared {
                 tx,
-                writer: thread,
+                stage,
                 dropped,
                 durable,
                 settings,
@@ -104,14 +208,31 @@ impl Audit {
         ))
     }
 
-    /// Queues a record; never waits. A full queue drops it, counted and logged.
+    /// Stages a record for the writer; never waits on it. A full area drops the record,
+    /// counted and logged.
     pub fn record(&self, record: Record) {
-        if self.tx.try_send(Command::Record(record)).is_err() {
-            let n = self.dropped.inc() + 1;
-            // Logged at powers of two so a storm of drops does not flood the log.
-            if n.is_power_of_two() {
-                tracing::error!(dropped_total = n, "audit queue full: record dropped");
-            }
+        let stage = &*self.stage;
+        let mut area = stage.area(crate::workers::slot().min(stage.areas.len() - 1));
+        if area.closed || area.marks.len() >= stage.area_max {
+            drop(area);
+            self.count_dropped();
+            return;
+        }
+        area.push(&record);
+        drop(area);
+        // Only a writer that waits with nothing to do is woken: one gathering takes the
+        // line within a millisecond anyway. (Its `idle` is set before it looks at the
+        // areas, so a line it did not see finds the flag set here.)
+        if stage.idle.load(Ordering::SeqCst) && stage.idle.swap(false, Ordering::SeqCst) {
+            stage.wake_writer();
+        }
+    }
+
+    fn count_dropped(&self) {
+        let n = self.dropped.inc() + 1;
+        // Logged at powers of two so a storm of drops does not flood the log.
+        if n.is_power_of_two() {
+            tracing::error!(dropped_total = n, "audit queue full: record dropped");
         }
     }
 
@@ -123,26 +244,27 @@ impl Audit {
             Ok(Ok(())) => {}
             _ => return Err("the audit writer is not accepting records".into()),
         }
-        if let Some(writer) = self.writer.get() {
-            writer.unpark();
-        }
+        self.stage.wake_writer();
         match tokio::time::timeout(Duration::from_secs(5), done).await {
             Ok(Ok(r)) => r,
             _ => Err("the audit writer did not confirm the record".into()),
         }
     }
 
-    /// Flushes and stops the writer (at shutdown). Records sent after it are dropped.
+    /// Flushes and stops the writer (at shutdown). Records made after it are dropped.
     pub async fn close(&self) {
         let (ack, done) = oneshot::channel();
         if self.tx.send(Command::Close(ack)).await.is_ok() {
+            self.stage.wake_writer();
             let _ = done.await;
         }
     }
 
     /// Closes and reopens the file (after logrotate moved it). The chain continues.
     pub fn reopen(&self) {
-        let _ = self.tx.try_send(Command::Reopen);
+        if self.tx.try_send(Command::Reopen).is_ok() {
+            self.stage.wake_writer();
+        }
     }
 
     pub fn is_durable(&self, tool: &str) -> bool {
@@ -212,11 +334,15 @@ impl Writer {
         line
     }
 
-    /// Appends `record`, linked to the chain, to `buf` as one line.
-    /// Appends the record's line to `buf`, chained to the line before it.
-    fn chain_record(&mut self, record: &Record, buf: &mut String) {
+    /// Appends a staged line to `buf`, its `prev` member (the chain link) put in between
+    /// `head` and `tail`.
+    fn chain_line(&mut self, head: &str, tail: &str, buf: &mut String) {
         let start = buf.len();
-        write_line(buf, record, &self.last);
+        buf.push_str(head);
+        buf.push_str("\"prev\":\"");
+        buf.push_str(&self.last);
+        buf.push_str("\",");
+        buf.push_str(tail);
         self.last.clear();
         crate::token::push_hex(&mut self.last, &Sha256::digest(&buf.as_bytes()[start..]));
         buf.push('\n');
@@ -258,54 +384,74 @@ impl Writer {
         self.write(m, true)
     }
 
-    /// Waits for the first command, then, for as long as records keep coming, takes what
-    /// arrived every [`GATHER`] (up to 1024 commands) and writes it with one `write`; if
-    /// any of it is durable, one fsync covers the batch (group commit) before the acks.
-    /// Senders do not wake the writer while it gathers (only a blocked receiver is woken),
-    /// so under load there is no wake-up per record. A durable record unparks it, and a
-    /// durable record, a reopen or a close in the batch is handled without gathering. A
-    /// gather that finds nothing sends the writer back to waiting.
-    fn run(mut self, mut rx: mpsc::Receiver<Command>, dropped: Counter) {
-        let mut batch = Vec::with_capacity(64);
-        while let Some(first) = rx.blocking_recv() {
-            batch.push(first);
+    /// Waits for work, then, for as long as records keep coming, takes what was staged and
+    /// queued every [`GATHER`] (up to 1024 commands) and writes it with one `write`; if any
+    /// of it is durable, one fsync covers the batch (group commit) before the acks. Only a
+    /// waiting writer is woken by a plain record, so under load there is no wake-up per
+    /// record. A durable record, a reopen or a close wakes it and is handled without
+    /// gathering. A gather that finds nothing sends the writer back to waiting.
+    fn run(mut self, stage: &Stage, mut rx: mpsc::Receiver<Command>, dropped: Counter) {
+        let mut commands = Vec::with_capacity(64);
+        let mut lines: Vec<Lines> = stage.areas.iter().map(|_| Lines::new()).collect();
+        let mut ended = false;
+        while !ended {
+            // Waiting: `idle` first, then a last look, so a record staged after the look
+            // finds the flag set and wakes the writer.
             loop {
-                if batch.iter().all(|c| matches!(c, Command::Record(_))) {
-                    std::thread::park_timeout(GATHER);
-                }
-                while batch.len() < 1024 {
-                    match rx.try_recv() {
-                        Ok(cmd) => batch.push(cmd),
-                        Err(_) => break,
-                    }
-                }
-                if batch.is_empty() {
+                stage.idle.store(true, Ordering::SeqCst);
+                take_commands(&mut rx, &mut commands);
+                ended = stage.ended.load(Ordering::SeqCst);
+                if ended || !commands.is_empty() || !stage.is_empty() {
                     break;
                 }
-                if !self.write_batch(&mut batch, &dropped) {
+                std::thread::park();
+            }
+            stage.idle.store(false, Ordering::SeqCst);
+            // Gathering.
+            loop {
+                if !ended && commands.is_empty() {
+                    std::thread::park_timeout(GATHER);
+                }
+                take_commands(&mut rx, &mut commands);
+                stage.take(&mut lines, false);
+                if commands.is_empty() && lines.iter().all(|l| l.marks.is_empty()) {
+                    break;
+                }
+                if !self.write_batch(stage, &mut lines, &mut commands, &dropped) {
                     return;
                 }
             }
         }
+        // Every handle is gone: nothing more can be staged.
+        stage.take(&mut lines, true);
+        let mut closing = Vec::new();
+        self.write_batch(stage, &mut lines, &mut closing, &dropped);
         let _ = self.file.sync_all();
     }
 
-    /// `false` once a `Close` was handled.
-    fn write_batch(&mut self, batch: &mut Vec<Command>, dropped: &Counter) -> bool {
+    /// Writes the staged `lines`, then the `commands` in order (emptying both). `false`
+    /// once a `Close` was handled.
+    fn write_batch(
+        &mut self,
+        stage: &Stage,
+        lines: &mut [Lines],
+        commands: &mut Vec<Command>,
+        dropped: &Counter,
+    ) -> bool {
         let mut pending = std::mem::take(&mut self.spare);
-        for cmd in batch.drain(..) {
+        self.chain_staged(lines, &mut pending, dropped);
+        for cmd in commands.drain(..) {
             match cmd {
-                Command::Record(r) => {
-                    self.chain_record(&r, &mut pending.buf);
-                    pending.plain += 1;
-                    self.flush_if_full(&mut pending, dropped);
-                }
                 Command::Durable(r, ack) => {
-                    self.chain_record(&r, &mut pending.buf);
+                    let mut one = Lines::new();
+                    one.push(&r);
+                    for (head, tail) in one.each() {
+                        self.chain_line(head, tail, &mut pending.buf);
+                    }
                     pending.acks.push(ack);
                     self.flush_if_full(&mut pending, dropped);
                 }
-                // Everything queued before a reopen or close goes to the old file first.
+                // Everything staged or queued before a reopen or close goes to the old file.
                 Command::Reopen => {
                     self.flush(&mut pending, dropped);
                     match self.reopen() {
@@ -316,6 +462,9 @@ impl Writer {
                     }
                 }
                 Command::Close(ack) => {
+                    // Lines staged since the batch was taken, and none after.
+                    stage.take(lines, true);
+                    self.chain_staged(lines, &mut pending, dropped);
                     self.flush(&mut pending, dropped);
                     let _ = self.file.sync_all();
                     let _ = ack.send(());
@@ -330,6 +479,18 @@ impl Writer {
         }
         self.spare = pending;
         true
+    }
+
+    /// Links the staged lines into the chain, into `pending` (emptying `lines`).
+    fn chain_staged(&mut self, lines: &mut [Lines], pending: &mut Batch, dropped: &Counter) {
+        for staged in lines.iter_mut() {
+            for (head, tail) in staged.each() {
+                self.chain_line(head, tail, &mut pending.buf);
+                pending.plain += 1;
+                self.flush_if_full(pending, dropped);
+            }
+            staged.clear();
+        }
     }
 
     /// With `max_size`, writes what gathered as soon as it would fill the file, so the file
@@ -379,6 +540,16 @@ impl Writer {
         }
         pending.buf.clear();
         pending.plain = 0;
+    }
+}
+
+/// Moves what is queued (up to 1024 commands in all) into `commands`.
+fn take_commands(rx: &mut mpsc::Receiver<Command>, commands: &mut Vec<Command>) {
+    while commands.len() < 1024 {
+        match rx.try_recv() {
+            Ok(cmd) => commands.push(cmd),
+            Err(_) => break,
+        }
     }
 }
 
@@ -521,6 +692,171 @@ mod tests {
         assert!(!v.to_string().contains("secret"));
     }
 
+    fn test_settings(path: &Path, queue: usize) -> AuditSettings {
+        AuditSettings {
+            path: path.to_path_buf(),
+            durable: Vec::new(),
+            redact: Vec::new(),
+            max_size: None,
+            keep: 1,
+            queue,
+        }
+    }
+
+    fn test_record(n: usize) -> Record {
+        let base = Arc::new(Base::new(
+            format!("r-{n}").into(),
+            "main",
+            None,
+            Some("tok"),
+            "127.0.0.1".parse().unwrap(),
+            "tools/call",
+        ));
+        Record::new(base, None)
+    }
+
+    fn request_ids(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["request_id"].as_str().map(str::to_string)
+            })
+            .collect()
+    }
+
+    /// Records made on worker threads and on others, while the writer waits and while it
+    /// gathers, all reach the file at close, each area's in the order made, one chain.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_from_every_thread_are_written_by_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        let workers = crate::workers::Workers::start().unwrap();
+        let mut done = Vec::new();
+        for w in 0..crate::workers::count() {
+            let (tx, rx) = oneshot::channel();
+            let audit = audit.clone();
+            workers.spawn(async move {
+                for i in 0..300 {
+                    audit.record(test_record(w * 1000 + i));
+                    if i % 100 == 0 {
+                        // Long enough for the writer to go back to waiting.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                let _ = tx.send(());
+            });
+            done.push(rx);
+        }
+        for i in 0..300 {
+            audit.record(test_record(100_000 + i));
+        }
+        for rx in done {
+            rx.await.unwrap();
+        }
+        audit.close().await;
+        // Closed: a record made now is dropped and counted, not left waiting.
+        audit.record(test_record(7));
+        assert_eq!(audit.dropped.get(), 1);
+        drop(audit);
+        task.await.unwrap();
+        workers.stop().await;
+
+        assert_eq!(verify(&path), Ok(1 + 300 * (crate::workers::count() + 1)));
+        let ids = request_ids(&path);
+        for first in (0..crate::workers::count())
+            .map(|w| w * 1000)
+            .chain([100_000])
+        {
+            let ours: Vec<&String> = ids
+                .iter()
+                .filter(|id| {
+                    let n: usize = id[2..].parse().unwrap();
+                    (first..first + 300).contains(&n)
+                })
+                .collect();
+            let expected: Vec<String> = (first..first + 300).map(|n| format!("r-{n}")).collect();
+            assert_eq!(ours, expected.iter().collect::<Vec<_>>());
+        }
+    }
+
+    /// A waiting writer is woken by one record: it reaches the file without a close.
+    #[tokio::test]
+    async fn a_lone_record_wakes_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        for n in 0..3 {
+            // Let the writer go back to waiting between records.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            audit.record(test_record(n));
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while request_ids(&path).len() <= n {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "record {n} never written"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        drop(audit);
+        task.await.unwrap();
+        assert_eq!(verify(&path), Ok(4));
+    }
+
+    /// When the last handle goes, the writer writes what is staged and stops.
+    #[tokio::test]
+    async fn the_writer_stops_with_the_last_handle_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        for n in 0..50 {
+            audit.record(test_record(n));
+        }
+        drop(audit);
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the writer stopped")
+            .unwrap();
+        assert_eq!(verify(&path), Ok(51));
+    }
+
+    /// The queue bound: `queue` records wait in all, shared out among the areas; past
+    /// that a record is dropped and counted, and the rest are kept.
+    #[test]
+    fn a_full_area_drops_and_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let areas = crate::workers::count() + 1;
+        let (tx, _rx) = mpsc::channel(1);
+        let dropped = Counter::default();
+        // No writer runs: nothing is taken from the areas.
+        let audit = Audit(Arc::new(Shared {
+            tx,
+            stage: Arc::new(Stage::new(4 * areas)),
+            dropped: dropped.clone(),
+            durable: Matcher::new(std::iter::empty()),
+            settings: test_settings(&path, 4 * areas),
+        }));
+        for n in 0..10 {
+            audit.record(test_record(n));
+        }
+        assert_eq!(dropped.get(), 6);
+        let kept: Vec<String> = audit
+            .stage
+            .area(0)
+            .each()
+            .map(|(head, tail)| {
+                let line = format!("{head}\"prev\":\"x\",{tail}");
+                let v: Value = serde_json::from_str(&line).unwrap();
+                v["request_id"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(kept, ["r-0", "r-1", "r-2", "r-3"]);
+    }
+
     /// Size rotation holds for a batch of many records (as the writer gathers under
     /// load): every file ends at most one record past `max_size`, and each verifies.
     #[test]
@@ -551,10 +887,13 @@ mod tests {
             arguments: Some(r#"{"from":"a","to":"b"}"#.into()),
             durable: false,
         });
-        let mut batch: Vec<Command> = (0..40)
-            .map(|_| Command::Record(Record::new(base.clone(), Some(call.clone()))))
-            .collect();
-        assert!(writer.write_batch(&mut batch, &Counter::default()));
+        let stage = Stage::new(settings.queue);
+        let mut staged = Lines::new();
+        for _ in 0..40 {
+            staged.push(&Record::new(base.clone(), Some(call.clone())));
+        }
+        let mut lines = vec![staged];
+        assert!(writer.write_batch(&stage, &mut lines, &mut Vec::new(), &Counter::default()));
         let mut files = vec![path.clone()];
         files.extend(
             (1..=20)
@@ -701,13 +1040,16 @@ mod tests {
             }
             serde_json::to_string(&raw).unwrap()
         };
-        let mut line = String::new();
-        write_line(&mut line, &full, "ab12");
-        assert!(line.contains(r#""gateway_ms":0.014,"#), "{line}");
+        // As staged, then linked as the writer links it.
+        let ours = |r: &Record| {
+            let mut staged = Lines::new();
+            staged.push(r);
+            let (head, tail) = staged.each().next().unwrap();
+            format!("{head}\"prev\":\"ab12\",{tail}")
+        };
+        assert!(ours(&full).contains(r#""gateway_ms":0.014,"#));
         for r in [&full, &nulls, &bare, &v4] {
-            let mut ours = String::new();
-            write_line(&mut ours, r, "ab12");
-            assert_eq!(ours, expected(r));
+            assert_eq!(ours(r), expected(r));
         }
     }
 }
@@ -830,10 +1172,11 @@ impl Record {
     }
 }
 
-/// Appends `record` as one JSON object, its fields in name order (`prev`, the chain link,
-/// among them), exactly as serde_json would write the same object. Written by hand because
-/// it runs for every audited call; a unit test holds it to serde_json's output.
-fn write_line(out: &mut String, record: &Record, prev: &str) {
+/// Appends `record` as one JSON object, its fields in name order, exactly as serde_json
+/// would write the same object, but for `prev` (the chain link): the returned offset is
+/// where its member, `"prev":"…",`, goes. Written by hand because it runs for every
+/// audited call; a unit test holds it to serde_json's output.
+fn write_line(out: &mut String, record: &Record) -> usize {
     use crate::jsontext::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
     use std::fmt::Write as _;
     let r = record;
@@ -893,9 +1236,10 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         key(out, "phase");
         push_plain(out, p);
     }
-    key(out, "prev");
-    push_plain(out, prev);
-    key(out, "profile");
+    // `prev` is never first or last: `client` comes before it and `time` after.
+    out.push(',');
+    let prev_at = out.len();
+    out.push_str("\"profile\":");
     push_str(out, b.profile());
     if let Some(reason) = &r.reason {
         key(out, "reason");
@@ -938,6 +1282,7 @@ fn write_line(out: &mut String, record: &Record, prev: &str) {
         }
     }
     out.push('}');
+    prev_at
 }
 
 #[derive(serde::Deserialize)]

@@ -1010,7 +1010,7 @@ mod tests {
                 let args = c.arguments.as_deref().map(serde_json::from_str).transpose();
                 m.insert("arguments", args.unwrap().unwrap_or(json!(null)));
                 m.insert("rpc_id", json!(null));
-                m.insert("tool", json!(c.tool));
+                m.insert("tool", json!(&*c.tool));
             }
             let mut put = |k, v: Option<serde_json::Value>| {
                 if let Some(v) = v {
@@ -1059,7 +1059,7 @@ mod tests {
 pub struct Call {
     /// The JSON-RPC id as raw JSON text (`None` for a notification).
     pub rpc_id: Option<String>,
-    pub tool: String,
+    pub tool: Arc<str>,
     /// JSON text, from [`redact_arguments`]; `None` is written as `null`.
     pub arguments: Option<Box<str>>,
     pub durable: bool,
@@ -1154,6 +1154,11 @@ pub struct Record {
 }
 
 impl Record {
+    /// The JSON-RPC id of its call, as raw JSON text.
+    fn rpc_id(&self) -> Option<&str> {
+        self.call.as_ref()?.rpc_id.as_deref()
+    }
+
     /// A record of the request with nothing but its shared fields and the time, now.
     pub fn new(base: Arc<Base>, call: Option<Arc<Call>>) -> Record {
         Record {
@@ -1438,7 +1443,6 @@ const MAX_OBSERVED_JSON: usize = 256 << 10;
 const TAIL: usize = 4 << 10;
 
 struct Pending {
-    id: Option<String>,
     record: Record,
     outcome: Option<&'static str>,
 }
@@ -1450,12 +1454,11 @@ struct Outcomes {
 }
 
 impl Outcomes {
-    fn new(records: Vec<(Option<String>, Record)>, started: std::time::Instant) -> Self {
+    fn new(records: impl IntoIterator<Item = Record>, started: std::time::Instant) -> Self {
         Outcomes {
             pending: records
                 .into_iter()
-                .map(|(id, record)| Pending {
-                    id,
+                .map(|record| Pending {
                     record,
                     outcome: None,
                 })
@@ -1470,7 +1473,7 @@ impl Outcomes {
         each_outcome(text, |id, outcome| {
             for p in pending
                 .iter_mut()
-                .filter(|p| p.outcome.is_none() && p.id.as_deref() == Some(id))
+                .filter(|p| p.outcome.is_none() && p.record.rpc_id() == Some(id))
             {
                 p.outcome = Some(outcome);
             }
@@ -1501,7 +1504,7 @@ impl Outcomes {
 /// response is not in it is `upstream_error`, as the tap would record it.
 pub fn record_whole_answer(
     audit: &Audit,
-    records: Vec<(Option<String>, Record)>,
+    records: impl IntoIterator<Item = Record>,
     json: &[u8],
     started: std::time::Instant,
 ) {
@@ -1528,7 +1531,7 @@ impl AuditTap {
     pub fn new(
         inner: crate::body::GateBody,
         audit: Audit,
-        records: Vec<(Option<String>, Record)>,
+        records: impl IntoIterator<Item = Record>,
         sse: bool,
         started: std::time::Instant,
     ) -> Self {

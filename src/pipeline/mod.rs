@@ -26,6 +26,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::value::RawValue;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -58,8 +59,10 @@ struct Ctx<'s> {
     token_id: Option<&'s str>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
     rpc_id: Option<Box<RawValue>>,
-    rpc_method: Option<String>,
-    tool: Option<String>,
+    /// Borrowed for the methods MCP defines, so the usual ones cost no copy.
+    rpc_method: Option<Cow<'static, str>>,
+    /// Shared with the call's audit record.
+    tool: Option<Arc<str>>,
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
@@ -248,28 +251,24 @@ fn audit_answer(
         .clone()
         .unwrap_or_else(|| audit_base(ctx, method));
     let forwarded = error.is_none_or(|e| e.side() == crate::error::Side::Upstream);
-    let records: Vec<(Option<String>, audit::Record)> = ctx
-        .calls
-        .iter()
-        .map(|call| {
-            let mut r = timed(audit::Record::new(base.clone(), Some(call.clone())));
-            if call.durable && forwarded {
-                r.phase = Some("end");
-            }
-            r.decision = Some(if forwarded { "allow" } else { "refuse" });
-            r.reason = Some(match error {
-                Some(GateError::Refused { refusals, .. }) => Some(
-                    refusals
-                        .iter()
-                        .find(|x| x.id.as_ref().map(|i| i.get().trim()) == call.rpc_id.as_deref())
-                        .map_or("batch refused".to_string(), |x| x.message.clone()),
-                ),
-                Some(e) => Some(e.reason().to_string()).filter(|r| !r.is_empty()),
-                None => None,
-            });
-            (call.rpc_id.clone(), r)
-        })
-        .collect();
+    let records = ctx.calls.iter().map(|call| {
+        let mut r = timed(audit::Record::new(base.clone(), Some(call.clone())));
+        if call.durable && forwarded {
+            r.phase = Some("end");
+        }
+        r.decision = Some(if forwarded { "allow" } else { "refuse" });
+        r.reason = Some(match error {
+            Some(GateError::Refused { refusals, .. }) => Some(
+                refusals
+                    .iter()
+                    .find(|x| x.id.as_ref().map(|i| i.get().trim()) == call.rpc_id.as_deref())
+                    .map_or("batch refused".to_string(), |x| x.message.clone()),
+            ),
+            Some(e) => Some(e.reason().to_string()).filter(|r| !r.is_empty()),
+            None => None,
+        });
+        r
+    });
     match error {
         Some(e) => {
             let outcome = match e {
@@ -277,7 +276,7 @@ fn audit_answer(
                 e if e.side() == crate::error::Side::Upstream => Some("upstream_error"),
                 _ => None,
             };
-            for (_, mut r) in records {
+            for mut r in records {
                 r.outcome = Some(outcome);
                 r.total_ms = Some(head_ms);
                 a.record(r);
@@ -483,7 +482,7 @@ async fn run<'s>(
     let shaping = respond::Shaping {
         want,
         list: None,
-        pending: Vec::new(),
+        pending: Default::default(),
         batch: false,
         timing: stream_timing,
         token: ctx.token,
@@ -534,12 +533,18 @@ async fn post(
     let payload = jsonrpc::parse(&bytes)?;
     if let jsonrpc::Payload::Single(m) = &payload {
         ctx.rpc_id = m.id.map(ToOwned::to_owned);
-        ctx.rpc_method = m.method.as_deref().map(str::to_string);
+        ctx.rpc_method =
+            m.method
+                .as_deref()
+                .map(|m| match KNOWN_METHODS.iter().find(|k| **k == m) {
+                    Some(known) => Cow::Borrowed(*known),
+                    None => Cow::Owned(m.to_string()),
+                });
         if let Some(jsonrpc::ToolName::Name(t)) = &m.tool {
-            ctx.tool = Some(t.to_string());
+            ctx.tool = Some(Arc::from(&**t));
         }
     } else {
-        ctx.rpc_method = Some("(batch)".into());
+        ctx.rpc_method = Some(Cow::Borrowed("(batch)"));
     }
     check_mcp_headers(&parts.headers, &payload)?;
     if let Some(a) = &gw.audit {
@@ -547,10 +552,14 @@ async fn post(
             .messages()
             .iter()
             .filter_map(|m| {
-                let tool = match m.tool.as_ref()? {
-                    jsonrpc::ToolName::Name(n) => n.to_string(),
-                    jsonrpc::ToolName::Missing => "(missing)".to_string(),
-                    jsonrpc::ToolName::NotString => "(not a string)".to_string(),
+                let tool: Arc<str> = match m.tool.as_ref()? {
+                    // A single call's name is the one the request already holds.
+                    jsonrpc::ToolName::Name(n) => match &ctx.tool {
+                        Some(t) if !payload.is_batch() => t.clone(),
+                        _ => Arc::from(&**n),
+                    },
+                    jsonrpc::ToolName::Missing => Arc::from("(missing)"),
+                    jsonrpc::ToolName::NotString => Arc::from("(not a string)"),
                 };
                 Some(Arc::new(audit::Call {
                     rpc_id: m.id_text().map(str::to_string),
@@ -576,7 +585,7 @@ async fn post(
         }
     }
 
-    let tools: Vec<&str> = payload
+    let tools: smallvec::SmallVec<[&str; 4]> = payload
         .messages()
         .iter()
         .filter_map(|m| match &m.tool {
@@ -599,7 +608,7 @@ async fn post(
         ids,
         filter: ToolFilter::new(snapshot.clone(), profile.clone()),
     });
-    let pending: Vec<Box<RawValue>> = payload
+    let pending: crate::transport::relay::PendingIds = payload
         .messages()
         .iter()
         .filter(|m| m.kind == jsonrpc::Kind::Request)
@@ -616,24 +625,27 @@ async fn post(
     if let Some(a) = gw.audit.as_ref().filter(|_| !ctx.calls.is_empty()) {
         let base = audit_base(ctx, ctx.rpc_method.as_deref().unwrap_or("POST"));
         ctx.audit_base = Some(base.clone());
-        unanswered = Some(Unanswered {
-            audit: a.clone(),
+        // The guard holds the calls while it is armed; `handle` gets them back after.
+        let u = unanswered.insert(Unanswered {
+            audit: a,
             base,
-            calls: ctx.calls.clone(),
+            calls: std::mem::take(&mut ctx.calls),
             started: ctx.started,
             armed: true,
         });
         // Fail closed: a durable call whose `begin` record is not on disk is not forwarded.
-        for call in ctx.calls.iter().filter(|c| c.durable) {
+        for i in 0..u.calls.len() {
+            let call = &u.calls[i];
+            if !call.durable {
+                continue;
+            }
             let mut r = audit::Record::new(audit_base(ctx, "tools/call"), Some(call.clone()));
             r.phase = Some("begin");
             r.decision = Some("allow");
             if let Err(e) = a.durable(r).await {
-                tracing::error!(error = %e, tool = %call.tool, "durable audit record failed; call refused");
-                if let Some(u) = &mut unanswered {
-                    // Refused: `handle` records that.
-                    u.armed = false;
-                }
+                tracing::error!(error = %e, tool = %u.calls[i].tool, "durable audit record failed; call refused");
+                // Refused: `handle` records that.
+                ctx.calls = u.disarm();
                 return Err(GateError::AuditUnavailable);
             }
         }
@@ -674,7 +686,7 @@ async fn post(
     .await;
     // Answered or failed: `handle` records the outcome.
     if let Some(u) = &mut unanswered {
-        u.armed = false;
+        ctx.calls = u.disarm();
     }
     let response = answered?;
     // A concurrency permit is held until the whole answer, streamed or not, is done.
@@ -687,8 +699,8 @@ async fn post(
 
 /// The audit records of forwarded calls whose request was dropped before an answer came
 /// back: the client went away (or the connection broke) while the upstream worked.
-struct Unanswered {
-    audit: audit::Audit,
+struct Unanswered<'a> {
+    audit: &'a audit::Audit,
     base: Arc<audit::Base>,
     calls: Vec<Arc<audit::Call>>,
     started: Instant,
@@ -696,7 +708,15 @@ struct Unanswered {
     armed: bool,
 }
 
-impl Drop for Unanswered {
+impl Unanswered<'_> {
+    /// The answer (or its failure) is back: gives the calls back for `handle` to record.
+    fn disarm(&mut self) -> Vec<Arc<audit::Call>> {
+        self.armed = false;
+        std::mem::take(&mut self.calls)
+    }
+}
+
+impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;

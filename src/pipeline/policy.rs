@@ -3,7 +3,7 @@
 //! whole: if any element would be refused, nothing is forwarded, so an upstream never
 //! runs half of what a client sent.
 
-use super::jsonrpc::{Kind, Payload, ToolName};
+use super::jsonrpc::{Kind, Message, Payload, ToolName};
 use crate::config::{Profile, Snapshot};
 use crate::error::code;
 use serde_json::value::RawValue;
@@ -41,36 +41,32 @@ fn shown(name: &str) -> String {
 
 pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdict {
     let messages = payload.messages();
-    let mut problems: Vec<Option<(i64, String, Option<String>)>> =
-        Vec::with_capacity(messages.len());
-    let mut any = false;
-    for m in messages {
-        let problem = match (m.kind, m.method()) {
-            (Kind::Response, _) | (_, None) => None,
-            (_, Some(method)) => {
-                if profile
-                    .methods
+    let problem = |m: &Message| match (m.kind, m.method()) {
+        (Kind::Response, _) | (_, None) => None,
+        (_, Some(method)) => {
+            if profile
+                .methods
+                .as_ref()
+                .is_some_and(|allowed| !allowed.matches(method))
+            {
+                Some((
+                    code::METHOD_NOT_FOUND,
+                    format!("Method not allowed: {}", shown(method)),
+                    None,
+                ))
+            } else {
+                m.tool
                     .as_ref()
-                    .is_some_and(|allowed| !allowed.matches(method))
-                {
-                    Some((
-                        code::METHOD_NOT_FOUND,
-                        format!("Method not allowed: {}", shown(method)),
-                        None,
-                    ))
-                } else {
-                    m.tool
-                        .as_ref()
-                        .and_then(|t| tool_problem(snapshot, profile, t))
-                }
+                    .and_then(|t| tool_problem(snapshot, profile, t))
             }
-        };
-        any |= problem.is_some();
-        problems.push(problem);
-    }
-    if !any {
+        }
+    };
+    // The usual answer, found without keeping anything.
+    if messages.iter().all(|m| problem(m).is_none()) {
         return Verdict::Forward;
     }
+    let problems: Vec<Option<(i64, String, Option<String>)>> =
+        messages.iter().map(problem).collect();
     let refusals: Vec<Refusal> = messages
         .iter()
         .zip(problems)

@@ -186,7 +186,7 @@ pub struct Shaping {
     /// The tools/list requests of the payload and the caller's filter.
     pub list: Option<ListRewrite>,
     /// Ids of the requests in the payload: each is owed an answer.
-    pub pending: Vec<Box<RawValue>>,
+    pub pending: crate::transport::relay::PendingIds,
     pub batch: bool,
     pub timing: StreamTiming,
     /// The caller's token hash and expiry: a stream ends when a reload revokes the token.

@@ -24,6 +24,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
+/// The ids of the requests an answer must still answer: usually one, kept inline.
+pub type PendingIds = smallvec::SmallVec<[Box<RawValue>; 1]>;
+
 /// The id and method of a JSON-RPC message, enough to tell a response from the rest.
 #[derive(Deserialize)]
 struct Head<'a> {
@@ -75,7 +78,7 @@ pub struct SseRelay {
     decoder: sse::Decoder,
     list: Option<ListRewrite>,
     /// Request ids still owed an answer.
-    pending: Vec<Box<RawValue>>,
+    pending: PendingIds,
     request_id: String,
     out: VecDeque<Bytes>,
     keepalive: Duration,
@@ -89,7 +92,7 @@ impl SseRelay {
     pub fn new(
         inner: GateBody,
         list: Option<ListRewrite>,
-        pending: Vec<Box<RawValue>>,
+        pending: PendingIds,
         request_id: String,
         timing: StreamTiming,
         watch: Option<StreamWatch>,
@@ -334,7 +337,7 @@ pub async fn json_text(body: GateBody, list: Option<&ListRewrite>) -> Result<Byt
 pub async fn sse_to_json(
     mut body: GateBody,
     list: Option<&ListRewrite>,
-    mut pending: Vec<Box<RawValue>>,
+    mut pending: PendingIds,
     batch: bool,
 ) -> Result<(Bytes, usize), GateError> {
     let mut decoder = sse::Decoder::new();

@@ -39,8 +39,8 @@ pub trait Sink: Send + Sync + 'static {
 /// Standard error, written by every worker thread without a lock between them.
 ///
 /// A worker thread gathers its lines and writes them together, in one `write(2)`:
-/// [`GATHER`] after the first of them, when the next line would not fit in
-/// [`ATOMIC_WRITE`] bytes, with a warning or an error, and when the thread ends. Under load
+/// [`GATHER`] after the first of them, when the next line would not fit in one write
+/// ([`write_limit`]), with a warning or an error, and when the thread ends. Under load
 /// that is one write for many requests instead of one per request (nginx's `access_log
 /// … buffer= flush=` does the same); an info line reaches the file at most [`GATHER`]
 /// late. Other threads write each line at once.
@@ -81,13 +81,18 @@ impl Drop for Gathered {
 
 impl Stderr {
     pub fn new() -> Self {
-        STDERR.get_or_init(|| {
+        let file = STDERR.get_or_init(|| {
             use std::os::fd::AsFd;
             std::io::stderr()
                 .as_fd()
                 .try_clone_to_owned()
                 .ok()
                 .map(std::fs::File::from)
+        });
+        IS_FILE.get_or_init(|| {
+            file.as_ref()
+                .and_then(|f| f.metadata().ok())
+                .is_some_and(|m| m.file_type().is_file())
         });
         Stderr
     }
@@ -100,8 +105,26 @@ impl Default for Stderr {
 }
 
 /// Up to this size one `write(2)` is atomic on a pipe, so lines from several threads
-/// cannot interleave; files, and terminals, take each write whole as well.
+/// cannot interleave; terminals take each write whole as well.
 const ATOMIC_WRITE: usize = 4096;
+
+/// A regular file takes any one write whole (the kernel holds the file's lock for it),
+/// and larger writes cost the page cache less per byte as the file grows: appending 460
+/// bytes cost 0.22 µs of system time in 4 KiB writes and 0.09 µs in 64 KiB ones on the
+/// bench machine. When stderr is a file, lines are gathered up to this size.
+const FILE_WRITE: usize = 64 << 10;
+
+/// Whether the duplicate of fd 2 is a regular file; learnt once, with it.
+static IS_FILE: OnceLock<bool> = OnceLock::new();
+
+/// The most bytes written in one `write(2)`: [`FILE_WRITE`] when stderr is a regular
+/// file, [`ATOMIC_WRITE`] otherwise (a pipe, a terminal, or not known).
+fn write_limit() -> usize {
+    match IS_FILE.get() {
+        Some(true) => FILE_WRITE,
+        _ => ATOMIC_WRITE,
+    }
+}
 
 /// Writes `bytes` (whole lines) to stderr: one unlocked write when it is atomic, else
 /// through the standard lock so it is written whole.
@@ -110,7 +133,7 @@ fn write_whole(bytes: &[u8]) {
         return;
     }
     match STDERR.get() {
-        Some(Some(file)) if bytes.len() <= ATOMIC_WRITE => match (&*file).write(bytes) {
+        Some(Some(file)) if bytes.len() <= write_limit() => match (&*file).write(bytes) {
             Ok(n) if n == bytes.len() => {}
             Ok(n) => {
                 let _ = std::io::stderr().lock().write_all(&bytes[n..]);
@@ -142,10 +165,11 @@ impl Sink for Stderr {
             let Ok(mut g) = g.try_borrow_mut() else {
                 return false;
             };
-            if g.lines.len() + line.len() > ATOMIC_WRITE {
+            let limit = write_limit();
+            if g.lines.len() + line.len() > limit {
                 g.write();
             }
-            if line.len() > ATOMIC_WRITE {
+            if line.len() > limit {
                 return false;
             }
             g.lines.extend_from_slice(line);

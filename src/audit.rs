@@ -1161,9 +1161,14 @@ impl Record {
 
     /// A record of the request with nothing but its shared fields and the time, now.
     pub fn new(base: Arc<Base>, call: Option<Arc<Call>>) -> Record {
+        Record::at(base, call, SystemTime::now())
+    }
+
+    /// A record of the request with nothing but its shared fields and `time`.
+    pub fn at(base: Arc<Base>, call: Option<Arc<Call>>, time: SystemTime) -> Record {
         Record {
             base,
-            time: SystemTime::now(),
+            time,
             call,
             phase: None,
             decision: None,
@@ -1488,8 +1493,7 @@ impl Outcomes {
     }
 
     /// Writes one record per call; a call whose answer was not seen gets `otherwise`.
-    fn write(&mut self, audit: &Audit, otherwise: &'static str) {
-        let total_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+    fn write(&mut self, audit: &Audit, otherwise: &'static str, total_ms: f64) {
         for p in self.pending.drain(..) {
             let mut r = p.record;
             r.outcome = Some(Some(p.outcome.unwrap_or(otherwise)));
@@ -1501,16 +1505,18 @@ impl Outcomes {
 
 /// Writes the records of calls answered by a JSON text already whole in memory: their
 /// outcomes are read from it at once, so the answer needs no [`AuditTap`]. A call whose
-/// response is not in it is `upstream_error`, as the tap would record it.
+/// response is not in it is `upstream_error`, as the tap would record it. `total_ms`: the
+/// request's time so far, which the caller has just read.
 pub fn record_whole_answer(
     audit: &Audit,
     records: impl IntoIterator<Item = Record>,
     json: &[u8],
     started: std::time::Instant,
+    total_ms: f64,
 ) {
     let mut outcomes = Outcomes::new(records, started);
     outcomes.scan(&crate::jsontext::lossy(json));
-    outcomes.write(audit, "upstream_error");
+    outcomes.write(audit, "upstream_error", total_ms);
 }
 
 /// Wraps the answer to a request with tools/call elements: passes every byte on untouched,
@@ -1600,7 +1606,8 @@ impl AuditTap {
             let json = std::mem::take(&mut self.json);
             self.scan(&crate::jsontext::lossy(&json));
         }
-        self.outcomes.write(&self.audit, otherwise);
+        let total_ms = self.outcomes.started.elapsed().as_secs_f64() * 1000.0;
+        self.outcomes.write(&self.audit, otherwise, total_ms);
     }
 }
 

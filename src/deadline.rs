@@ -29,7 +29,11 @@ pub struct Deadline {
 impl Deadline {
     /// A deadline `after` from now. Must be made inside a tokio runtime with time enabled.
     pub fn after(after: Duration) -> Deadline {
-        let at = Instant::now() + after;
+        Deadline::at(Instant::now() + after)
+    }
+
+    /// A deadline at `at`. Must be made inside a tokio runtime with time enabled.
+    pub fn at(at: Instant) -> Deadline {
         let spare = if crate::workers::slot() != 0 {
             SPARE
                 .try_with(|s| s.try_borrow_mut().ok()?.pop())

@@ -236,12 +236,12 @@ pub struct RequestLine<'a> {
 /// without the dispatch and the field visitor: it is the one line every request writes.
 /// `false` when no JSON layer is installed (the human format, tests): the caller then
 /// logs the event. The caller checks the level is enabled.
-pub fn request_line(fields: &RequestLine<'_>) -> bool {
+pub fn request_line(fields: &RequestLine<'_>, now: std::time::SystemTime) -> bool {
     let Some(sink) = DIRECT.get() else {
         return false;
     };
     with_line(|out| {
-        format_request_line(out, fields, std::time::SystemTime::now());
+        format_request_line(out, fields, now);
         sink.write_line(out.as_bytes(), false);
     });
     true

@@ -164,13 +164,14 @@ impl Pool {
 
     /// Sends `request` (a whole HTTP/1.1 request, head and body, see `forward`) on a kept
     /// connection or a new one, and returns the answer's head with a body that reads the
-    /// rest.
+    /// rest. `now`: the caller's reading of the clock, for the kept connections' ages.
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
         request: &[u8],
+        now: Instant,
     ) -> Result<Response<UpBody>, PoolError> {
-        if let Some(conn) = self.take_alive() {
+        if let Some(conn) = self.take_alive(now) {
             match self.exchange(conn, method, request, true).await {
                 Ok(response) => return Ok(response),
                 Err(Failed::Retry(e)) => {
@@ -193,8 +194,7 @@ impl Pool {
 
     /// The most recently used connection that is still usable. Closed and long-unused
     /// connections met on the way are dropped.
-    fn take_alive(&self) -> Option<Conn> {
-        let now = Instant::now();
+    fn take_alive(&self, now: Instant) -> Option<Conn> {
         let mut kept = self.lock();
         while let Some(mut conn) = kept.pop() {
             if now - conn.used <= IDLE && conn.alive() {

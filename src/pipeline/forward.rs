@@ -11,6 +11,7 @@ use crate::pool::UpBody;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, Uri};
+use std::borrow::Cow;
 
 // Made at compile time: a name given as a `&str` is parsed on every request.
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -127,10 +128,11 @@ pub struct Answer {
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
     let request = encode(upstream, &out)?;
-    let started = std::time::Instant::now();
-    let mut deadline = Deadline::after(out.timeout);
+    // One reading of the clock for the deadline, the pool and the upstream's time.
+    let started = tokio::time::Instant::now();
+    let mut deadline = Deadline::at(started + out.timeout);
     let response = tokio::select! {
-        r = upstream.pool().send(&out.method, &request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        r = upstream.pool().send(&out.method, &request, started.into_std()) => r.map_err(|e| upstream_error(&upstream.name, e))?,
         _ = &mut deadline => return Err(GateError::UpstreamTimeout),
     };
     Ok(Answer {
@@ -151,12 +153,7 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
     let mut buf = Vec::with_capacity(512 + out.body.len());
     buf.extend_from_slice(out.method.as_str().as_bytes());
     buf.push(b' ');
-    buf.extend_from_slice(
-        target
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .as_bytes(),
-    );
+    buf.extend_from_slice(target.as_bytes());
     buf.extend_from_slice(b" HTTP/1.1\r\n");
     let mut line = |name: &[u8], value: &[u8]| {
         buf.extend_from_slice(name);
@@ -183,9 +180,12 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
         out.forwarded_for.as_bytes(),
     );
     line(X_FORWARDED_PROTO.as_str().as_bytes(), out.proto.as_bytes());
+    // Request ids are made of letters, digits and `._:-` (`pipeline::request_id`).
+    let id = out.request_id.as_bytes();
+    let id_ok = id.iter().all(|c| c.is_ascii_graphic());
     line(
         X_REQUEST_ID.as_str().as_bytes(),
-        header_value(out.request_id).as_bytes(),
+        if id_ok { id } else { b"-" },
     );
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
@@ -204,27 +204,24 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
     Ok(buf)
 }
 
-fn header_value(s: &str) -> HeaderValue {
-    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("-"))
-}
-
 /// The request target sent upstream (`/path?query`): the upstream URL's path and query,
 /// with the client's query string appended.
-fn origin_form(base: &Uri, query: Option<&str>) -> Result<Uri, GateError> {
+/// Without a query it is the upstream URL's own text, borrowed: cloning its `Uri` would
+/// write a count the worker threads share.
+fn origin_form<'a>(base: &'a Uri, query: Option<&str>) -> Result<Cow<'a, str>, GateError> {
     let path = base.path_and_query().map_or("/", |p| p.as_str());
     let Some(query) = query.filter(|q| !q.is_empty()) else {
-        return Ok(match base.path_and_query() {
-            Some(p) => Uri::from(p.clone()),
-            None => Uri::from_static("/"),
-        });
+        return Ok(Cow::Borrowed(path));
     };
     let joined = match base.query() {
         Some(_) => format!("{path}&{query}"),
         None => format!("{path}?{query}"),
     };
-    joined
-        .parse()
-        .map_err(|_| GateError::InvalidRequest("bad query string".into()))
+    // It goes out on the request line: it must be a valid request target.
+    match joined.parse::<http::uri::PathAndQuery>() {
+        Ok(_) => Ok(Cow::Owned(joined)),
+        Err(_) => Err(GateError::InvalidRequest("bad query string".into())),
+    }
 }
 
 /// Names the kind of failure for the client; the detail goes to the log only.

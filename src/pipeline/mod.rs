@@ -130,8 +130,9 @@ pub async fn handle(
     };
     let _entered = span.enter();
     let _in = logjson::enter_request(&id);
-    // One reading of the clock serves the audit record, the log line and the metrics.
+    // One reading of each clock serves the audit record, the log line and the metrics.
     let took = started.elapsed();
+    let now = SystemTime::now();
     let head_ms = took.as_secs_f64() * 1000.0;
     let response = match &gw.audit {
         Some(a) => audit_answer(
@@ -140,8 +141,11 @@ pub async fn handle(
             &http_method,
             response,
             reason.as_ref(),
-            started,
-            head_ms,
+            Ended {
+                started,
+                head_ms,
+                now,
+            },
         ),
         None => response,
     };
@@ -175,7 +179,7 @@ pub async fn handle(
                 reason: reason.as_ref().map_or("-", GateError::reason),
                 ms: crate::jsontext::to_microsecond(head_ms),
             };
-            if !logjson::request_line(&line) {
+            if !logjson::request_line(&line, now) {
                 tracing::info!(
                     method = line.method,
                     route = line.route,
@@ -215,6 +219,15 @@ fn audit_base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
     ))
 }
 
+/// When a request's answer (or its head) was ready, read once for its records and its log
+/// line: the monotonic start and time taken, and the wall clock.
+#[derive(Clone, Copy)]
+struct Ended {
+    started: Instant,
+    head_ms: f64,
+    now: SystemTime,
+}
+
 /// Writes the audit records of a finished request: at once for refusals and failures,
 /// or, for forwarded tools/call, when the answer ends (its outcome is in the answer).
 fn audit_answer(
@@ -223,9 +236,13 @@ fn audit_answer(
     http_method: &Method,
     response: Response<GateBody>,
     error: Option<&GateError>,
-    started: Instant,
-    head_ms: f64,
+    at: Ended,
 ) -> Response<GateBody> {
+    let Ended {
+        started,
+        head_ms,
+        now,
+    } = at;
     let status = response.status().as_u16();
     let method = ctx.rpc_method.as_deref().unwrap_or(http_method.as_str());
     let upstream_ms = ctx.upstream_ms;
@@ -238,7 +255,7 @@ fn audit_answer(
     if ctx.calls.is_empty() {
         // Only refusals, auth failures and limit hits are recorded for other methods.
         if let Some(e) = error {
-            let mut r = timed(audit::Record::new(audit_base(ctx, method), None));
+            let mut r = timed(audit::Record::at(audit_base(ctx, method), None, now));
             r.decision = Some("refuse");
             r.reason = Some(Some(e.reason().to_string()));
             r.total_ms = Some(head_ms);
@@ -252,7 +269,7 @@ fn audit_answer(
         .unwrap_or_else(|| audit_base(ctx, method));
     let forwarded = error.is_none_or(|e| e.side() == crate::error::Side::Upstream);
     let records = ctx.calls.iter().map(|call| {
-        let mut r = timed(audit::Record::new(base.clone(), Some(call.clone())));
+        let mut r = timed(audit::Record::at(base.clone(), Some(call.clone()), now));
         if call.durable && forwarded {
             r.phase = Some("end");
         }
@@ -290,7 +307,7 @@ fn audit_answer(
                 .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
             if let (false, GateBody::Full(Some(json))) = (sse, response.body()) {
                 // A JSON answer already whole: its outcomes are read now, no tap needed.
-                audit::record_whole_answer(a, records, json, started);
+                audit::record_whole_answer(a, records, json, started, head_ms);
                 return response;
             }
             response.map(|body| {

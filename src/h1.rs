@@ -31,7 +31,7 @@ use crate::body::{ClientBody, GateBody};
 use crate::pool::{Chunk, ChunkStep, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use std::collections::HashMap;
@@ -693,7 +693,7 @@ fn parse(
     let mut keep_alive = !http10;
     let mut expect_continue = false;
     for &span in spans {
-        let name = HeaderName::from_bytes(&bytes[span.name()]).map_err(|_| bad("field name"))?;
+        let name = crate::headval::name(&bytes[span.name()]).map_err(|_| bad("field name"))?;
         let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
             .map_err(|_| bad("field value"))?;
         if name == header::CONTENT_LENGTH {

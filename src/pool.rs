@@ -27,7 +27,7 @@
 //!   left of the answer is never read into the next request's.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::io;
@@ -379,8 +379,8 @@ fn parse_head(
         // Whether a `Connection` field names other fields to remove.
         let mut names_fields = false;
         for &span in spans {
-            let name = HeaderName::from_bytes(&bytes[span.name()])
-                .map_err(|_| malformed("header name"))?;
+            let name =
+                crate::headval::name(&bytes[span.name()]).map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
                 .map_err(|_| malformed("header value"))?;
             if name == header::CONTENT_LENGTH {

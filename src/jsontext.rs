@@ -40,12 +40,34 @@ pub(crate) fn escape_mask(w: u64) -> u64 {
     control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')))
 }
 
-/// Appends `s` as a JSON string, escaped as serde_json escapes it. Runs of eight bytes
-/// that need no escape are passed over a word at a time.
+/// Whether `s` has no byte that must be escaped, read a word at a time; the last few
+/// bytes are read as a word padded with `a`, which needs no escape.
+fn is_plain(s: &str) -> bool {
+    let mut words = s.as_bytes().chunks_exact(8);
+    for word in words.by_ref() {
+        if needs_escape(u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]))) {
+            return false;
+        }
+    }
+    let rest = words.remainder();
+    let mut last = [b'a'; 8];
+    last[..rest.len()].copy_from_slice(rest);
+    !needs_escape(u64::from_ne_bytes(last))
+}
+
+/// Appends `s` as a JSON string, escaped as serde_json escapes it. Text with nothing to
+/// escape (nearly all of it: names, ids, routes) is checked a word at a time and copied
+/// whole; otherwise runs of eight bytes that need no escape are passed over a word at a
+/// time.
 pub fn push_str(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');
+    if is_plain(s) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let bytes = s.as_bytes();
     let mut plain = 0;
     let mut i = 0;
@@ -226,6 +248,28 @@ pub fn push_compact(out: &mut String, json: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One byte to escape at each place of strings of every length up to three words,
+    /// the whole-string check's padded last word included, and strings with none.
+    #[test]
+    fn an_escape_anywhere_is_found() {
+        for len in 0..=24 {
+            let plain: String = "ab é~\u{7f}z ".chars().cycle().take(len).collect();
+            let mut ours = String::new();
+            push_str(&mut ours, &plain);
+            assert_eq!(ours, serde_json::to_string(&plain).unwrap());
+            for at in 0..len {
+                for c in ['"', '\\', '\n', '\u{1}', '\u{1f}', '\0'] {
+                    let mut text: Vec<char> = "x".repeat(len).chars().collect();
+                    text[at] = c;
+                    let text: String = text.into_iter().collect();
+                    let mut ours = String::new();
+                    push_str(&mut ours, &text);
+                    assert_eq!(ours, serde_json::to_string(&text).unwrap(), "{text:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn strings_are_escaped_as_serde_json_escapes_them() {

@@ -63,6 +63,7 @@ struct Ctx<'s> {
     rpc_method: Option<Cow<'static, str>>,
     /// Shared with the call's audit record.
     tool: Option<Arc<str>>,
+    seldom: Seldom,
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
@@ -88,6 +89,7 @@ pub async fn handle(
     req: Request<ClientBody>,
 ) -> Response<GateBody> {
     let started = Instant::now();
+    let seldom = Seldom::of(req.headers());
     let snapshot = gw.snapshot_here();
     let tls = snapshot
         .listeners
@@ -103,7 +105,8 @@ pub async fn handle(
         token: None,
         proto: if tls { "https" } else { "http" },
         want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
-        request_id: request_id(req.headers()),
+        request_id: request_id(req.headers(), seldom),
+        seldom,
         route: None,
         token_id: None,
         rpc_id: None,
@@ -456,7 +459,7 @@ async fn run<'s>(
         route
     };
     let (parts, body) = req.into_parts();
-    origin::check(&snapshot.listeners[listener], &parts)?;
+    origin::check(&snapshot.listeners[listener], &parts, ctx.seldom)?;
     let profile = &route.profile;
     let upstream = &profile.upstream;
     let stream_timing = StreamTiming {
@@ -519,7 +522,7 @@ async fn post(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
-    check_content_headers(&parts.headers)?;
+    check_content_headers(&parts.headers, ctx.seldom)?;
     let limit = snapshot.max_body;
     let declared = parts
         .headers
@@ -563,7 +566,7 @@ async fn post(
     } else {
         ctx.rpc_method = Some(Cow::Borrowed("(batch)"));
     }
-    check_mcp_headers(&parts.headers, &payload)?;
+    check_mcp_headers(&parts.headers, ctx.seldom, &payload)?;
     if let Some(a) = &gw.audit {
         ctx.calls = payload
             .messages()
@@ -759,7 +762,7 @@ impl Drop for Unanswered<'_> {
 
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body
 /// mcpgate did not inspect is never forwarded.
-fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
+fn check_content_headers(headers: &HeaderMap, seldom: Seldom) -> Result<(), GateError> {
     let media = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -768,6 +771,9 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
         ));
+    }
+    if !seldom.has(Seldom::CONTENT_ENCODING) {
+        return Ok(());
     }
     for v in headers.get_all(header::CONTENT_ENCODING) {
         let ok = v.to_str().is_ok_and(|v| {
@@ -782,11 +788,58 @@ fn check_content_headers(headers: &HeaderMap) -> Result<(), GateError> {
     Ok(())
 }
 
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
+/// Which of the header fields requests seldom carry a request has, found in one pass over
+/// its field names: a lookup that finds nothing still hashes the name and probes the map,
+/// and most requests carry none of these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Seldom(u8);
+
+impl Seldom {
+    pub const ORIGIN: u8 = 1;
+    pub const CONTENT_ENCODING: u8 = 2;
+    pub const X_REQUEST_ID: u8 = 4;
+    pub const MCP_METHOD: u8 = 8;
+    pub const MCP_NAME: u8 = 16;
+
+    pub fn of(headers: &HeaderMap) -> Seldom {
+        let mut found = 0;
+        for name in headers.keys() {
+            found |= if name == header::ORIGIN {
+                Seldom::ORIGIN
+            } else if name == header::CONTENT_ENCODING {
+                Seldom::CONTENT_ENCODING
+            } else if name == forward::X_REQUEST_ID {
+                Seldom::X_REQUEST_ID
+            } else if name == MCP_METHOD {
+                Seldom::MCP_METHOD
+            } else if name == MCP_NAME {
+                Seldom::MCP_NAME
+            } else {
+                0
+            };
+        }
+        Seldom(found)
+    }
+
+    /// Whether the request has any of the `fields`.
+    pub fn has(self, fields: u8) -> bool {
+        self.0 & fields != 0
+    }
+}
+
 /// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
 /// intermediary routing on the header and the server reading the body would disagree.
-fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<(), GateError> {
-    const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-    const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+fn check_mcp_headers(
+    headers: &HeaderMap,
+    seldom: Seldom,
+    payload: &jsonrpc::Payload,
+) -> Result<(), GateError> {
+    if !seldom.has(Seldom::MCP_METHOD | Seldom::MCP_NAME) {
+        return Ok(());
+    }
     let method = headers.get(MCP_METHOD);
     let name = headers.get(MCP_NAME);
     if method.is_none() && name.is_none() {
@@ -817,8 +870,12 @@ fn check_mcp_headers(headers: &HeaderMap, payload: &jsonrpc::Payload) -> Result<
 /// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so
 /// it is safe in logs and headers); otherwise makes one: a random prefix per thread and
 /// the thread's count, unique without a syscall or a shared counter per request.
-fn request_id(headers: &HeaderMap) -> Arc<str> {
-    if let Some(v) = headers.get(forward::X_REQUEST_ID) {
+fn request_id(headers: &HeaderMap, seldom: Seldom) -> Arc<str> {
+    if let Some(v) = seldom
+        .has(Seldom::X_REQUEST_ID)
+        .then(|| headers.get(forward::X_REQUEST_ID))
+        .flatten()
+    {
         let b = v.as_bytes();
         if (1..=128).contains(&b.len())
             && b.iter()
@@ -855,54 +912,99 @@ fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each seldom field is noticed, whatever else the request carries.
+    #[test]
+    fn seldom_fields_are_noticed() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("localhost"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        assert_eq!(Seldom::of(&h), Seldom::default());
+        let fields = [
+            (header::ORIGIN, Seldom::ORIGIN),
+            (header::CONTENT_ENCODING, Seldom::CONTENT_ENCODING),
+            (forward::X_REQUEST_ID, Seldom::X_REQUEST_ID),
+            (MCP_METHOD, Seldom::MCP_METHOD),
+            (MCP_NAME, Seldom::MCP_NAME),
+        ];
+        let base = h.clone();
+        let mut all = 0;
+        for (name, bit) in fields {
+            let mut one = base.clone();
+            one.append(name.clone(), HeaderValue::from_static("x"));
+            assert_eq!(Seldom::of(&one), Seldom(bit), "{name}");
+            h.append(name, HeaderValue::from_static("y"));
+            all |= bit;
+            assert_eq!(Seldom::of(&h), Seldom(all));
+        }
+        let named = |n: &str| HeaderName::from_bytes(n.as_bytes()).unwrap();
+        let mut near = HeaderMap::new();
+        for n in ["mcp-methods", "mcp-nam", "x-request", "origins"] {
+            near.insert(named(n), HeaderValue::from_static("z"));
+        }
+        assert_eq!(Seldom::of(&near), Seldom::default());
+    }
     use http::HeaderValue;
 
     #[test]
     fn request_ids() {
         let mut h = HeaderMap::new();
-        let a = request_id(&h);
+        let a = request_id(&h, Seldom::of(&h));
         assert_eq!(a.len(), 32);
         assert!(
             a.bytes()
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
         // The first half is fixed per thread, the second counts up.
-        let b = request_id(&h);
+        let b = request_id(&h, Seldom::of(&h));
         assert_eq!(a[..16], b[..16]);
         assert!(
             u64::from_str_radix(&b[16..], 16).unwrap() > u64::from_str_radix(&a[16..], 16).unwrap()
         );
-        assert_ne!(a, request_id(&h));
+        assert_ne!(a, request_id(&h, Seldom::of(&h)));
         // Another thread has a prefix of its own (64 random bits), so its ids never meet ours
         // even though its count starts where ours did.
-        let other = std::thread::spawn(|| request_id(&HeaderMap::new()))
+        let other = std::thread::spawn(|| request_id(&HeaderMap::new(), Seldom::default()))
             .join()
             .unwrap();
         assert_ne!(other[..16], a[..16]);
         h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
-        assert_eq!(&*request_id(&h), "abc-1.2:3");
+        assert_eq!(&*request_id(&h, Seldom::of(&h)), "abc-1.2:3");
         h.insert(
             "x-request-id",
             HeaderValue::from_static("bad id\twith spaces"),
         );
-        assert_eq!(request_id(&h).len(), 32);
+        assert_eq!(request_id(&h, Seldom::of(&h)).len(), 32);
     }
 
     #[test]
     fn content_headers() {
         let mut h = HeaderMap::new();
-        assert!(check_content_headers(&h).is_err());
+        assert!(check_content_headers(&h, Seldom::of(&h)).is_err());
         h.insert(
             "content-type",
             HeaderValue::from_static("Application/JSON; charset=utf-8"),
         );
-        assert!(check_content_headers(&h).is_ok());
+        assert!(check_content_headers(&h, Seldom::of(&h)).is_ok());
         h.insert("content-encoding", HeaderValue::from_static("identity"));
-        assert!(check_content_headers(&h).is_ok());
+        assert!(check_content_headers(&h, Seldom::of(&h)).is_ok());
         h.insert("content-encoding", HeaderValue::from_static("gzip"));
-        assert_eq!(check_content_headers(&h).unwrap_err().status(), 415);
+        assert_eq!(
+            check_content_headers(&h, Seldom::of(&h))
+                .unwrap_err()
+                .status(),
+            415
+        );
         h.remove("content-encoding");
         h.insert("content-type", HeaderValue::from_static("text/plain"));
-        assert_eq!(check_content_headers(&h).unwrap_err().status(), 415);
+        assert_eq!(
+            check_content_headers(&h, Seldom::of(&h))
+                .unwrap_err()
+                .status(),
+            415
+        );
     }
 }

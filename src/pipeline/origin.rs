@@ -3,11 +3,12 @@
 //! listener allows. Loopback listeners allow only localhost names by default (a web page
 //! that rebinds its own name to 127.0.0.1 still sends its own Host and Origin).
 
+use super::Seldom;
 use crate::config::Listener;
 use crate::error::GateError;
 use http::request::Parts;
 
-pub fn check(listener: &Listener, parts: &Parts) -> Result<(), GateError> {
+pub fn check(listener: &Listener, parts: &Parts, seldom: Seldom) -> Result<(), GateError> {
     let host = parts
         .headers
         .get(http::header::HOST)
@@ -17,7 +18,11 @@ pub fn check(listener: &Listener, parts: &Parts) -> Result<(), GateError> {
     if !host.is_some_and(|h| listener.hosts.allows(h)) {
         return Err(GateError::HostRefused);
     }
-    if let Some(origin) = parts.headers.get(http::header::ORIGIN) {
+    let origin = seldom
+        .has(Seldom::ORIGIN)
+        .then(|| parts.headers.get(http::header::ORIGIN))
+        .flatten();
+    if let Some(origin) = origin {
         if !origin.to_str().is_ok_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }

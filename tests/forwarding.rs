@@ -712,3 +712,32 @@ async fn http1_connections_follow_rfc_9112() {
         .unwrap();
     assert!(read_answer(&mut s).await.starts_with("HTTP/1.1 200"));
 }
+
+/// mcpgate never asks for compression. An upstream that compresses anyway gets its answer
+/// passed on as it is when nothing needs reading it, and a 502 when the answer must be
+/// read (a tools/list to filter, JSON to convert to SSE): never an unread body let through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_answers_pass_only_when_not_read() {
+    let gz: &[u8] =
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xab\xae\x05\x00\x43\xbf\xa6\xa3\x02\x00\x00\x00";
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ncontent-length: {}\r\n\r\n",
+        gz.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(gz);
+    let gw = Gateway::start(&config(&raw_upstream(reply), "10s"));
+    let url = gw.url("/mcp-gpt-full");
+    let r = post(&url, &[], &list(3)).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["id"], 3);
+    let sse_only = [
+        ("content-type", "application/json"),
+        ("accept", "text/event-stream"),
+    ];
+    let r = send(Method::POST, &url, &sse_only, call(4, "get_document")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    let r = post(&url, &[], &call(5, "get_document")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-encoding"), "gzip");
+}

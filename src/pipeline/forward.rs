@@ -162,7 +162,12 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
         buf.extend_from_slice(b"\r\n");
     };
     line(b"host", upstream.host.as_bytes());
+    // The client's Host, found on the way (the first, as `get` would give it).
+    let mut client_host = None;
     for (name, value) in out.headers {
+        if name == header::HOST && client_host.is_none() {
+            client_host = Some(value);
+        }
         if stays_here(name)
             || (post && name == header::ACCEPT)
             || listed.contains(name)
@@ -172,7 +177,7 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
         }
         line(name.as_str().as_bytes(), value.as_bytes());
     }
-    if let Some(host) = out.headers.get(header::HOST) {
+    if let Some(host) = client_host {
         line(X_FORWARDED_HOST.as_str().as_bytes(), host.as_bytes());
     }
     line(

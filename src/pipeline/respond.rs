@@ -239,15 +239,17 @@ pub async fn upstream(
     // Other statuses (202 for notifications, 4xx such as 404 for an expired session) and
     // other formats are the upstream's own answer: pass them on.
     let passthrough = !parts.status.is_success() || format == Format::Other;
-    let encoded = parts
-        .headers
-        .get(header::CONTENT_ENCODING)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
     let converts = matches!(
         (format, shaping.want),
         (Format::Json, Want::Sse) | (Format::Sse, Want::Json)
     );
-    if !passthrough && encoded && (converts || shaping.list.is_some()) {
+    let encoded = || {
+        parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+    };
+    if !passthrough && (converts || shaping.list.is_some()) && encoded() {
         // mcpgate never asks for compression; an encoded body cannot be read, so it cannot
         // be filtered or converted. Never let it through unchecked.
         return Err(GateError::UpstreamBadResponse(

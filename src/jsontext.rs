@@ -137,11 +137,14 @@ pub fn to_microsecond(ms: f64) -> f64 {
 /// (neighbouring counts are further apart than the float's spacing), which is what
 /// serde_json writes: `12.5`, `0.034`, `3.0`.
 pub fn push_ms(out: &mut String, ms: f64) {
-    let us = (ms * 1000.0).round();
-    if !(us.is_sign_positive() && us < 1e12) {
+    let t = ms * 1000.0;
+    // `t.round()` without the libm call: below 2^52 the fraction `t - trunc(t)` is exact,
+    // so rounding half away from zero is the truncation plus one from a half up.
+    if !(t.is_sign_positive() && t < 1e12) {
         return push_f64(out, to_microsecond(ms));
     }
-    let us = us as u64;
+    let whole = t as u64;
+    let us = whole + u64::from(t - whole as f64 >= 0.5);
     push_u64(out, us / 1000);
     out.push('.');
     let frac = us % 1000;

@@ -40,8 +40,8 @@ pub(crate) fn escape_mask(w: u64) -> u64 {
     control | has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\')))
 }
 
-/// Whether `s` has no byte that must be escaped, read a word at a time; the last few
-/// bytes are read as a word padded with `a`, which needs no escape.
+/// Whether `s` has no byte that must be escaped, read a word at a time and the last few
+/// bytes one by one (copying them into a word took a `memcpy` call).
 fn is_plain(s: &str) -> bool {
     let mut words = s.as_bytes().chunks_exact(8);
     for word in words.by_ref() {
@@ -49,10 +49,10 @@ fn is_plain(s: &str) -> bool {
             return false;
         }
     }
-    let rest = words.remainder();
-    let mut last = [b'a'; 8];
-    last[..rest.len()].copy_from_slice(rest);
-    !needs_escape(u64::from_ne_bytes(last))
+    words
+        .remainder()
+        .iter()
+        .all(|&b| ESCAPE[usize::from(b)] == 0)
 }
 
 /// Appends `s` as a JSON string, escaped as serde_json escapes it. Text with nothing to

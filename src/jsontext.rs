@@ -145,7 +145,12 @@ pub fn push_ms(out: &mut String, ms: f64) {
     }
     let whole = t as u64;
     let us = whole + u64::from(t - whole as f64 >= 0.5);
-    push_u64(out, us / 1000);
+    out.reserve(24);
+    // Most durations are under ten milliseconds: one digit, without itoa's copy.
+    match us / 1000 {
+        ms @ 0..=9 => out.push(char::from(b'0' + ms as u8)),
+        ms => push_u64(out, ms),
+    }
     out.push('.');
     let frac = us % 1000;
     let digits = [frac / 100, frac / 10 % 10, frac % 10];

@@ -389,35 +389,3 @@ async fn ambiguous_framing_is_refused_and_never_forwarded() {
         200
     );
 }
-
-/// `Mcp-Method` and `Mcp-Name` must say what the body says; when they do, the call goes
-/// through; when they do not, or describe a batch, nothing is forwarded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_method_and_name_headers_must_match_the_body() {
-    let up = json_upstream().await;
-    let gw = Gateway::start(&config(&up.url(), "10s"));
-    let url = gw.url("/mcp-gpt-full");
-    let body = call(1, "get_document");
-    let batch = format!("[{},{}]", call(1, "get_document"), list(2));
-    for (headers, body) in [
-        (vec![("mcp-method", "tools/list")], body.as_str()),
-        (vec![("mcp-name", "delete_document")], body.as_str()),
-        (
-            vec![("mcp-method", "tools/call"), ("mcp-name", "get_documents")],
-            body.as_str(),
-        ),
-        (vec![("Mcp-Method", "tools/call")], batch.as_str()),
-    ] {
-        let r = post(&url, &headers, body).await;
-        assert_envelope(&r, 400, -32600);
-    }
-    assert!(up.received().is_empty());
-    let r = post(
-        &url,
-        &[("mcp-method", "tools/call"), ("mcp-name", "get_document")],
-        &body,
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(up.received().len(), 1);
-}

@@ -703,6 +703,19 @@ mod tests {
         }
     }
 
+    /// A writer on a fresh file in a folder of its own (kept while the tuple lives).
+    fn started() -> (
+        tempfile::TempDir,
+        PathBuf,
+        Audit,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        (dir, path, audit, task)
+    }
+
     fn test_record(n: usize) -> Record {
         let base = Arc::new(Base::new(
             format!("r-{n}").into(),
@@ -730,9 +743,7 @@ mod tests {
     /// gathers, all reach the file at close, each area's in the order made, one chain.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn records_from_every_thread_are_written_by_close() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        let (_dir, path, audit, task) = started();
         let workers = crate::workers::Workers::start().unwrap();
         let mut done = Vec::new();
         for w in 0..crate::workers::count() {
@@ -785,9 +796,7 @@ mod tests {
     /// A waiting writer is woken by one record: it reaches the file without a close.
     #[tokio::test]
     async fn a_lone_record_wakes_the_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        let (_dir, path, audit, task) = started();
         for n in 0..3 {
             // Let the writer go back to waiting between records.
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -809,9 +818,7 @@ mod tests {
     /// When the last handle goes, the writer writes what is staged and stops.
     #[tokio::test]
     async fn the_writer_stops_with_the_last_handle_and_loses_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("audit.jsonl");
-        let (audit, task) = Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+        let (_dir, path, audit, task) = started();
         for n in 0..50 {
             audit.record(test_record(n));
         }

@@ -53,7 +53,9 @@ fn main() {
             redact: vec![],
             max_size: None,
             keep: 1,
-            queue: N as usize + 1,
+            // The queue is shared out among the staging areas (one per worker thread,
+            // one for other threads): room for all N in the one this thread uses.
+            queue: (N as usize + 1) * (mcpgate::workers::count() + 1),
         };
         let dropped = Counter::default();
         let (audit, task) = Audit::start(settings, dropped.clone()).unwrap();

@@ -2,8 +2,9 @@
 //! auth failure and rate-limit hit. One writer task owns the file, so lines are never
 //! interleaved and each can carry the SHA-256 of the line before it (tamper evidence).
 //! Records of `durable` tools are written *and fsynced* before the call is forwarded; if
-//! that fails the call is refused. Other records go through a bounded queue: an overflow
-//! drops the record, counts it and logs it, and never blocks a request.
+//! that fails the call is refused. Other records are staged as text in an area of the
+//! request's own thread, bounded: an overflow drops the record, counts it and logs it, and
+//! never blocks a request.
 
 use crate::config::glob::Matcher;
 use prometheus_client::metrics::counter::Counter;

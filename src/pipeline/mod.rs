@@ -59,7 +59,8 @@ struct Ctx<'s> {
     token_id: Option<&'s str>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
     rpc_id: Option<Box<RawValue>>,
-    /// Borrowed for the methods MCP defines, so the usual ones cost no copy.
+    /// Borrowed from `KNOWN_METHODS` for the methods MCP defines (the metrics label relies
+    /// on it), so the usual ones cost no copy.
     rpc_method: Option<Cow<'static, str>>,
     /// Shared with the call's audit record.
     tool: Option<Arc<str>>,
@@ -366,6 +367,27 @@ fn http_method_label(method: &Method) -> &'static str {
     }
 }
 
+/// A JSON-RPC method as the request keeps it: borrowed from [`KNOWN_METHODS`] when MCP
+/// defines it, so [`method_label`] need not look it up again.
+fn known_method(method: &str) -> Cow<'static, str> {
+    match KNOWN_METHODS.iter().find(|k| **k == method) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(method.to_string()),
+    }
+}
+
+/// The metrics label of a request's method: a known JSON-RPC method as it is, any other
+/// notification as `notifications`, anything else a client invents as `(other)`, and the
+/// HTTP method when the body had none.
+fn method_label(rpc: Option<&Cow<'static, str>>, http: &Method) -> &'static str {
+    match rpc {
+        Some(Cow::Borrowed(known)) => known,
+        Some(Cow::Owned(m)) if m.starts_with("notifications/") => "notifications",
+        Some(Cow::Owned(_)) => "(other)",
+        None => http_method_label(http),
+    }
+}
+
 fn record_metrics(
     m: &Metrics,
     ctx: &Ctx,
@@ -377,14 +399,7 @@ fn record_metrics(
     use crate::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
-    let method = match ctx.rpc_method.as_deref() {
-        Some(m) => match KNOWN_METHODS.iter().find(|k| **k == m) {
-            Some(known) => known,
-            None if m.starts_with("notifications/") => "notifications",
-            None => "(other)",
-        },
-        None => http_method_label(http),
-    };
+    let method = method_label(ctx.rpc_method.as_ref(), http);
     let key = RequestKey {
         route,
         profile,
@@ -553,13 +568,7 @@ async fn post(
     let payload = jsonrpc::parse(&bytes)?;
     if let jsonrpc::Payload::Single(m) = &payload {
         ctx.rpc_id = m.id.map(ToOwned::to_owned);
-        ctx.rpc_method =
-            m.method
-                .as_deref()
-                .map(|m| match KNOWN_METHODS.iter().find(|k| **k == m) {
-                    Some(known) => Cow::Borrowed(*known),
-                    None => Cow::Owned(m.to_string()),
-                });
+        ctx.rpc_method = m.method.as_deref().map(known_method);
         if let Some(jsonrpc::ToolName::Name(t)) = &m.tool {
             ctx.tool = Some(Arc::from(&**t));
         }
@@ -574,9 +583,10 @@ async fn post(
             .filter_map(|m| {
                 let tool: Arc<str> = match m.tool.as_ref()? {
                     // A single call's name is the one the request already holds.
+                    // (`ctx.tool` is set only for a single message: this one.)
                     jsonrpc::ToolName::Name(n) => match &ctx.tool {
-                        Some(t) if !payload.is_batch() => t.clone(),
-                        _ => Arc::from(&**n),
+                        Some(t) => t.clone(),
+                        None => Arc::from(&**n),
                     },
                     jsonrpc::ToolName::Missing => Arc::from("(missing)"),
                     jsonrpc::ToolName::NotString => Arc::from("(not a string)"),
@@ -912,6 +922,23 @@ fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every method MCP defines is its own label; other notifications, invented methods
+    /// and bodiless requests are labelled as documented.
+    #[test]
+    fn method_labels() {
+        for known in KNOWN_METHODS {
+            assert_eq!(
+                method_label(Some(&known_method(known)), &Method::POST),
+                known
+            );
+        }
+        let label = |m: &str| method_label(Some(&known_method(m)), &Method::POST).to_string();
+        assert_eq!(label("notifications/initialized"), "notifications");
+        assert_eq!(label("tools/calls"), "(other)");
+        assert_eq!(label("Tools/call"), "(other)");
+        assert_eq!(method_label(None, &Method::GET), "GET");
+    }
 
     /// Each seldom field is noticed, whatever else the request carries.
     #[test]

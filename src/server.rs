@@ -17,7 +17,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -214,19 +214,18 @@ async fn accept_loop(
         let tls = bound.tls.clone();
         let index = bound.index;
         workers.spawn(async move {
-            let _permit = permit;
             let Ok(stream) = TcpStream::from_std(stream) else {
                 return;
             };
             let settings = gw.snapshot().server.clone();
-            let last_activity = Arc::new(AtomicU64::new(0));
-            let started = Instant::now();
+            let moved = Arc::new(AtomicBool::new(false));
             let io = IdleIo {
                 inner: stream,
-                last: last_activity.clone(),
-                started,
+                moved: moved.clone(),
             };
-            let connection = async {
+            let idle = settings.idle_timeout;
+            let connection = async move {
+                let _permit = permit;
                 match tls {
                     Some(acceptor) => {
                         match tokio::time::timeout(
@@ -251,11 +250,11 @@ async fn accept_loop(
                     None => serve_connection(gw, index, peer, io, graceful, &settings, false).await,
                 }
             };
-            tokio::select! {
-                () = connection => {}
-                () = idle_watch(last_activity, started, settings.idle_timeout) => {
-                    tracing::debug!(%peer, "connection idle too long; closed");
-                }
+            // The connection runs as a task of its own on this worker, and this task
+            // watches it: woken only by its clock or the connection's end, never by a
+            // request.
+            if idle_watch(tokio::spawn(connection), &moved, idle).await {
+                tracing::debug!(%peer, "connection idle too long; closed");
             }
         });
     }
@@ -383,32 +382,47 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
     }
 }
 
-/// Resolves when no byte moved in either direction for `idle`.
-async fn idle_watch(last: Arc<AtomicU64>, started: Instant, idle: Duration) {
+/// Waits for the connection to end, or ends it once no byte has moved either way for
+/// `idle`; true when it was ended here. Bytes are noticed at checks `idle / 16` apart
+/// (the socket only raises a flag, so moving them reads no clock), which closes a quiet
+/// connection between `idle` and `idle` + 2 × `idle / 16` after its last byte, never
+/// before.
+async fn idle_watch(
+    connection: tokio::task::JoinHandle<()>,
+    moved: &AtomicBool,
+    idle: Duration,
+) -> bool {
+    let step = (idle / 16).max(Duration::from_millis(1));
+    let mut connection = std::pin::pin!(connection);
+    let mut last = Instant::now();
+    let mut tick = std::pin::pin!(tokio::time::sleep_until(last + step));
     loop {
-        let last_ms = last.load(Ordering::Relaxed);
-        let deadline = started + Duration::from_millis(last_ms) + idle;
-        if deadline <= Instant::now() {
-            return;
+        tokio::select! {
+            biased;
+            _ = &mut connection => return false,
+            () = &mut tick => {}
         }
-        tokio::time::sleep_until(deadline).await;
-        if last.load(Ordering::Relaxed) == last_ms {
-            return;
+        let now = Instant::now();
+        // When bytes moved since the last check, the latest they can have moved is now.
+        if moved.swap(false, Ordering::Relaxed) {
+            last = now;
+        } else if now.duration_since(last) >= idle {
+            connection.abort();
+            return true;
         }
+        tick.as_mut().reset(now + step);
     }
 }
 
-/// A socket that notes when bytes last moved, for the idle timeout.
+/// A socket that raises a flag when bytes move, for the idle timeout.
 struct IdleIo {
     inner: TcpStream,
-    last: Arc<AtomicU64>,
-    started: Instant,
+    moved: Arc<AtomicBool>,
 }
 
 impl IdleIo {
     fn touch(&self) {
-        self.last
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.moved.store(true, Ordering::Relaxed);
     }
 }
 

@@ -698,6 +698,48 @@ async fn mtls_refuses_clients_without_a_certificate() {
     assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
 }
 
+/// The idle timeout counts from a connection's last byte: requests closer together than it
+/// keep a connection open well past it, and a quiet connection is closed no sooner than
+/// the timeout after its last byte and not much later (at most 2 × 1/16 of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_timeout_counts_from_the_last_byte() {
+    use tokio::io::AsyncWriteExt;
+    let up = json_upstream().await;
+    let idle = Duration::from_millis(800);
+    let gw = Gateway::start(&format!(
+        "{}\n[server]\nheader_read_timeout = \"1h\"\nidle_timeout = \"800ms\"\n",
+        config(&up.url(), "300ms")
+    ));
+    let mut conn = tokio::net::TcpStream::connect(gw.listeners["main"])
+        .await
+        .unwrap();
+    let body = list(1);
+    let req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let opened = std::time::Instant::now();
+    // Eight requests 300 ms apart: 2.4 s, three times the timeout.
+    for _ in 0..8 {
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut conn).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(opened.elapsed() > idle * 3);
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut conn).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "still open: {answer}");
+    let (quiet, rest) = until_closed(&mut conn, Duration::from_secs(5)).await;
+    assert!(rest.is_empty(), "{rest}");
+    assert!(quiet >= idle, "closed {quiet:?} after the last byte");
+    // The bound plus room for a loaded machine.
+    assert!(
+        quiet < idle + idle / 8 + Duration::from_millis(400),
+        "closed {quiet:?} after the last byte"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_hygiene_knobs() {
     use tokio::io::AsyncWriteExt;

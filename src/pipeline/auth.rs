@@ -16,7 +16,7 @@ pub fn authenticate<'s>(
     route: &Route,
     path_token: Option<&str>,
     headers: &HeaderMap,
-    now: SystemTime,
+    now: impl FnOnce() -> SystemTime,
 ) -> Result<Option<(&'s [u8; 32], &'s TokenEntry)>, GateError> {
     let (secret, refusal) = match route.auth {
         Auth::None => return Ok(None),
@@ -35,7 +35,7 @@ pub fn authenticate<'s>(
         .filter(|(key, _)| bool::from(key.ct_eq(&hash)));
     match found {
         Some((key, t))
-            if t.valid_at(now) && t.profiles.iter().any(|p| **p == *route.profile.name) =>
+            if t.valid_when(now) && t.profiles.iter().any(|p| **p == *route.profile.name) =>
         {
             Ok(Some((key, t)))
         }

@@ -466,7 +466,7 @@ async fn run<'s>(
             route,
             m.path_token,
             req.headers(),
-            SystemTime::now(),
+            SystemTime::now,
         )
         .map_err(|e| snapshot.limits.auth_failed(peer.addr.ip()).unwrap_or(e))?;
         ctx.token_id = token.map(|(_, t)| &*t.id);

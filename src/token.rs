@@ -46,14 +46,36 @@ pub fn push_hex(out: &mut String, bytes: &[u8]) {
 }
 
 /// Writes `bytes` in lowercase hex at the start of `out` (which must hold twice as many)
-/// and returns that part.
+/// and returns that part. Four bytes at a time: their nibbles are spread one per byte of
+/// a word and turned into digits together.
 pub fn hex_into<'a>(out: &'a mut [u8], bytes: &[u8]) -> &'a [u8] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 15)];
+    let mut quads = bytes.chunks_exact(4);
+    let mut digits = out.chunks_exact_mut(8);
+    for (quad, text) in quads.by_ref().zip(digits.by_ref()) {
+        let word = u32::from_be_bytes([quad[0], quad[1], quad[2], quad[3]]);
+        text.copy_from_slice(&hex_word(word).to_be_bytes());
+    }
+    let done = bytes.len() / 4 * 4;
+    for (i, b) in quads.remainder().iter().enumerate() {
+        out[(done + i) * 2] = HEX[usize::from(b >> 4)];
+        out[(done + i) * 2 + 1] = HEX[usize::from(b & 15)];
     }
     &out[..bytes.len() * 2]
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The eight hex digits of `word`, most significant first, as the bytes of a big-endian
+/// word.
+fn hex_word(word: u32) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut n = u64::from(word);
+    n = (n | (n << 16)) & 0x0000_ffff_0000_ffff;
+    n = (n | (n << 8)) & 0x00ff_00ff_00ff_00ff;
+    n = (n | (n << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    // 1 in each byte whose nibble is 10 or more: those become letters.
+    let letters = ((n + 6 * ONES) >> 4) & ONES;
+    n + u64::from(b'0') * ONES + letters * u64::from(b'a' - b'0' - 10)
 }
 
 pub fn parse_hex32(s: &str) -> Result<[u8; 32], String> {
@@ -110,5 +132,23 @@ mod tests {
         assert_eq!(parse_hex32(&to_hex(&h)).unwrap(), h);
         assert!(parse_hex32("zz").is_err());
         assert!(format!("{:?}", Secret("s3cret")).contains("redacted"));
+    }
+
+    /// Every byte value in every position of a word, and lengths that leave a remainder,
+    /// read as `{:02x}` reads them.
+    #[test]
+    fn hex_digits_are_formats_digits() {
+        let all: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+        for start in 0..4 {
+            for len in [0, 1, 3, 4, 5, 7, 16, 31, 32, 33, 255] {
+                let bytes = &all[start..start + len];
+                let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                let mut out = vec![0u8; len * 2];
+                assert_eq!(hex_into(&mut out, bytes), expected.as_bytes());
+                let mut pushed = String::from("x");
+                push_hex(&mut pushed, bytes);
+                assert_eq!(pushed, format!("x{expected}"));
+            }
+        }
     }
 }

@@ -222,7 +222,7 @@ impl Audit {
         area.push(&record);
         drop(area);
         // Only a writer that waits with nothing to do is woken: one gathering takes the
-        // line within a millisecond anyway. (Its `idle` is set before it looks at the
+        // line within a few milliseconds anyway. (Its `idle` is set before it looks at the
         // areas, so a line it did not see finds the flag set here.)
         if stage.idle.load(Ordering::SeqCst) && stage.idle.swap(false, Ordering::SeqCst) {
             stage.wake_writer();
@@ -274,7 +274,9 @@ impl Audit {
 }
 
 /// How long a plain record may wait for others to share its write (see `Writer::run`).
-const GATHER: Duration = Duration::from_millis(1);
+/// Each gathering wakes the writer thread; at 1 ms those wake-ups were a third of its CPU
+/// time under load (docs/benchmarks.md, eleventh round).
+const GATHER: Duration = Duration::from_millis(5);
 
 struct Writer {
     settings: AuditSettings,
@@ -283,7 +285,7 @@ struct Writer {
     /// SHA-256 of the last line written (hex), what the next line carries as `prev`.
     last: String,
     /// The batch being made, kept between batches so its buffer is not grown again from
-    /// nothing (tens of KiB a millisecond under load) every time.
+    /// nothing (hundreds of KiB a gathering under load) every time.
     spare: Batch,
 }
 

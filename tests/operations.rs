@@ -698,6 +698,15 @@ async fn mtls_refuses_clients_without_a_certificate() {
     assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
 }
 
+/// A keep-alive HTTP/1.1 POST of a one-element tools/list, as raw bytes for a socket.
+fn raw_list_request() -> String {
+    let body = list(1);
+    format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// The idle timeout counts from a connection's last byte: requests closer together than it
 /// keep a connection open well past it, and a quiet connection is closed no sooner than
 /// the timeout after its last byte and not much later (at most 2 × 1/16 of it).
@@ -713,11 +722,7 @@ async fn idle_timeout_counts_from_the_last_byte() {
     let mut conn = tokio::net::TcpStream::connect(gw.listeners["main"])
         .await
         .unwrap();
-    let body = list(1);
-    let req = format!(
-        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let req = raw_list_request();
     let opened = std::time::Instant::now();
     // Eight requests 300 ms apart: 2.4 s, three times the timeout.
     for _ in 0..8 {
@@ -779,11 +784,7 @@ async fn connection_hygiene_knobs() {
     // not from when the connection opened: requests 300 ms apart are served well past
     // 400 ms, then the connection closes once it waits longer than that.
     let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = list(1);
-    let req = format!(
-        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let req = raw_list_request();
     for _ in 0..4 {
         kept.write_all(req.as_bytes()).await.unwrap();
         let answer = read_answer(&mut kept).await;
@@ -798,11 +799,7 @@ async fn connection_hygiene_knobs() {
     let mut idle = tokio::net::TcpStream::connect(idle_gw.listeners["main"])
         .await
         .unwrap();
-    let body = list(1);
-    let req = format!(
-        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let req = raw_list_request();
     idle.write_all(req.as_bytes()).await.unwrap();
     let (took, answer) = until_closed(&mut idle, Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");

@@ -50,8 +50,7 @@ pub fn push_hex(out: &mut String, bytes: &[u8]) {
 /// a word and turned into digits together.
 pub fn hex_into<'a>(out: &'a mut [u8], bytes: &[u8]) -> &'a [u8] {
     let mut quads = bytes.chunks_exact(4);
-    let mut digits = out.chunks_exact_mut(8);
-    for (quad, text) in quads.by_ref().zip(digits.by_ref()) {
+    for (quad, text) in quads.by_ref().zip(out.chunks_exact_mut(8)) {
         let word = u32::from_be_bytes([quad[0], quad[1], quad[2], quad[3]]);
         text.copy_from_slice(&hex_word(word).to_be_bytes());
     }
@@ -137,7 +136,7 @@ mod tests {
     /// Every byte value in every position of a word, and lengths that leave a remainder,
     /// read as `{:02x}` reads them.
     #[test]
-    fn hex_digits_are_formats_digits() {
+    fn hex_digits_match_format() {
         let all: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
         for start in 0..4 {
             for len in [0, 1, 3, 4, 5, 7, 16, 31, 32, 33, 255] {

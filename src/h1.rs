@@ -1,5 +1,6 @@
 //! HTTP/1.1 connections from clients, served by our own code: reading request heads and
-//! bodies, writing answers, keep-alive and pipelining, the header-read timeout, noticing a
+//! bodies, writing answers, keep-alive and pipelining, marking the waits for a request head
+//! (the header-read timeout is enforced by the connection's watch, `server.rs`), noticing a
 //! client that hangs up, and closing without losing the last answer. It knows nothing of
 //! MCP: every request goes to the service it is given. HTTP/2 stays with hyper
 //! (`server.rs`); a connection that opens with the HTTP/2 preface is handed back for it.
@@ -39,11 +40,10 @@ use std::future::{Future, poll_fn};
 use std::io::{self, Write as _};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::time::{Instant, Sleep};
 
 /// What a client with HTTP/2 prior knowledge sends first (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -62,10 +62,31 @@ const LINGER_BYTES: usize = 1 << 20;
 /// A connection's limits, fixed when it opens.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// Time allowed to receive a request's head, counted from when the connection started
-    /// waiting for it (after the previous answer on a kept connection).
-    pub header_read_timeout: Duration,
     pub max_head: usize,
+}
+
+/// Which wait for a request head a connection is in, if any. The connection marks its waits
+/// with a plain store (no clock, no timer); a watch that looks every so often closes a
+/// connection whose wait has lasted longer than the header-read timeout (`server.rs`). A
+/// wait begins when the connection first needs bytes for a head: on a kept connection,
+/// after the previous answer.
+#[derive(Debug, Default)]
+pub struct HeadWaits(AtomicU32);
+
+impl HeadWaits {
+    /// The wait under way, numbered from 1 (wrapping past 1); 0 when the connection is not
+    /// waiting for a head.
+    pub fn current(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn begin(&self, number: u32) {
+        self.0.store(number, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// How a connection ended.
@@ -164,10 +185,11 @@ impl Drop for Drain {
 
 /// Serves HTTP/1.1 on `io` until the client leaves, an error, or the drain: every request
 /// goes to `service`, whose answer is written back. `max_body` gives the current limit
-/// on request bodies.
+/// on request bodies. Waits for a request head are marked in `waits`.
 pub async fn serve<I, S, F>(
     io: I,
     settings: Settings,
+    waits: &HeadWaits,
     drain: Drain,
     max_body: impl Fn() -> u64,
     mut service: S,
@@ -182,7 +204,8 @@ where
         buf: BytesMut::with_capacity(READ_CHUNK),
         out: Vec::new(),
         drain,
-        timer: None,
+        waits,
+        waited: 0,
         settings,
     };
     let mut first = true;
@@ -246,16 +269,16 @@ where
     }
 }
 
-struct Conn<I> {
+struct Conn<'w, I> {
     io: I,
     /// Bytes read and not yet used.
     buf: BytesMut,
     /// The answer being written.
     out: Vec<u8>,
     drain: Drain,
-    /// The header-read timer: made once per connection and moved only when it fires
-    /// before the current deadline, so a kept connection does not re-arm it per request.
-    timer: Option<Pin<Box<Sleep>>>,
+    waits: &'w HeadWaits,
+    /// How many waits for a head this connection has begun.
+    waited: u32,
     settings: Settings,
 }
 
@@ -270,7 +293,7 @@ enum Next {
 
 enum Wait {
     Read,
-    /// The client closed, the drain began (between requests), or the deadline passed.
+    /// The client closed or the drain began (between requests).
     End,
 }
 
@@ -306,7 +329,7 @@ enum Out {
     Close,
 }
 
-impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
     /// Reads more into the buffer; `Ok(0)` at the end of the stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_CHUNK / 2 {
@@ -333,7 +356,13 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
     }
 
     async fn next_head(&mut self, first: bool) -> Next {
-        let mut deadline = None;
+        let next = self.read_head(first).await;
+        self.waits.end();
+        next
+    }
+
+    async fn read_head(&mut self, first: bool) -> Next {
+        let mut waiting = false;
         loop {
             if !self.buf.is_empty() {
                 let seen = &self.buf[..self.buf.len().min(H2_PREFACE.len())];
@@ -349,34 +378,26 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<I> {
                     }
                 }
             }
-            let deadline =
-                *deadline.get_or_insert_with(|| Instant::now() + self.settings.header_read_timeout);
+            if !waiting {
+                waiting = true;
+                self.waited = self.waited.wrapping_add(1).max(1);
+                self.waits.begin(self.waited);
+            }
             // A client that stops halfway through a head gets no answer, as with nginx.
-            if let Wait::End = poll_fn(|cx| self.poll_wait(cx, deadline)).await {
+            if let Wait::End = poll_fn(|cx| self.poll_wait(cx)).await {
                 return Next::Closed;
             }
         }
     }
 
-    /// Waits for request bytes, the drain (only between requests) or the deadline.
-    fn poll_wait(&mut self, cx: &mut Context<'_>, deadline: Instant) -> Poll<Wait> {
+    /// Waits for request bytes or the drain (only between requests).
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<Wait> {
         if self.buf.is_empty() && self.drain.poll(cx) {
             return Poll::Ready(Wait::End);
         }
-        match self.poll_fill(cx) {
-            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(Wait::End),
-            Poll::Ready(Ok(_)) => return Poll::Ready(Wait::Read),
-            Poll::Pending => {}
-        }
-        loop {
-            let timer = self
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            ready!(timer.as_mut().poll(cx));
-            if timer.deadline() >= deadline {
-                return Poll::Ready(Wait::End);
-            }
-            timer.as_mut().reset(deadline);
+        match ready!(self.poll_fill(cx)) {
+            Ok(0) | Err(_) => Poll::Ready(Wait::End),
+            Ok(_) => Poll::Ready(Wait::Read),
         }
     }
 

@@ -218,12 +218,13 @@ async fn accept_loop(
                 return;
             };
             let settings = gw.snapshot().server.clone();
-            let moved = Arc::new(AtomicBool::new(false));
+            let watched = Arc::new(Watched::default());
             let io = IdleIo {
                 inner: stream,
-                moved: moved.clone(),
+                watched: watched.clone(),
             };
-            let idle = settings.idle_timeout;
+            let limits = (settings.idle_timeout, settings.header_read_timeout);
+            let heads = watched.clone();
             let connection = async move {
                 let _permit = permit;
                 match tls {
@@ -236,10 +237,15 @@ async fn accept_loop(
                         {
                             Ok(Ok(tls_stream)) => {
                                 let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                                serve_connection(
-                                    gw, index, peer, tls_stream, graceful, &settings, h2,
-                                )
-                                .await
+                                let conn = Conn {
+                                    gw,
+                                    index,
+                                    peer,
+                                    graceful,
+                                    settings: &settings,
+                                    heads: &heads.heads,
+                                };
+                                serve_connection(conn, tls_stream, h2).await
                             }
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed")
@@ -247,36 +253,57 @@ async fn accept_loop(
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }
-                    None => serve_connection(gw, index, peer, io, graceful, &settings, false).await,
+                    None => {
+                        let conn = Conn {
+                            gw,
+                            index,
+                            peer,
+                            graceful,
+                            settings: &settings,
+                            heads: &heads.heads,
+                        };
+                        serve_connection(conn, io, false).await
+                    }
                 }
             };
             // The connection runs as a task of its own on this worker, and this task
             // watches it: woken only by its clock or the connection's end, never by a
             // request.
-            if idle_watch(tokio::spawn(connection), &moved, idle).await {
-                tracing::debug!(%peer, "connection idle too long; closed");
+            if let Some(why) = watch_connection(tokio::spawn(connection), &watched, limits).await {
+                tracing::debug!(%peer, "{why}; connection closed");
             }
         });
     }
 }
 
-async fn serve_connection<I>(
+/// What a connection is served with, besides its socket.
+struct Conn<'a> {
     gw: Arc<Gateway>,
     index: usize,
     peer: SocketAddr,
-    io: I,
     graceful: ConnDrain,
-    settings: &crate::config::compile::ServerSettings,
-    h2: bool,
-) where
+    settings: &'a crate::config::compile::ServerSettings,
+    /// Where HTTP/1.1 marks its waits for a request head, for the watch.
+    heads: &'a h1::HeadWaits,
+}
+
+async fn serve_connection<I>(conn: Conn<'_>, io: I, h2: bool)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Conn {
+        gw,
+        index,
+        peer,
+        graceful,
+        settings,
+        heads,
+    } = conn;
     let client = pipeline::Peer::new(peer);
     if h2 {
         return serve_h2(gw, index, client, io, graceful.rx, settings).await;
     }
     let h1_settings = h1::Settings {
-        header_read_timeout: settings.header_read_timeout,
         max_head: settings.max_header_size,
     };
     // Requests borrow the gateway: a clone of its `Arc` per request would be a count
@@ -285,6 +312,7 @@ async fn serve_connection<I>(
     let ended = h1::serve(
         io,
         h1_settings,
+        heads,
         h1::Drain::new(graceful.signal.clone()),
         || shared.snapshot_here().max_body,
         |req| pipeline::handle(shared, index, client.clone(), req),
@@ -382,33 +410,63 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
     }
 }
 
-/// Waits for the connection to end, or ends it once no byte has moved either way for
-/// `idle`; true when it was ended here. Bytes are noticed at checks `idle / 16` apart
-/// (the socket only raises a flag, so moving them reads no clock), which closes a quiet
-/// connection between `idle` and `idle` + 2 × `idle / 16` after its last byte, never
-/// before.
-async fn idle_watch(
+/// What a connection's watch looks at: set by the connection, read only at the watch's
+/// checks, so the connection itself reads no clock and keeps no timer for these limits.
+#[derive(Default)]
+struct Watched {
+    /// Raised by the socket whenever bytes move either way.
+    moved: AtomicBool,
+    /// The HTTP/1.1 server's waits for a request head.
+    heads: h1::HeadWaits,
+}
+
+/// Waits for the connection to end, or ends it when no byte has moved either way for the
+/// idle timeout, or a wait for a request head has lasted longer than the header-read
+/// timeout (`limits`: both, in that order); says which when it ended it. Both are noticed
+/// at checks 1/16 of the smaller timeout apart. Each is counted from the latest its cause
+/// can have happened (the check that first saw it), so a connection closes between its
+/// timeout and the timeout plus two checks (at most 1/8 of it), never before.
+async fn watch_connection(
     connection: tokio::task::JoinHandle<()>,
-    moved: &AtomicBool,
-    idle: Duration,
-) -> bool {
-    let step = (idle / 16).max(Duration::from_millis(1));
+    watched: &Watched,
+    (idle, header): (Duration, Duration),
+) -> Option<&'static str> {
+    let step = (idle.min(header) / 16).max(Duration::from_millis(1));
     let mut connection = std::pin::pin!(connection);
-    let mut last = Instant::now();
-    let mut tick = std::pin::pin!(tokio::time::sleep_until(last + step));
+    let mut moved_at = Instant::now();
+    // The head wait seen at the last check (0: none) and when it was first seen.
+    let mut head = (0, moved_at);
+    let mut tick = std::pin::pin!(tokio::time::sleep_until(moved_at + step));
     loop {
         tokio::select! {
             biased;
-            _ = &mut connection => return false,
+            _ = &mut connection => return None,
             () = &mut tick => {}
         }
         let now = Instant::now();
-        // When bytes moved since the last check, the latest they can have moved is now.
-        if moved.swap(false, Ordering::Relaxed) {
-            last = now;
-        } else if now.duration_since(last) >= idle {
+        let why = if watched.moved.swap(false, Ordering::Relaxed) {
+            moved_at = now;
+            None
+        } else if now.duration_since(moved_at) >= idle {
+            Some("idle too long")
+        } else {
+            None
+        };
+        let why = why.or_else(|| match watched.heads.current() {
+            0 => {
+                head.0 = 0;
+                None
+            }
+            wait if wait != head.0 => {
+                head = (wait, now);
+                None
+            }
+            _ if now.duration_since(head.1) >= header => Some("request head too slow"),
+            _ => None,
+        });
+        if why.is_some() {
             connection.abort();
-            return true;
+            return why;
         }
         tick.as_mut().reset(now + step);
     }
@@ -417,12 +475,12 @@ async fn idle_watch(
 /// A socket that raises a flag when bytes move, for the idle timeout.
 struct IdleIo {
     inner: TcpStream,
-    moved: Arc<AtomicBool>,
+    watched: Arc<Watched>,
 }
 
 impl IdleIo {
     fn touch(&self) {
-        self.moved.store(true, Ordering::Relaxed);
+        self.watched.moved.store(true, Ordering::Relaxed);
     }
 }
 

@@ -745,6 +745,69 @@ async fn idle_timeout_counts_from_the_last_byte() {
     );
 }
 
+/// The header-read timeout counts from when a connection starts waiting for a head (on a
+/// kept connection, the end of the previous answer): bytes that trickle in do not extend
+/// it, a head that arrives within it is served, and a connection whose head does not is
+/// closed without an answer no sooner than the timeout and not much later (at most 2 ×
+/// 1/16 of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_read_timeout_counts_from_the_wait() {
+    use tokio::io::AsyncWriteExt;
+    let up = json_upstream().await;
+    let header = Duration::from_millis(800);
+    let gw = Gateway::start(&format!(
+        "{}\n[server]\nheader_read_timeout = \"800ms\"\nidle_timeout = \"1h\"\n",
+        config(&up.url(), "300ms")
+    ));
+    let addr = gw.listeners["main"];
+    let bound =
+        |took: Duration| took >= header && took < header + header / 8 + Duration::from_millis(400);
+
+    // A head sent a few bytes at a time over 500 ms is within the timeout: served.
+    let req = raw_list_request();
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut pieces = req.as_bytes().chunks(req.len().div_ceil(5));
+    for piece in pieces.by_ref() {
+        conn.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = read_answer(&mut conn).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // Then a head that trickles in a byte every 100 ms: the bytes keep the connection
+    // from being idle, not the head from being late. The wait began with the answer.
+    let waited = std::time::Instant::now();
+    let trickle = async {
+        for b in req.as_bytes() {
+            if conn.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(3), trickle).await;
+    let (_, rest) = until_closed(&mut conn, Duration::from_secs(5)).await;
+    let took = waited.elapsed();
+    assert!(rest.is_empty(), "no answer to a late head: {rest}");
+    assert!(took >= header, "closed after {took:?}");
+
+    // A connection that sends nothing: closed within the bound of its opening.
+    let mut quiet = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (took, rest) = until_closed(&mut quiet, Duration::from_secs(5)).await;
+    assert!(rest.is_empty(), "{rest}");
+    assert!(bound(took), "a silent connection closed after {took:?}");
+
+    // On a kept connection, the wait for the next head starts after the answer.
+    let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kept.write_all(req.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut kept).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (took, rest) = until_closed(&mut kept, Duration::from_secs(5)).await;
+    assert!(rest.is_empty(), "{rest}");
+    assert!(bound(took), "closed {took:?} after the answer");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_hygiene_knobs() {
     use tokio::io::AsyncWriteExt;

@@ -128,11 +128,14 @@ pub struct Answer {
 
 pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, GateError> {
     let request = encode(upstream, &out)?;
-    // One reading of the clock for the deadline, the pool and the upstream's time.
+    // One reading of the clock for the deadline and the upstream's time.
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
+    // The answer first: once it is in, the deadline is not looked at again (nor a random
+    // branch order drawn), and an answer that comes as the deadline passes is used.
     let response = tokio::select! {
-        r = upstream.pool().send(&out.method, &request, started.into_std()) => r.map_err(|e| upstream_error(&upstream.name, e))?,
+        biased;
+        r = upstream.pool().send(&out.method, &request) => r.map_err(|e| upstream_error(&upstream.name, e))?,
         _ = &mut deadline => return Err(GateError::UpstreamTimeout),
     };
     Ok(Answer {

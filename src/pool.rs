@@ -16,8 +16,9 @@
 //!   out once more on a fresh connection when that cannot do harm: when writing it failed
 //!   (a closed peer processed nothing), or when its method is idempotent. A `POST` that may
 //!   have reached the upstream is never sent twice; it fails with a 502.
-//! - A connection unused for [`IDLE`] is closed, by the next request that looks or by a
-//!   sweep every [`SWEEP`].
+//! - A connection unused for [`IDLE_SWEEPS`] sweeps of the pool (one every [`SWEEP`]:
+//!   between 60 and 90 s) is closed, by the next request that looks or by the sweep.
+//!   Ages are counted in sweeps, so using a connection reads no clock.
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
 //! - An answer head larger than [`READ_BUFFER`] is refused, and a body is read at most
@@ -32,16 +33,19 @@ use http::{Method, Response, StatusCode, Version};
 use http_body::{Body, Frame, SizeHint};
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// How long an unused connection is kept open (what hyper-util's pool used).
-pub const IDLE: Duration = Duration::from_secs(90);
-/// How often a pool closes connections unused for [`IDLE`] when no request looks.
+/// How often a pool counts a sweep and closes the connections unused for [`IDLE_SWEEPS`].
 const SWEEP: Duration = Duration::from_secs(30);
+/// Sweeps after which an unused connection is closed: it has then been unused for more
+/// than 60 s and at most 90 s (hyper-util's pool kept them 90 s, nginx's upstream
+/// `keepalive_timeout` is 60 s).
+pub const IDLE_SWEEPS: u32 = 3;
 /// Connections kept per worker and upstream.
 pub const MAX_KEPT: usize = 256;
 /// The largest answer head read, and the most read from a connection at a time. nginx's
@@ -56,8 +60,8 @@ struct Conn {
     io: TcpStream,
     /// Bytes read and not yet used: the rest of a head, or body bytes.
     buf: BytesMut,
-    /// When a request last went out on it.
-    used: Instant,
+    /// The pool's sweep count when it was last put back (or made).
+    used: u32,
 }
 
 impl Conn {
@@ -98,6 +102,8 @@ pub struct Pool {
     port: u16,
     connect_timeout: Duration,
     kept: Mutex<Vec<Conn>>,
+    /// Sweeps so far: the clock kept connections' ages are counted by.
+    sweeps: AtomicU32,
 }
 
 #[derive(Debug)]
@@ -155,6 +161,7 @@ impl Pool {
             port,
             connect_timeout,
             kept: Mutex::new(Vec::new()),
+            sweeps: AtomicU32::new(0),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&pool)));
@@ -164,14 +171,13 @@ impl Pool {
 
     /// Sends `request` (a whole HTTP/1.1 request, head and body, see `forward`) on a kept
     /// connection or a new one, and returns the answer's head with a body that reads the
-    /// rest. `now`: the caller's reading of the clock, for the kept connections' ages.
+    /// rest.
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
         request: &[u8],
-        now: Instant,
     ) -> Result<Response<UpBody>, PoolError> {
-        if let Some(conn) = self.take_alive(now) {
+        if let Some(conn) = self.take_alive() {
             match self.exchange(conn, method, request, true).await {
                 Ok(response) => return Ok(response),
                 Err(Failed::Retry(e)) => {
@@ -194,10 +200,11 @@ impl Pool {
 
     /// The most recently used connection that is still usable. Closed and long-unused
     /// connections met on the way are dropped.
-    fn take_alive(&self, now: Instant) -> Option<Conn> {
+    fn take_alive(&self) -> Option<Conn> {
+        let sweeps = self.sweeps.load(Ordering::Relaxed);
         let mut kept = self.lock();
         while let Some(mut conn) = kept.pop() {
-            if now - conn.used <= IDLE && conn.alive() {
+            if fresh(sweeps, conn.used) && conn.alive() {
                 return Some(conn);
             }
         }
@@ -205,7 +212,7 @@ impl Pool {
     }
 
     fn put(&self, mut conn: Conn) {
-        conn.used = Instant::now();
+        conn.used = self.sweeps.load(Ordering::Relaxed);
         let mut kept = self.lock();
         if kept.len() < MAX_KEPT {
             kept.push(conn);
@@ -274,7 +281,7 @@ impl Pool {
         Ok(Conn {
             io,
             buf: BytesMut::new(),
-            used: Instant::now(),
+            used: self.sweeps.load(Ordering::Relaxed),
         })
     }
 
@@ -295,6 +302,12 @@ impl Pool {
             ),
         })
     }
+
+    /// Counts a sweep and closes the connections unused for [`IDLE_SWEEPS`] of them.
+    fn sweep_once(&self) {
+        let sweeps = self.sweeps.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        self.lock().retain(|c| fresh(sweeps, c.used));
+    }
 }
 
 /// Methods a client may repeat without a different effect (RFC 9110 §9.2.2).
@@ -305,13 +318,17 @@ fn idempotent(method: &Method) -> bool {
     )
 }
 
-/// Closes connections unused for [`IDLE`] every [`SWEEP`], for as long as the pool lives.
+/// Whether a connection put back at sweep `used` may still be used at sweep `now`.
+fn fresh(now: u32, used: u32) -> bool {
+    now.wrapping_sub(used) < IDLE_SWEEPS
+}
+
+/// Sweeps the pool every [`SWEEP`], for as long as it lives.
 async fn sweep(pool: Weak<Pool>) {
     loop {
         tokio::time::sleep(SWEEP).await;
         let Some(pool) = pool.upgrade() else { return };
-        let now = Instant::now();
-        pool.lock().retain(|c| now - c.used <= IDLE);
+        pool.sweep_once();
     }
 }
 
@@ -896,5 +913,66 @@ mod tests {
         assert_eq!(dechunk(&bytewise).unwrap().0, b"hello world");
         assert!(dechunk(&[b"zz\r\n"]).is_err());
         assert!(dechunk(&[b"2\r\nabXY"]).is_err());
+    }
+
+    /// A kept connection is closed once it has gone unused for `IDLE_SWEEPS` sweeps, and
+    /// each use starts its count again. The upstream is a real socket on loopback that
+    /// answers every request on a connection and counts the connections it accepted.
+    #[tokio::test]
+    async fn unused_connections_close_after_three_sweeps() {
+        use std::sync::atomic::AtomicUsize;
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await
+                        && n > 0
+                    {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await;
+                    }
+                });
+            }
+        });
+        let pool = Pool::new("127.0.0.1", port, Duration::from_secs(5));
+        let request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+        let call = || async {
+            use http_body_util::BodyExt;
+            let answer = pool.send(&Method::GET, request).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK);
+            // Read to its end, the body puts the connection back in the pool.
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"ok");
+        };
+        call().await;
+        assert_eq!(pool.lock().len(), 1);
+        pool.sweep_once();
+        pool.sweep_once();
+        // Used again after two sweeps: its count starts over, and no new connection.
+        call().await;
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
+        pool.sweep_once();
+        pool.sweep_once();
+        assert_eq!(pool.lock().len(), 1, "two sweeps since its last use");
+        pool.sweep_once();
+        assert_eq!(pool.lock().len(), 0, "three sweeps since its last use");
+        call().await;
+        assert_eq!(
+            accepted.load(Ordering::Relaxed),
+            2,
+            "a new connection after"
+        );
+        // A connection left in the list past its age is not used either (the sweep may
+        // come after the request that finds it).
+        pool.sweeps.fetch_add(IDLE_SWEEPS, Ordering::Relaxed);
+        call().await;
+        assert_eq!(accepted.load(Ordering::Relaxed), 3);
     }
 }

@@ -227,6 +227,14 @@ async fn accept_loop(
             let heads = watched.clone();
             let connection = async move {
                 let _permit = permit;
+                let conn = Conn {
+                    gw,
+                    index,
+                    peer,
+                    graceful,
+                    settings: &settings,
+                    heads: &heads.heads,
+                };
                 match tls {
                     Some(acceptor) => {
                         match tokio::time::timeout(
@@ -237,14 +245,6 @@ async fn accept_loop(
                         {
                             Ok(Ok(tls_stream)) => {
                                 let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                                let conn = Conn {
-                                    gw,
-                                    index,
-                                    peer,
-                                    graceful,
-                                    settings: &settings,
-                                    heads: &heads.heads,
-                                };
                                 serve_connection(conn, tls_stream, h2).await
                             }
                             Ok(Err(e)) => {
@@ -253,17 +253,7 @@ async fn accept_loop(
                             Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                         }
                     }
-                    None => {
-                        let conn = Conn {
-                            gw,
-                            index,
-                            peer,
-                            graceful,
-                            settings: &settings,
-                            heads: &heads.heads,
-                        };
-                        serve_connection(conn, io, false).await
-                    }
+                    None => serve_connection(conn, io, false).await,
                 }
             };
             // The connection runs as a task of its own on this worker, and this task

@@ -70,22 +70,32 @@ pub struct Settings {
 /// connection whose wait has lasted longer than the header-read timeout (`server.rs`). A
 /// wait begins when the connection first needs bytes for a head: on a kept connection,
 /// after the previous answer.
+///
+/// One count, moved on by each start and each end of a wait (only the connection writes
+/// it): odd while a wait is under way, and a different odd number for each wait.
 #[derive(Debug, Default)]
 pub struct HeadWaits(AtomicU32);
 
 impl HeadWaits {
-    /// The wait under way, numbered from 1 (wrapping past 1); 0 when the connection is not
+    /// The wait under way, by a number of its own (never 0); 0 when the connection is not
     /// waiting for a head.
     pub fn current(&self) -> u32 {
-        self.0.load(Ordering::Relaxed)
+        let count = self.0.load(Ordering::Relaxed);
+        if count % 2 == 1 { count } else { 0 }
     }
 
-    fn begin(&self, number: u32) {
-        self.0.store(number, Ordering::Relaxed);
+    fn begin(&self) {
+        let count = self.0.load(Ordering::Relaxed);
+        if count % 2 == 0 {
+            self.0.store(count.wrapping_add(1), Ordering::Relaxed);
+        }
     }
 
     fn end(&self) {
-        self.0.store(0, Ordering::Relaxed);
+        let count = self.0.load(Ordering::Relaxed);
+        if count % 2 == 1 {
+            self.0.store(count.wrapping_add(1), Ordering::Relaxed);
+        }
     }
 }
 
@@ -205,7 +215,6 @@ where
         out: Vec::new(),
         drain,
         waits,
-        waited: 0,
         settings,
     };
     let mut first = true;
@@ -277,8 +286,6 @@ struct Conn<'w, I> {
     out: Vec<u8>,
     drain: Drain,
     waits: &'w HeadWaits,
-    /// How many waits for a head this connection has begun.
-    waited: u32,
     settings: Settings,
 }
 
@@ -362,7 +369,6 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
     }
 
     async fn read_head(&mut self, first: bool) -> Next {
-        let mut waiting = false;
         loop {
             if !self.buf.is_empty() {
                 let seen = &self.buf[..self.buf.len().min(H2_PREFACE.len())];
@@ -378,11 +384,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
                     }
                 }
             }
-            if !waiting {
-                waiting = true;
-                self.waited = self.waited.wrapping_add(1).max(1);
-                self.waits.begin(self.waited);
-            }
+            // The first time round, the wait begins; after that it goes on.
+            self.waits.begin();
             // A client that stops halfway through a head gets no answer, as with nginx.
             if let Wait::End = poll_fn(|cx| self.poll_wait(cx)).await {
                 return Next::Closed;

@@ -704,10 +704,15 @@ fn parse(
     };
     let method =
         Method::from_bytes(head.method.unwrap_or("").as_bytes()).map_err(|_| bad("method"))?;
-    let uri: Uri = head.path.unwrap_or("").parse().map_err(|_| bad("target"))?;
     let http10 = head.version == Some(0);
+    // A complete head always has a target; an empty one is no URI either.
+    let path = head.path.filter(|p| !p.is_empty()).ok_or(bad("target"))?;
+    let target = path.as_ptr() as usize - buf.as_ptr() as usize;
+    let target = target..target + path.len();
     let spans = header_spans(buf, head.headers);
     let bytes = buf.split_to(len).freeze();
+    // The target shares the head's bytes, as the header values do: no copy of it is made.
+    let uri = Uri::from_maybe_shared(bytes.slice(target)).map_err(|_| bad("target"))?;
 
     let spans = spans.as_slice();
     let mut headers = HeaderMap::with_capacity(spans.len());
@@ -921,6 +926,35 @@ mod tests {
                     headers[format!("x-f{i}").as_str()],
                     format!("v{i}").as_str()
                 );
+            }
+        }
+    }
+
+    /// The target is read from the head's own bytes, and reads as parsing its text would:
+    /// the same URI, or the same refusal.
+    #[test]
+    fn targets_read_as_their_text_parses() {
+        for target in [
+            "/m",
+            "/gpt-mcp/abc/mcp?x=1&y=%20",
+            "http://a:8/m?q",
+            "*",
+            "http://",
+            "/a\"b",
+            "/a<b>{c}",
+            "//",
+            "/%zz",
+        ] {
+            let parsed = target.parse::<Uri>();
+            match head(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")) {
+                Ok(Some(p)) => {
+                    assert_eq!(Some(p.request.uri()), parsed.as_ref().ok(), "{target:?}")
+                }
+                Err((status, why)) => {
+                    assert_eq!(status, 400, "{target:?}");
+                    assert!(parsed.is_err() || why != "target", "{target:?}: {why}");
+                }
+                Ok(None) => panic!("{target:?}: a whole head read as partial"),
             }
         }
     }

@@ -509,7 +509,7 @@ impl Span {
 
 /// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
 /// buffer's bytes (once frozen) rather than copy them. Up to [`INLINE_SPANS`] of them (any
-/// ordinary head) are kept on the stack, more in a `Vec`.
+/// ordinary head) are kept on the stack, more on the heap.
 pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Spans {
     debug_assert!(buf.len() <= u32::MAX as usize || headers.is_empty());
     let base = buf.as_ptr() as usize;
@@ -523,37 +523,18 @@ pub(crate) fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Span
             value: (v as u32, (v + h.value.len()) as u32),
         }
     };
-    let mut spans = Spans {
-        inline: [Span::default(); INLINE_SPANS],
-        len: headers.len(),
-        more: Vec::new(),
-    };
-    if headers.len() <= INLINE_SPANS {
-        for (slot, h) in spans.inline.iter_mut().zip(headers) {
-            *slot = span(h);
-        }
-    } else {
-        spans.more = headers.iter().map(span).collect();
-    }
-    spans
+    Spans(headers.iter().map(span).collect())
 }
 
 const INLINE_SPANS: usize = 16;
 
-/// See [`header_spans`].
-pub(crate) struct Spans {
-    inline: [Span; INLINE_SPANS],
-    len: usize,
-    more: Vec<Span>,
-}
+/// See [`header_spans`]. Its inline slots are not written until used, so a head with a
+/// few fields costs no clearing of sixteen.
+pub(crate) struct Spans(smallvec::SmallVec<[Span; INLINE_SPANS]>);
 
 impl Spans {
     pub(crate) fn as_slice(&self) -> &[Span] {
-        if self.len <= INLINE_SPANS {
-            &self.inline[..self.len]
-        } else {
-            &self.more
-        }
+        &self.0
     }
 }
 

@@ -30,10 +30,11 @@
 
 use crate::body::{ClientBody, GateBody};
 use crate::pool::{Chunk, ChunkStep, header_spans, step_chunk};
+use crate::request::{ClientRequest, Fields, Kind};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::header;
+use http::{Method, Response, StatusCode, Uri};
 use http_body::Body;
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};
@@ -206,7 +207,7 @@ pub async fn serve<I, S, F>(
 ) -> Ended<I>
 where
     I: AsyncRead + AsyncWrite + Unpin,
-    S: FnMut(Request<ClientBody>) -> F,
+    S: FnMut(ClientRequest) -> F,
     F: Future<Output = Response<GateBody>>,
 {
     let mut c = Conn {
@@ -231,7 +232,9 @@ where
         };
         first = false;
         let Parsed {
-            request,
+            method,
+            uri,
+            fields,
             framing,
             mut keep_alive,
             expect_continue,
@@ -248,9 +251,15 @@ where
         };
         let unread = matches!(body, ClientBody::TooLarge);
         keep_alive &= !unread;
-        let head_only = request.method() == Method::HEAD;
+        let head_only = method == Method::HEAD;
+        let request = ClientRequest {
+            method,
+            uri,
+            fields,
+            body,
+        };
         let answer = {
-            let mut call = pin!(service(request.map(|()| body)));
+            let mut call = pin!(service(request));
             poll_fn(|cx| {
                 if let Poll::Ready(answer) = call.as_mut().poll(cx) {
                     return Poll::Ready(Some(answer));
@@ -314,7 +323,9 @@ enum Framing {
 
 #[derive(Debug)]
 struct Parsed {
-    request: Request<()>,
+    method: Method,
+    uri: Uri,
+    fields: Fields,
     framing: Framing,
     keep_alive: bool,
     expect_continue: bool,
@@ -496,7 +507,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
                 continue;
             }
             if *name == header::CONNECTION {
-                if has_token(value, "close") {
+                if has_token(value.as_bytes(), "close") {
                     *keep_alive = false;
                 }
                 continue;
@@ -671,10 +682,8 @@ fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value
-        .to_str()
-        .is_ok_and(|v| crate::headval::lists(v, token))
+fn has_token(value: &[u8], token: &str) -> bool {
+    crate::request::visible(value).is_some_and(|v| crate::headval::lists(v, token))
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success
@@ -714,47 +723,44 @@ fn parse(
     // The target shares the head's bytes, as the header values do: no copy of it is made.
     let uri = Uri::from_maybe_shared(bytes.slice(target)).map_err(|_| bad("target"))?;
 
-    let spans = spans.as_slice();
-    let mut headers = HeaderMap::with_capacity(spans.len());
+    let fields = Fields::from_spans(bytes, spans.as_slice());
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut hosts = 0;
     let mut keep_alive = !http10;
     let mut expect_continue = false;
-    for &span in spans {
-        let name = crate::headval::name(&bytes[span.name()]).map_err(|_| bad("field name"))?;
-        let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
-            .map_err(|_| bad("field value"))?;
-        if name == header::CONTENT_LENGTH {
-            let v = value.as_bytes();
-            if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-                return Err(bad("Content-Length"));
+    for (kind, _, value) in fields.iter() {
+        match kind {
+            Kind::ContentLength => {
+                if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+                    return Err(bad("Content-Length"));
+                }
+                let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                if length.is_some_and(|l| l != n) {
+                    return Err(bad("conflicting Content-Length"));
+                }
+                length = Some(n);
             }
-            let n = v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-            if length.is_some_and(|l| l != n) {
-                return Err(bad("conflicting Content-Length"));
+            Kind::TransferEncoding => {
+                if http10 || chunked {
+                    return Err(bad("Transfer-Encoding"));
+                }
+                if !value.eq_ignore_ascii_case(b"chunked") {
+                    return Err((StatusCode::NOT_IMPLEMENTED, "transfer coding"));
+                }
+                chunked = true;
             }
-            length = Some(n);
-        } else if name == header::TRANSFER_ENCODING {
-            if http10 || chunked {
-                return Err(bad("Transfer-Encoding"));
+            Kind::Host => hosts += 1,
+            Kind::Connection => {
+                if has_token(value, "close") {
+                    keep_alive = false;
+                } else if http10 && has_token(value, "keep-alive") {
+                    keep_alive = true;
+                }
             }
-            if !value.as_bytes().eq_ignore_ascii_case(b"chunked") {
-                return Err((StatusCode::NOT_IMPLEMENTED, "transfer coding"));
-            }
-            chunked = true;
-        } else if name == header::HOST {
-            hosts += 1;
-        } else if name == header::CONNECTION {
-            if has_token(&value, "close") {
-                keep_alive = false;
-            } else if http10 && has_token(&value, "keep-alive") {
-                keep_alive = true;
-            }
-        } else if name == header::EXPECT {
-            expect_continue = value.as_bytes().eq_ignore_ascii_case(b"100-continue");
+            Kind::Expect => expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
+            _ => {}
         }
-        headers.append(name, value);
     }
     // RFC 9112 §3.2: exactly one Host on HTTP/1.1 (an absolute target carries its own too).
     if hosts > 1 || (hosts == 0 && !http10 && uri.authority().is_none()) {
@@ -769,17 +775,10 @@ fn parse(
         (false, Some(0) | None) => Framing::None,
         (false, Some(n)) => Framing::Length(n),
     };
-    let mut request = Request::new(());
-    *request.method_mut() = method;
-    *request.uri_mut() = uri;
-    *request.version_mut() = if http10 {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
-    *request.headers_mut() = headers;
     Ok(Some(Parsed {
-        request,
+        method,
+        uri,
+        fields,
         framing,
         keep_alive,
         expect_continue: expect_continue && !http10,
@@ -919,12 +918,14 @@ mod tests {
             }
             text.push_str("\r\n");
             let parsed = head(&text).unwrap().unwrap();
-            let headers = parsed.request.headers();
-            assert_eq!(headers.len(), n + 1, "{n}");
+            let fields: Vec<(Kind, &[u8], &[u8])> = parsed.fields.iter().collect();
+            assert_eq!(fields.len(), n + 1, "{n}");
+            assert_eq!(fields[0], (Kind::Host, &b"Host"[..], &b"a"[..]));
             for i in 0..n {
+                let (name, value) = (format!("X-F{i}"), format!("v{i}"));
                 assert_eq!(
-                    headers[format!("x-f{i}").as_str()],
-                    format!("v{i}").as_str()
+                    fields[i + 1],
+                    (Kind::Other, name.as_bytes(), value.as_bytes())
                 );
             }
         }
@@ -948,7 +949,7 @@ mod tests {
             let parsed = target.parse::<Uri>();
             match head(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")) {
                 Ok(Some(p)) => {
-                    assert_eq!(Some(p.request.uri()), parsed.as_ref().ok(), "{target:?}")
+                    assert_eq!(Some(&p.uri), parsed.as_ref().ok(), "{target:?}")
                 }
                 Err((status, why)) => {
                     assert_eq!(status, 400, "{target:?}");
@@ -970,9 +971,10 @@ mod tests {
         let mut buf = BytesMut::from(text);
         let p = parse(&mut buf, 1 << 16).unwrap().unwrap();
         assert_eq!(&buf[..], b"{}GET", "the body and what follows stay");
-        assert_eq!(p.request.method(), Method::POST);
-        assert_eq!(p.request.uri().query(), Some("q=1"));
-        assert_eq!(p.request.headers()["host"], "a");
+        assert_eq!(p.method, Method::POST);
+        assert_eq!(p.uri.query(), Some("q=1"));
+        assert_eq!(p.fields.get(Kind::Host), Some(&b"a"[..]));
+        assert_eq!(p.fields.get_str(Kind::Expect), Some("100-continue"));
         assert!(!p.keep_alive && p.expect_continue && !p.http10);
         // Over the size limit while still partial: refused rather than buffered.
         let mut big = BytesMut::from(&format!("GET /m HTTP/1.1\r\nX: {}", "a".repeat(100))[..]);

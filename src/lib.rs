@@ -19,6 +19,7 @@ pub mod logjson;
 pub mod metrics;
 pub mod pipeline;
 pub mod pool;
+pub mod request;
 pub mod sample;
 pub mod server;
 pub mod streams;

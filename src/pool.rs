@@ -493,8 +493,8 @@ fn parse_head(
 /// answer), and a smaller span keeps [`Spans`] cheap to make and to return.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Span {
-    name: (u32, u32),
-    value: (u32, u32),
+    pub(crate) name: (u32, u32),
+    pub(crate) value: (u32, u32),
 }
 
 impl Span {

@@ -333,7 +333,7 @@ async fn serve_h2<I>(
         let gw = gw.clone();
         let client = client.clone();
         async move {
-            let req = req.map(crate::body::ClientBody::H2);
+            let req = crate::request::ClientRequest::from_h2(req);
             Ok::<_, Infallible>(pipeline::handle(&gw, index, client, req).await)
         }
     });

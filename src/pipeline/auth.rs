@@ -5,8 +5,8 @@
 
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::GateError;
+use crate::request::{Fields, Kind};
 use crate::token::Secret;
-use http::HeaderMap;
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
 
@@ -15,13 +15,13 @@ pub fn authenticate<'s>(
     snapshot: &'s Snapshot,
     route: &Route,
     path_token: Option<&str>,
-    headers: &HeaderMap,
+    fields: &Fields,
     now: impl FnOnce() -> SystemTime,
 ) -> Result<Option<(&'s [u8; 32], &'s TokenEntry)>, GateError> {
     let (secret, refusal) = match route.auth {
         Auth::None => return Ok(None),
         Auth::Path => (path_token.map(Secret), GateError::BadPathToken),
-        Auth::Bearer => (bearer(headers).map(Secret), GateError::Unauthorized),
+        Auth::Bearer => (bearer(fields).map(Secret), GateError::Unauthorized),
     };
     let Some(secret) = secret else {
         return Err(refusal);
@@ -43,8 +43,8 @@ pub fn authenticate<'s>(
     }
 }
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+fn bearer(fields: &Fields) -> Option<&str> {
+    let value = fields.get_str(Kind::Authorization)?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
@@ -53,19 +53,21 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     #[test]
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), None);
-        h.insert("authorization", HeaderValue::from_static("Bearer abc"));
-        assert_eq!(bearer(&h), Some("abc"));
-        h.insert("authorization", HeaderValue::from_static("bearer  abc "));
-        assert_eq!(bearer(&h), Some("abc"));
-        h.insert("authorization", HeaderValue::from_static("Basic abc"));
-        assert_eq!(bearer(&h), None);
-        h.insert("authorization", HeaderValue::from_static("Bearer "));
-        assert_eq!(bearer(&h), None);
+        assert_eq!(bearer(&Fields::from_map(&h)), None);
+        let cases = [
+            ("Bearer abc", Some("abc")),
+            ("bearer  abc ", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer ", None),
+        ];
+        for (value, token) in cases {
+            h.insert("authorization", HeaderValue::from_static(value));
+            assert_eq!(bearer(&Fields::from_map(&h)), token, "{value:?}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use crate::config::Upstream;
 use crate::deadline::Deadline;
 use crate::error::GateError;
 use crate::pool::UpBody;
+use crate::request::{Fields, Kind};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, Uri};
@@ -83,21 +84,35 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Headers of the client's request that never reach the upstream: hop-by-hop ones, the
+/// Fields of the client's request that never reach the upstream: hop-by-hop ones, the
 /// client's credentials, and those mcpgate sets itself.
-fn stays_here(name: &HeaderName) -> bool {
-    static SET_HERE: [HeaderName; 9] = [
-        header::HOST,
-        header::AUTHORIZATION,
-        header::COOKIE,
-        header::CONTENT_LENGTH,
-        header::ACCEPT_ENCODING,
-        X_FORWARDED_FOR,
-        X_FORWARDED_PROTO,
-        X_FORWARDED_HOST,
-        X_REQUEST_ID,
-    ];
-    is_hop_by_hop(name) || SET_HERE.contains(name)
+fn stays_here(kind: Kind) -> bool {
+    kind.is_hop_by_hop()
+        || matches!(
+            kind,
+            Kind::Host
+                | Kind::Authorization
+                | Kind::Cookie
+                | Kind::ContentLength
+                | Kind::AcceptEncoding
+                | Kind::XForwardedFor
+                | Kind::XForwardedProto
+                | Kind::XForwardedHost
+                | Kind::XRequestId
+        )
+}
+
+/// The field names the client's `Connection` fields list, but for `close` and
+/// `keep-alive`: those fields are hop-by-hop by declaration and stay here too. (A
+/// hop-by-hop name listed stays here anyway.)
+fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
+    fields
+        .all(Kind::Connection)
+        .filter_map(crate::request::visible)
+        .flat_map(crate::headval::items)
+        .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
+        .filter(|n| !Kind::of(n.as_bytes()).is_hop_by_hop())
+        .collect()
 }
 
 pub struct Outgoing<'a> {
@@ -106,7 +121,7 @@ pub struct Outgoing<'a> {
     /// streams (GET, `subscriptions/listen`), which an idle timeout governs instead.
     pub body_deadline: bool,
     pub query: Option<&'a str>,
-    pub headers: &'a HeaderMap,
+    pub fields: &'a Fields,
     pub body: Bytes,
     /// The client's address, as `X-Forwarded-For` carries it.
     pub forwarded_for: &'a HeaderValue,
@@ -151,7 +166,7 @@ pub async fn send(upstream: &Upstream, out: Outgoing<'_>) -> Result<Answer, Gate
 /// client sends can end a line early.
 fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError> {
     let target = origin_form(&upstream.url, out.query)?;
-    let listed = connection_listed(out.headers);
+    let listed = listed_by_connection(out.fields);
     let post = out.method == Method::POST;
     let mut buf = Vec::with_capacity(512 + out.body.len());
     buf.extend_from_slice(out.method.as_str().as_bytes());
@@ -165,23 +180,25 @@ fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError>
         buf.extend_from_slice(b"\r\n");
     };
     line(b"host", upstream.host.as_bytes());
-    // The client's Host, found on the way (the first, as `get` would give it).
-    let mut client_host = None;
-    for (name, value) in out.headers {
-        if name == header::HOST && client_host.is_none() {
-            client_host = Some(value);
-        }
-        if stays_here(name)
-            || (post && name == header::ACCEPT)
-            || listed.contains(name)
-            || (!upstream.headers.is_empty() && upstream.headers.contains_key(name))
+    // Names are sent as the client wrote them, as nginx sends them.
+    for (kind, name, value) in out.fields.iter() {
+        if stays_here(kind)
+            || (post && kind == Kind::Accept)
+            || listed
+                .iter()
+                .any(|l| l.as_bytes().eq_ignore_ascii_case(name))
+            || (!upstream.headers.is_empty()
+                && upstream
+                    .headers
+                    .keys()
+                    .any(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name)))
         {
             continue;
         }
-        line(name.as_str().as_bytes(), value.as_bytes());
+        line(name, value);
     }
-    if let Some(host) = client_host {
-        line(X_FORWARDED_HOST.as_str().as_bytes(), host.as_bytes());
+    if let Some(host) = out.fields.get(Kind::Host) {
+        line(X_FORWARDED_HOST.as_str().as_bytes(), host);
     }
     line(
         X_FORWARDED_FOR.as_str().as_bytes(),
@@ -260,6 +277,79 @@ mod tests {
         assert!(origin_form(&base, Some("a=1 2")).is_err());
     }
 
+    /// The head sent upstream: the client's fields in their order and as written, but for
+    /// those that stay here, those its `Connection` lists (in any case) and those the
+    /// upstream's configured headers replace (in any case); then the ones mcpgate sets.
+    #[test]
+    fn the_head_sent_upstream() {
+        let config = r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.docs]
+url = "http://127.0.0.1:9/mcp?k=v"
+headers = { "x-api-key" = "from-config" }
+[profiles.gpt]
+upstream = "docs"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "gpt"
+auth = "none"
+"#;
+        let snapshot = crate::config::load_str(config, "t.toml").unwrap();
+        let upstream = &snapshot.upstreams["docs"];
+        let fields = Fields::from_head(concat!(
+            "POST /mcp HTTP/1.1\r\n",
+            "Host: gw.example:8443\r\n",
+            "Content-Type: application/json\r\n",
+            "Accept: application/json\r\n",
+            "Authorization: Bearer secret\r\n",
+            "Cookie: c=1\r\n",
+            "Connection: keep-alive, X-HOP\r\n",
+            "x-hop: gone\r\n",
+            "X-Api-Key: client-own\r\n",
+            "Mcp-Session-Id: s1\r\n",
+            "X-Forwarded-For: 6.6.6.6\r\n",
+            "TE: trailers\r\n",
+            "Content-Length: 2\r\n",
+            "User-Agent: t/1\r\n",
+            "\r\n",
+        ));
+        let forwarded_for = HeaderValue::from_static("127.0.0.1");
+        let out = Outgoing {
+            method: Method::POST,
+            body_deadline: true,
+            query: Some("a=1"),
+            fields: &fields,
+            body: Bytes::from_static(b"{}"),
+            forwarded_for: &forwarded_for,
+            timeout: std::time::Duration::from_secs(1),
+            proto: "https",
+            request_id: "rid-1",
+        };
+        let sent = String::from_utf8(encode(upstream, &out).unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            concat!(
+                "POST /mcp?k=v&a=1 HTTP/1.1\r\n",
+                "host: 127.0.0.1:9\r\n",
+                "Content-Type: application/json\r\n",
+                "Mcp-Session-Id: s1\r\n",
+                "User-Agent: t/1\r\n",
+                "x-forwarded-host: gw.example:8443\r\n",
+                "x-forwarded-for: 127.0.0.1\r\n",
+                "x-forwarded-proto: https\r\n",
+                "x-request-id: rid-1\r\n",
+                "accept: application/json, text/event-stream\r\n",
+                "x-api-key: from-config\r\n",
+                "content-length: 2\r\n",
+                "\r\n{}",
+            )
+        );
+    }
+
     /// Names as they arrive (parsed from the wire, any case) are recognised, standard and
     /// custom ones alike.
     #[test]
@@ -277,7 +367,7 @@ mod tests {
             "upgrade",
         ] {
             assert!(is_hop_by_hop(&parsed(n)), "{n}");
-            assert!(stays_here(&parsed(n)), "{n}");
+            assert!(stays_here(Kind::of(n.as_bytes())), "{n}");
         }
         for n in [
             "host",
@@ -291,7 +381,7 @@ mod tests {
             "X-Request-Id",
         ] {
             assert!(!is_hop_by_hop(&parsed(n)), "{n}");
-            assert!(stays_here(&parsed(n)), "{n}");
+            assert!(stays_here(Kind::of(n.as_bytes())), "{n}");
         }
         for n in [
             "content-type",
@@ -300,7 +390,7 @@ mod tests {
             "keep-alive-x",
             "x-te",
         ] {
-            assert!(!stays_here(&parsed(n)), "{n}");
+            assert!(!stays_here(Kind::of(n.as_bytes())), "{n}");
         }
     }
 

@@ -19,11 +19,12 @@ use crate::error::GateError;
 use crate::gateway::Gateway;
 use crate::logjson;
 use crate::metrics::Metrics;
+use crate::request::{ClientRequest, Fields, Kind};
 use crate::tools_list::{ListRewrite, ToolFilter};
 use crate::transport::accept::{self, Want};
 use crate::transport::relay::StreamTiming;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
+use http::{Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -64,7 +65,6 @@ struct Ctx<'s> {
     rpc_method: Option<Cow<'static, str>>,
     /// Shared with the call's audit record.
     tool: Option<Arc<str>>,
-    seldom: Seldom,
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
     /// The caller's token hash and expiry, so its streams can be closed on revocation.
@@ -87,10 +87,9 @@ pub async fn handle(
     gw: &Gateway,
     listener: usize,
     peer: Peer,
-    req: Request<ClientBody>,
+    req: ClientRequest,
 ) -> Response<GateBody> {
     let started = Instant::now();
-    let seldom = Seldom::of(req.headers());
     let snapshot = gw.snapshot_here();
     let tls = snapshot
         .listeners
@@ -105,16 +104,15 @@ pub async fn handle(
         audit_base: None,
         token: None,
         proto: if tls { "https" } else { "http" },
-        want: accept::negotiate(req.headers().get(header::ACCEPT).map(|v| v.as_bytes())),
-        request_id: request_id(req.headers(), seldom),
-        seldom,
+        want: accept::negotiate(req.fields.get(Kind::Accept)),
+        request_id: request_id(&req.fields),
         route: None,
         token_id: None,
         rpc_id: None,
         rpc_method: None,
         tool: None,
     };
-    let http_method = req.method().clone();
+    let http_method = req.method.clone();
     // Every log line of the request carries its id (`logjson` explains how).
     let id = ctx.request_id.clone();
     let span = logjson::request_span(&id);
@@ -448,12 +446,12 @@ async fn run<'s>(
     snapshot: &'s Arc<Snapshot>,
     listener: usize,
     peer: &Peer,
-    req: Request<ClientBody>,
+    req: ClientRequest,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
     let route = {
         let m = snapshot
-            .match_route(listener, req.uri().path())
+            .match_route(listener, req.uri.path())
             .ok_or(GateError::NoRoute)?;
         let route: &'s Arc<Route> = m.route;
         ctx.route = Some(route);
@@ -461,31 +459,22 @@ async fn run<'s>(
             // A brute-force guard answers before the token is even looked at.
             snapshot.limits.auth_guard(peer.addr.ip())?;
         }
-        let token = auth::authenticate(
-            snapshot,
-            route,
-            m.path_token,
-            req.headers(),
-            SystemTime::now,
-        )
-        .map_err(|e| snapshot.limits.auth_failed(peer.addr.ip()).unwrap_or(e))?;
+        let token = auth::authenticate(snapshot, route, m.path_token, &req.fields, SystemTime::now)
+            .map_err(|e| snapshot.limits.auth_failed(peer.addr.ip()).unwrap_or(e))?;
         ctx.token_id = token.map(|(_, t)| &*t.id);
         ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
     };
-    let (parts, body) = req.into_parts();
-    origin::check(&snapshot.listeners[listener], &parts, ctx.seldom)?;
+    origin::check(&snapshot.listeners[listener], &req.uri, &req.fields)?;
     let profile = &route.profile;
     let upstream = &profile.upstream;
     let stream_timing = StreamTiming {
         keepalive: snapshot.sse_keepalive,
         idle: Some(upstream.stream_idle_timeout),
     };
-    let (body_deadline, want) = match parts.method {
-        Method::POST => return post(gw, snapshot, profile, peer, parts, body, ctx).await,
-        Method::GET
-            if !accept::accepts_sse(parts.headers.get(header::ACCEPT).map(|v| v.as_bytes())) =>
-        {
+    let (body_deadline, want) = match req.method {
+        Method::POST => return post(gw, snapshot, profile, peer, req, ctx).await,
+        Method::GET if !accept::accepts_sse(req.fields.get(Kind::Accept)) => {
             return Err(GateError::StreamNotAcceptable);
         }
         // A GET stream is long-lived: the deadline bounds its head, an idle timeout the rest.
@@ -502,11 +491,11 @@ async fn run<'s>(
     let answer = forward::send(
         upstream,
         forward::Outgoing {
-            method: parts.method.clone(),
+            method: req.method.clone(),
             timeout: upstream.timeout,
             body_deadline,
-            query: parts.uri.query(),
-            headers: &parts.headers,
+            query: req.uri.query(),
+            fields: &req.fields,
             body: Bytes::new(),
             forwarded_for: &peer.forwarded_for,
             proto: ctx.proto,
@@ -532,17 +521,17 @@ async fn post(
     snapshot: &Arc<Snapshot>,
     profile: &Arc<Profile>,
     peer: &Peer,
-    parts: http::request::Parts,
-    body: ClientBody,
+    req: ClientRequest,
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
+    let ClientRequest {
+        uri, fields, body, ..
+    } = req;
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
-    check_content_headers(&parts.headers, ctx.seldom)?;
+    check_content_headers(&fields)?;
     let limit = snapshot.max_body;
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
+    let declared = fields
+        .get_str(Kind::ContentLength)
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(GateError::BodyTooLarge { limit });
@@ -575,7 +564,7 @@ async fn post(
     } else {
         ctx.rpc_method = Some(Cow::Borrowed("(batch)"));
     }
-    check_mcp_headers(&parts.headers, ctx.seldom, &payload)?;
+    check_mcp_headers(&fields, &payload)?;
     if let Some(a) = &gw.audit {
         ctx.calls = payload
             .messages()
@@ -688,8 +677,8 @@ async fn post(
                 method: Method::POST,
                 body_deadline: !long_lived,
                 timeout,
-                query: parts.uri.query(),
-                headers: &parts.headers,
+                query: uri.query(),
+                fields: &fields,
                 body: bytes,
                 forwarded_for: &peer.forwarded_for,
                 proto: ctx.proto,
@@ -772,21 +761,17 @@ impl Drop for Unanswered<'_> {
 
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body
 /// mcpgate did not inspect is never forwarded.
-fn check_content_headers(headers: &HeaderMap, seldom: Seldom) -> Result<(), GateError> {
-    let media = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+fn check_content_headers(fields: &Fields) -> Result<(), GateError> {
+    let media = fields
+        .get_str(Kind::ContentType)
         .map(crate::headval::media_type);
     if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
         ));
     }
-    if !seldom.has(Seldom::CONTENT_ENCODING) {
-        return Ok(());
-    }
-    for v in headers.get_all(header::CONTENT_ENCODING) {
-        let ok = v.to_str().is_ok_and(|v| {
+    for v in fields.all(Kind::ContentEncoding) {
+        let ok = crate::request::visible(v).is_some_and(|v| {
             crate::headval::items(v).all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
         });
         if !ok {
@@ -798,60 +783,11 @@ fn check_content_headers(headers: &HeaderMap, seldom: Seldom) -> Result<(), Gate
     Ok(())
 }
 
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
-
-/// Which of the header fields requests seldom carry a request has, found in one pass over
-/// its field names: a lookup that finds nothing still hashes the name and probes the map,
-/// and most requests carry none of these.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Seldom(u8);
-
-impl Seldom {
-    pub const ORIGIN: u8 = 1;
-    pub const CONTENT_ENCODING: u8 = 2;
-    pub const X_REQUEST_ID: u8 = 4;
-    pub const MCP_METHOD: u8 = 8;
-    pub const MCP_NAME: u8 = 16;
-
-    pub fn of(headers: &HeaderMap) -> Seldom {
-        let mut found = 0;
-        for name in headers.keys() {
-            found |= if name == header::ORIGIN {
-                Seldom::ORIGIN
-            } else if name == header::CONTENT_ENCODING {
-                Seldom::CONTENT_ENCODING
-            } else if name == forward::X_REQUEST_ID {
-                Seldom::X_REQUEST_ID
-            } else if name == MCP_METHOD {
-                Seldom::MCP_METHOD
-            } else if name == MCP_NAME {
-                Seldom::MCP_NAME
-            } else {
-                0
-            };
-        }
-        Seldom(found)
-    }
-
-    /// Whether the request has any of the `fields`.
-    pub fn has(self, fields: u8) -> bool {
-        self.0 & fields != 0
-    }
-}
-
 /// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
 /// intermediary routing on the header and the server reading the body would disagree.
-fn check_mcp_headers(
-    headers: &HeaderMap,
-    seldom: Seldom,
-    payload: &jsonrpc::Payload,
-) -> Result<(), GateError> {
-    if !seldom.has(Seldom::MCP_METHOD | Seldom::MCP_NAME) {
-        return Ok(());
-    }
-    let method = headers.get(MCP_METHOD);
-    let name = headers.get(MCP_NAME);
+fn check_mcp_headers(fields: &Fields, payload: &jsonrpc::Payload) -> Result<(), GateError> {
+    let method = fields.get(Kind::McpMethod);
+    let name = fields.get(Kind::McpName);
     if method.is_none() && name.is_none() {
         return Ok(());
     }
@@ -861,14 +797,14 @@ fn check_mcp_headers(
         ));
     };
     if let Some(h) = method {
-        if m.method().map(str::as_bytes) != Some(h.as_bytes()) {
+        if m.method().map(str::as_bytes) != Some(h) {
             return Err(GateError::InvalidRequest(
                 "the Mcp-Method header does not match the body's method".into(),
             ));
         }
     }
     if let Some(h) = name {
-        if m.mcp_name.as_deref().map(str::as_bytes) != Some(h.as_bytes()) {
+        if m.mcp_name.as_deref().map(str::as_bytes) != Some(h) {
             return Err(GateError::InvalidRequest(
                 "the Mcp-Name header does not match the body's params".into(),
             ));
@@ -880,13 +816,8 @@ fn check_mcp_headers(
 /// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so
 /// it is safe in logs and headers); otherwise makes one: a random prefix per thread and
 /// the thread's count, unique without a syscall or a shared counter per request.
-fn request_id(headers: &HeaderMap, seldom: Seldom) -> Arc<str> {
-    if let Some(v) = seldom
-        .has(Seldom::X_REQUEST_ID)
-        .then(|| headers.get(forward::X_REQUEST_ID))
-        .flatten()
-    {
-        let b = v.as_bytes();
+fn request_id(fields: &Fields) -> Arc<str> {
+    if let Some(b) = fields.get(Kind::XRequestId) {
         if (1..=128).contains(&b.len())
             && b.iter()
                 .all(|c| c.is_ascii_alphanumeric() || b"._:-".contains(c))
@@ -940,87 +871,53 @@ mod tests {
         assert_eq!(method_label(None, &Method::GET), "GET");
     }
 
-    /// Each seldom field is noticed, whatever else the request carries.
-    #[test]
-    fn seldom_fields_are_noticed() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("localhost"));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        assert_eq!(Seldom::of(&h), Seldom::default());
-        let fields = [
-            (header::ORIGIN, Seldom::ORIGIN),
-            (header::CONTENT_ENCODING, Seldom::CONTENT_ENCODING),
-            (forward::X_REQUEST_ID, Seldom::X_REQUEST_ID),
-            (MCP_METHOD, Seldom::MCP_METHOD),
-            (MCP_NAME, Seldom::MCP_NAME),
-        ];
-        let base = h.clone();
-        let mut all = 0;
-        for (name, bit) in fields {
-            let mut one = base.clone();
-            one.append(name.clone(), HeaderValue::from_static("x"));
-            assert_eq!(Seldom::of(&one), Seldom(bit), "{name}");
-            h.append(name, HeaderValue::from_static("y"));
-            all |= bit;
-            assert_eq!(Seldom::of(&h), Seldom(all));
-        }
-        let named = |n: &str| HeaderName::from_bytes(n.as_bytes()).unwrap();
-        let mut near = HeaderMap::new();
-        for n in ["mcp-methods", "mcp-nam", "x-request", "origins"] {
-            near.insert(named(n), HeaderValue::from_static("z"));
-        }
-        assert_eq!(Seldom::of(&near), Seldom::default());
-    }
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     #[test]
     fn request_ids() {
         let mut h = HeaderMap::new();
-        let a = request_id(&h, Seldom::of(&h));
+        let a = request_id(&Fields::from_map(&h));
         assert_eq!(a.len(), 32);
         assert!(
             a.bytes()
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
         // The first half is fixed per thread, the second counts up.
-        let b = request_id(&h, Seldom::of(&h));
+        let b = request_id(&Fields::from_map(&h));
         assert_eq!(a[..16], b[..16]);
         assert!(
             u64::from_str_radix(&b[16..], 16).unwrap() > u64::from_str_radix(&a[16..], 16).unwrap()
         );
-        assert_ne!(a, request_id(&h, Seldom::of(&h)));
+        assert_ne!(a, request_id(&Fields::from_map(&h)));
         // Another thread has a prefix of its own (64 random bits), so its ids never meet ours
         // even though its count starts where ours did.
-        let other = std::thread::spawn(|| request_id(&HeaderMap::new(), Seldom::default()))
+        let other = std::thread::spawn(|| request_id(&Fields::new()))
             .join()
             .unwrap();
         assert_ne!(other[..16], a[..16]);
         h.insert("x-request-id", HeaderValue::from_static("abc-1.2:3"));
-        assert_eq!(&*request_id(&h, Seldom::of(&h)), "abc-1.2:3");
+        assert_eq!(&*request_id(&Fields::from_map(&h)), "abc-1.2:3");
         h.insert(
             "x-request-id",
             HeaderValue::from_static("bad id\twith spaces"),
         );
-        assert_eq!(request_id(&h, Seldom::of(&h)).len(), 32);
+        assert_eq!(request_id(&Fields::from_map(&h)).len(), 32);
     }
 
     #[test]
     fn content_headers() {
         let mut h = HeaderMap::new();
-        assert!(check_content_headers(&h, Seldom::of(&h)).is_err());
+        assert!(check_content_headers(&Fields::from_map(&h)).is_err());
         h.insert(
             "content-type",
             HeaderValue::from_static("Application/JSON; charset=utf-8"),
         );
-        assert!(check_content_headers(&h, Seldom::of(&h)).is_ok());
+        assert!(check_content_headers(&Fields::from_map(&h)).is_ok());
         h.insert("content-encoding", HeaderValue::from_static("identity"));
-        assert!(check_content_headers(&h, Seldom::of(&h)).is_ok());
+        assert!(check_content_headers(&Fields::from_map(&h)).is_ok());
         h.insert("content-encoding", HeaderValue::from_static("gzip"));
         assert_eq!(
-            check_content_headers(&h, Seldom::of(&h))
+            check_content_headers(&Fields::from_map(&h))
                 .unwrap_err()
                 .status(),
             415
@@ -1028,7 +925,7 @@ mod tests {
         h.remove("content-encoding");
         h.insert("content-type", HeaderValue::from_static("text/plain"));
         assert_eq!(
-            check_content_headers(&h, Seldom::of(&h))
+            check_content_headers(&Fields::from_map(&h))
                 .unwrap_err()
                 .status(),
             415

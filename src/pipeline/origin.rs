@@ -3,27 +3,21 @@
 //! listener allows. Loopback listeners allow only localhost names by default (a web page
 //! that rebinds its own name to 127.0.0.1 still sends its own Host and Origin).
 
-use super::Seldom;
 use crate::config::Listener;
 use crate::error::GateError;
-use http::request::Parts;
+use crate::request::{Fields, Kind};
+use http::Uri;
 
-pub fn check(listener: &Listener, parts: &Parts, seldom: Seldom) -> Result<(), GateError> {
-    let host = parts
-        .headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+pub fn check(listener: &Listener, uri: &Uri, fields: &Fields) -> Result<(), GateError> {
+    let host = fields
+        .get_str(Kind::Host)
+        .or_else(|| uri.authority().map(|a| a.as_str()));
     // HTTP/1.1 requires Host; a request without one cannot be checked, so it is refused.
     if !host.is_some_and(|h| listener.hosts.allows(h)) {
         return Err(GateError::HostRefused);
     }
-    let origin = seldom
-        .has(Seldom::ORIGIN)
-        .then(|| parts.headers.get(http::header::ORIGIN))
-        .flatten();
-    if let Some(origin) = origin {
-        if !origin.to_str().is_ok_and(|o| listener.origins.allows(o)) {
+    if let Some(origin) = fields.get(Kind::Origin) {
+        if !crate::request::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }
     }

@@ -96,36 +96,44 @@ impl Kind {
         (Kind::ProxyConnection, "proxy-connection"),
     ];
 
-    /// The kind of a field name, in any case. Sorted by length first: one comparison or
-    /// two of a few bytes for any name.
+    /// The kind of a field name, in any case: the name is put in lower case on the stack
+    /// and matched whole, which costs less than comparing it without case to each name of
+    /// its length.
     pub fn of(name: &[u8]) -> Kind {
-        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
-        match name.len() {
-            2 if is(b"te") => Kind::Te,
-            4 if is(b"host") => Kind::Host,
-            6 if is(b"accept") => Kind::Accept,
-            6 if is(b"cookie") => Kind::Cookie,
-            6 if is(b"origin") => Kind::Origin,
-            6 if is(b"expect") => Kind::Expect,
-            7 if is(b"trailer") => Kind::Trailer,
-            7 if is(b"upgrade") => Kind::Upgrade,
-            8 if is(b"mcp-name") => Kind::McpName,
-            10 if is(b"connection") => Kind::Connection,
-            10 if is(b"keep-alive") => Kind::KeepAlive,
-            10 if is(b"mcp-method") => Kind::McpMethod,
-            12 if is(b"content-type") => Kind::ContentType,
-            12 if is(b"x-request-id") => Kind::XRequestId,
-            13 if is(b"authorization") => Kind::Authorization,
-            14 if is(b"content-length") => Kind::ContentLength,
-            15 if is(b"accept-encoding") => Kind::AcceptEncoding,
-            15 if is(b"x-forwarded-for") => Kind::XForwardedFor,
-            16 if is(b"content-encoding") => Kind::ContentEncoding,
-            16 if is(b"x-forwarded-host") => Kind::XForwardedHost,
-            16 if is(b"proxy-connection") => Kind::ProxyConnection,
-            17 if is(b"transfer-encoding") => Kind::TransferEncoding,
-            17 if is(b"x-forwarded-proto") => Kind::XForwardedProto,
-            18 if is(b"proxy-authenticate") => Kind::ProxyAuthenticate,
-            19 if is(b"proxy-authorization") => Kind::ProxyAuthorization,
+        // The longest name of a kind has 19 bytes; a longer one is of none.
+        let mut low = [0u8; 19];
+        let Some(low) = low.get_mut(..name.len()) else {
+            return Kind::Other;
+        };
+        for (l, b) in low.iter_mut().zip(name) {
+            *l = b.to_ascii_lowercase();
+        }
+        match &*low {
+            b"te" => Kind::Te,
+            b"host" => Kind::Host,
+            b"accept" => Kind::Accept,
+            b"cookie" => Kind::Cookie,
+            b"origin" => Kind::Origin,
+            b"expect" => Kind::Expect,
+            b"trailer" => Kind::Trailer,
+            b"upgrade" => Kind::Upgrade,
+            b"mcp-name" => Kind::McpName,
+            b"connection" => Kind::Connection,
+            b"keep-alive" => Kind::KeepAlive,
+            b"mcp-method" => Kind::McpMethod,
+            b"content-type" => Kind::ContentType,
+            b"x-request-id" => Kind::XRequestId,
+            b"authorization" => Kind::Authorization,
+            b"content-length" => Kind::ContentLength,
+            b"accept-encoding" => Kind::AcceptEncoding,
+            b"x-forwarded-for" => Kind::XForwardedFor,
+            b"content-encoding" => Kind::ContentEncoding,
+            b"x-forwarded-host" => Kind::XForwardedHost,
+            b"proxy-connection" => Kind::ProxyConnection,
+            b"transfer-encoding" => Kind::TransferEncoding,
+            b"x-forwarded-proto" => Kind::XForwardedProto,
+            b"proxy-authenticate" => Kind::ProxyAuthenticate,
+            b"proxy-authorization" => Kind::ProxyAuthorization,
             _ => Kind::Other,
         }
     }
@@ -260,7 +268,11 @@ impl Fields {
 
     /// The first value of this kind, as `HeaderMap::get` gives it.
     pub fn get(&self, kind: Kind) -> Option<&[u8]> {
-        self.all(kind).next()
+        if !self.has(kind) {
+            return None;
+        }
+        let field = self.list.iter().find(|f| f.kind == kind)?;
+        Some(self.bytes(field.value))
     }
 
     /// The first value of this kind when it is all visible ASCII (what
@@ -294,11 +306,23 @@ impl Default for Fields {
 
 /// `bytes` as text when every byte is visible ASCII or a space or tab.
 pub fn visible(bytes: &[u8]) -> Option<&str> {
-    bytes
-        .iter()
-        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
-        .then(|| std::str::from_utf8(bytes).ok())
-        .flatten()
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let one = |b: u8| (b' '..=b'~').contains(&b) || b == b'\t';
+    // Eight bytes at a time: a byte below a space or above `~` sets its high bit in
+    // `odd` (and, by a borrow, maybe a higher one: the bytes are then looked at one by one).
+    let mut words = bytes.chunks_exact(8);
+    for word in words.by_ref() {
+        let w = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]));
+        let odd = (w.wrapping_sub(ONES * 0x20) & !w) | w | w.wrapping_add(ONES);
+        if odd & HIGH != 0 && !word.iter().all(|&b| one(b)) {
+            return None;
+        }
+    }
+    if !words.remainder().iter().all(|&b| one(b)) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -383,6 +407,26 @@ mod tests {
             .collect();
         assert_eq!(listed, mapped);
         assert!(Fields::new().is_empty() && !Fields::new().has(Kind::Host));
+    }
+
+    /// Every byte value, alone and at each place in texts that fill words and do not,
+    /// reads as the byte-by-byte rule says.
+    #[test]
+    fn visible_is_the_byte_rule() {
+        let rule = |t: &[u8]| t.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+        for b in 0..=255u8 {
+            for len in [1usize, 7, 8, 9, 16, 19] {
+                for at in 0..len {
+                    let mut text = vec![b'a'; len];
+                    text[at] = b;
+                    assert_eq!(
+                        visible(&text).is_some(),
+                        rule(&text),
+                        "{b:#x} at {at} of {len}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Header fields a request head may have (hyper's limit too).
 pub const MAX_HEADERS: usize = 100;
+/// The longest field name taken (the `http` crate's limit, so hyper's for HTTP/2 too).
+const MAX_NAME: usize = (1 << 16) - 1;
 /// Room made for a read when the buffer has less.
 const READ_CHUNK: usize = 8 << 10;
 /// Answer bytes gathered before they are written even if more are ready.
@@ -729,7 +731,12 @@ fn parse(
     let mut hosts = 0;
     let mut keep_alive = !http10;
     let mut expect_continue = false;
-    for (kind, _, value) in fields.iter() {
+    for (kind, name, value) in fields.iter() {
+        // Longer names than HTTP/2 and the `http` crate carry are refused here too, so a
+        // field that reaches the pipeline could be put in a `HeaderName` (as it once was).
+        if name.len() > MAX_NAME {
+            return Err(bad("field name"));
+        }
         match kind {
             Kind::ContentLength => {
                 if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
@@ -896,6 +903,15 @@ mod tests {
             ("GET /m HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 400),
         ] {
             assert_eq!(status_of(text), status, "{text:?}");
+        }
+        // A field name as long as the crate's header names may be, and one byte longer.
+        for (len, refused) in [(MAX_NAME, false), (MAX_NAME + 1, true)] {
+            let text = format!(
+                "GET /m HTTP/1.1\r\nHost: a\r\n{}: v\r\n\r\n",
+                "n".repeat(len)
+            );
+            let read = parse(&mut BytesMut::from(&text[..]), 1 << 20);
+            assert_eq!(read.is_err(), refused, "{len}");
         }
         // HTTP/1.0 needs no Host; an absolute target carries its own.
         assert_eq!(status_of("GET /m HTTP/1.0\r\n\r\n"), 200);

@@ -283,9 +283,12 @@ impl Fields {
 
     /// Every value of this kind, in order.
     pub fn all(&self, kind: Kind) -> impl Iterator<Item = &[u8]> {
-        let present = kind != Kind::Other && self.has(kind);
-        self.list[..if present { self.list.len() } else { 0 }]
-            .iter()
+        // An absent kind (and `Other`, which has no bit of its own) walks no list.
+        let list = match kind != Kind::Other && self.has(kind) {
+            true => &self.list[..],
+            false => &[],
+        };
+        list.iter()
             .filter(move |f| f.kind == kind)
             .map(|f| self.bytes(f.value))
     }

@@ -57,16 +57,20 @@ pub fn is_managed_header(name: &HeaderName) -> bool {
         )
 }
 
-/// The header names the `Connection` headers list (hop-by-hop by declaration), but for
-/// `close` and the hop-by-hop names, which go anyway: the usual `keep-alive` or `close`
-/// costs no name made and nothing allocated.
-fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+/// The names `Connection` values list (fields hop-by-hop by declaration), but for the
+/// `close` and `keep-alive` options, which name no field.
+fn named_by_connection<'a>(values: impl Iterator<Item = &'a str>) -> impl Iterator<Item = &'a str> {
+    values
         .flat_map(crate::headval::items)
         .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
+}
+
+/// The header names an answer's `Connection` headers list, but for the hop-by-hop names,
+/// which go anyway: the usual `keep-alive` or `close` costs no name made and nothing
+/// allocated.
+fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    let values = headers.get_all(header::CONNECTION).iter();
+    named_by_connection(values.filter_map(|v| v.to_str().ok()))
         .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
         .filter(|n| !is_hop_by_hop(n))
         .collect()
@@ -102,15 +106,13 @@ fn stays_here(kind: Kind) -> bool {
         )
 }
 
-/// The field names the client's `Connection` fields list, but for `close` and
-/// `keep-alive`: those fields are hop-by-hop by declaration and stay here too. (A
+/// The field names the client's `Connection` fields list; those fields stay here too. (A
 /// hop-by-hop name listed stays here anyway.)
 fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
-    fields
+    let values = fields
         .all(Kind::Connection)
-        .filter_map(crate::request::visible)
-        .flat_map(crate::headval::items)
-        .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
+        .filter_map(crate::request::visible);
+    named_by_connection(values)
         .filter(|n| !Kind::of(n.as_bytes()).is_hop_by_hop())
         .collect()
 }

@@ -1367,10 +1367,11 @@ fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'static str)) 
 /// `error` or `isError` or `code` of a shape that is not the usual one). Where both
 /// read it, they agree (`fast_and_serde_agree`).
 fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
-    use crate::jsonread::{Reader, Seen};
+    use crate::jsonread::Reader;
     let mut r = Reader::new(text);
     r.skip_ws();
-    let mut seen = Seen::new();
+    // Which of `id`, `result` and `error` were seen: a second of any makes it give up.
+    let mut seen = [false; 3];
     let mut id = None;
     // `None` when absent or null; else `isError` (`None` when absent or null).
     let mut result: Option<Option<bool>> = None;
@@ -1378,24 +1379,26 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
     r.object(0, |r, key| {
         let key = key.plain()?;
         let is_null = r.peek() == Some(b'n');
-        match key {
-            "id" | "result" | "error" => seen.first(key)?,
-            _ => {
-                r.value(1)?;
-                return Some(());
-            }
+        let slot = match key {
+            "id" => 0,
+            "result" => 1,
+            "error" => 2,
+            _ => return r.skip(1),
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return None;
         }
         match key {
             "id" => id = Some(r.value(1)?).filter(|_| !is_null),
-            _ if is_null => {
-                r.value(1)?;
-            }
+            _ if is_null => r.skip(1)?,
             "result" => {
                 let mut is_error = None;
-                let mut once = Seen::new();
+                let mut once = false;
                 r.object(1, |r, key| {
                     if key.plain()? == "isError" {
-                        once.first("isError")?;
+                        if std::mem::replace(&mut once, true) {
+                            return None;
+                        }
                         is_error = match r.value(2)? {
                             "true" => Some(true),
                             "false" => Some(false),
@@ -1403,7 +1406,7 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
                             _ => return None,
                         };
                     } else {
-                        r.value(2)?;
+                        r.skip(2)?;
                     }
                     Some(())
                 })?;
@@ -1411,11 +1414,13 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
             }
             _ => {
                 let mut found = 0;
-                let mut once = Seen::new();
+                let mut once = false;
                 r.object(1, |r, key| {
                     let value = r.value(2)?;
                     if key.plain()? == "code" {
-                        once.first("code")?;
+                        if std::mem::replace(&mut once, true) {
+                            return None;
+                        }
                         found = value.parse().ok()?;
                     }
                     Some(())

@@ -40,8 +40,13 @@ impl<'a> Reader<'a> {
         self.text.as_bytes()
     }
 
+    #[inline(always)]
     pub fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes().get(self.at) {
+        // Compact JSON has none: one comparison passes a structural byte.
+        while let Some(&b) = self.bytes().get(self.at) {
+            if b > b' ' || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                break;
+            }
             self.at += 1;
         }
     }
@@ -69,19 +74,22 @@ impl<'a> Reader<'a> {
     /// One value of any kind, checked; returns its text, from its first byte to its last.
     pub fn value(&mut self, depth: u32) -> Option<&'a str> {
         let start = self.at;
-        match self.peek()? {
-            b'{' => self.object(depth, |r, _| r.value(depth + 1).map(drop))?,
-            b'[' => self.array(depth)?,
-            b'"' => {
-                self.string()?;
-            }
-            b't' => self.literal("true")?,
-            b'f' => self.literal("false")?,
-            b'n' => self.literal("null")?,
-            b'-' | b'0'..=b'9' => self.number()?,
-            _ => return None,
-        }
+        self.skip(depth)?;
         Some(&self.text[start..self.at])
+    }
+
+    /// One value of any kind, checked and passed over.
+    pub fn skip(&mut self, depth: u32) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.object(depth, |r, _| r.skip(depth + 1)),
+            b'[' => self.array(depth),
+            b'"' => self.string().map(drop),
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
     }
 
     /// An object; `each` is called at each member's value (whitespace skipped) and must
@@ -131,7 +139,7 @@ impl<'a> Reader<'a> {
         }
         loop {
             self.skip_ws();
-            self.value(depth + 1)?;
+            self.skip(depth + 1)?;
             if self.closed_after_member(b']')? {
                 return Some(());
             }
@@ -152,6 +160,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A string, from its opening quote; whether it holds an escape.
+    #[inline(always)]
     fn string(&mut self) -> Option<bool> {
         self.expect(b'"')?;
         let bytes = self.bytes();

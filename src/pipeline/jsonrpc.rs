@@ -259,10 +259,9 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
                 r.object(1, |r, key| {
                     let key = key.plain()?;
                     inner.first(key)?;
-                    let slot = ["name", "uri", "arguments"].iter().position(|w| *w == key);
-                    let value = r.value(2)?;
-                    if let Some(i) = slot {
-                        found[i] = Some(value);
+                    match ["name", "uri", "arguments"].iter().position(|w| *w == key) {
+                        Some(i) => found[i] = Some(r.value(2)?),
+                        None => r.skip(2)?,
                     }
                     Some(())
                 })?;
@@ -273,7 +272,7 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
                 if key == "params" {
                     params = Some(None);
                 }
-                r.value(1)?;
+                r.skip(1)?;
             }
         }
         Some(())

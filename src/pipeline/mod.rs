@@ -451,7 +451,7 @@ async fn run<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let route = {
         let m = snapshot
-            .match_route(listener, req.uri.path())
+            .match_route(listener, req.target.path())
             .ok_or(GateError::NoRoute)?;
         let route: &'s Arc<Route> = m.route;
         ctx.route = Some(route);
@@ -465,7 +465,7 @@ async fn run<'s>(
         ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
         route
     };
-    origin::check(&snapshot.listeners[listener], &req.uri, &req.fields)?;
+    origin::check(&snapshot.listeners[listener], &req.target, &req.fields)?;
     let profile = &route.profile;
     let upstream = &profile.upstream;
     let stream_timing = StreamTiming {
@@ -494,7 +494,7 @@ async fn run<'s>(
             method: req.method.clone(),
             timeout: upstream.timeout,
             body_deadline,
-            query: req.uri.query(),
+            query: req.target.query(),
             fields: &req.fields,
             body: Bytes::new(),
             forwarded_for: &peer.forwarded_for,
@@ -525,7 +525,10 @@ async fn post(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
     let ClientRequest {
-        uri, fields, body, ..
+        target,
+        fields,
+        body,
+        ..
     } = req;
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
     check_content_headers(&fields)?;
@@ -677,7 +680,7 @@ async fn post(
                 method: Method::POST,
                 body_deadline: !long_lived,
                 timeout,
-                query: uri.query(),
+                query: target.query(),
                 fields: &fields,
                 body: bytes,
                 forwarded_for: &peer.forwarded_for,

@@ -5,13 +5,10 @@
 
 use crate::config::Listener;
 use crate::error::GateError;
-use crate::request::{Fields, Kind};
-use http::Uri;
+use crate::request::{Fields, Kind, Target};
 
-pub fn check(listener: &Listener, uri: &Uri, fields: &Fields) -> Result<(), GateError> {
-    let host = fields
-        .get_str(Kind::Host)
-        .or_else(|| uri.authority().map(|a| a.as_str()));
+pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
+    let host = fields.get_str(Kind::Host).or_else(|| target.authority());
     // HTTP/1.1 requires Host; a request without one cannot be checked, so it is refused.
     if !host.is_some_and(|h| listener.hosts.allows(h)) {
         return Err(GateError::HostRefused);

@@ -42,13 +42,7 @@ impl<'a> Reader<'a> {
 
     #[inline(always)]
     pub fn skip_ws(&mut self) {
-        // Compact JSON has none: one comparison passes a structural byte.
-        while let Some(&b) = self.bytes().get(self.at) {
-            if b > b' ' || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
-                break;
-            }
-            self.at += 1;
-        }
+        self.at = past_ws(self.bytes(), self.at);
     }
 
     pub fn peek(&self) -> Option<u8> {
@@ -78,18 +72,22 @@ impl<'a> Reader<'a> {
         Some(&self.text[start..self.at])
     }
 
-    /// One value of any kind, checked and passed over.
+    /// One value of any kind, checked and passed over. `depth` is the value's own nesting
+    /// depth.
+    #[inline(always)]
     pub fn skip(&mut self, depth: u32) -> Option<()> {
-        match self.peek()? {
-            b'{' => self.object(depth, |r, _| r.skip(depth + 1)),
-            b'[' => self.array(depth),
-            b'"' => self.string().map(drop),
-            b't' => self.literal("true"),
-            b'f' => self.literal("false"),
-            b'n' => self.literal("null"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => None,
-        }
+        let bytes = self.bytes();
+        let i = self.at;
+        self.at = match *bytes.get(i)? {
+            b'{' | b'[' => past_container(bytes, i, depth)?,
+            b'"' => past_string(bytes, i)?.0,
+            b't' => past_literal(bytes, i, b"true")?,
+            b'f' => past_literal(bytes, i, b"false")?,
+            b'n' => past_literal(bytes, i, b"null")?,
+            b'-' | b'0'..=b'9' => past_number(bytes, i)?,
+            _ => return None,
+        };
+        Some(())
     }
 
     /// An object; `each` is called at each member's value (whitespace skipped) and must
@@ -109,9 +107,6 @@ impl<'a> Reader<'a> {
         }
         loop {
             self.skip_ws();
-            if self.peek()? != b'"' {
-                return None;
-            }
             let start = self.at + 1;
             let escaped = self.string()?;
             let key = Key {
@@ -122,83 +117,23 @@ impl<'a> Reader<'a> {
             self.expect(b':')?;
             self.skip_ws();
             each(self, key)?;
-            if self.closed_after_member(b'}')? {
-                return Some(());
-            }
-        }
-    }
-
-    fn array(&mut self, depth: u32) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.expect(b'[')?;
-        self.skip_ws();
-        if self.eat(b']') {
-            return Some(());
-        }
-        loop {
             self.skip_ws();
-            self.skip(depth + 1)?;
-            if self.closed_after_member(b']')? {
-                return Some(());
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
             }
-        }
-    }
-
-    /// After a member of an object or array: `Some(true)` past its `close`, `Some(false)`
-    /// past a comma (another member follows), `None` at anything else.
-    fn closed_after_member(&mut self, close: u8) -> Option<bool> {
-        self.skip_ws();
-        let b = self.peek()?;
-        self.at += 1;
-        match b {
-            b',' => Some(false),
-            _ if b == close => Some(true),
-            _ => None,
         }
     }
 
     /// A string, from its opening quote; whether it holds an escape.
     #[inline(always)]
     fn string(&mut self) -> Option<bool> {
-        self.expect(b'"')?;
-        let bytes = self.bytes();
-        let mut i = self.at;
-        let mut escaped = false;
-        loop {
-            // Runs of bytes that end nothing are passed over a word at a time.
-            while let Some(word) = bytes[i..].first_chunk::<8>() {
-                let mask = crate::jsontext::escape_mask(u64::from_le_bytes(*word));
-                if mask != 0 {
-                    i += mask.trailing_zeros() as usize / 8;
-                    break;
-                }
-                i += 8;
-            }
-            let b = *bytes.get(i)?;
-            i += 1;
-            match b {
-                b'"' => break,
-                b'\\' => {
-                    escaped = true;
-                    match *bytes.get(i)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
-                        b'u' => {
-                            let hex = bytes.get(i + 1..i + 5)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            i += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                0..=0x1f => return None,
-                _ => {}
-            }
-        }
-        self.at = i;
+        let (end, escaped) = past_string(self.bytes(), self.at)?;
+        self.at = end;
         Some(escaped)
     }
 
@@ -210,44 +145,160 @@ impl<'a> Reader<'a> {
             true => None,
         }
     }
+}
 
-    fn literal(&mut self, word: &str) -> Option<()> {
-        let end = self.at + word.len();
-        (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
-    }
-
-    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
-    fn number(&mut self) -> Option<()> {
-        self.eat(b'-');
-        match self.peek()? {
-            b'0' => self.at += 1,
-            b'1'..=b'9' => self.digits(),
+/// Past the object or array that opens at `i`, at nesting depth `depth`. Read in one loop
+/// rather than by recursion: the containers open are a stack of bits (1 an object, 0 an
+/// array), innermost lowest.
+fn past_container(bytes: &[u8], mut i: usize, depth: u32) -> Option<usize> {
+    let mut open = 0u32;
+    let mut objects = 0u128;
+    'value: loop {
+        // A value starts at `i`, whitespace passed.
+        match *bytes.get(i)? {
+            b @ (b'{' | b'[') => {
+                // `open` stays within 65, the bits `objects` holds.
+                if depth + open > MAX_DEPTH {
+                    return None;
+                }
+                let object = b == b'{';
+                i = past_ws(bytes, i + 1);
+                if bytes.get(i) == Some(if object { &b'}' } else { &b']' }) {
+                    i += 1;
+                } else {
+                    open += 1;
+                    objects = objects << 1 | u128::from(object);
+                    if object {
+                        i = past_key(bytes, i)?;
+                    }
+                    continue 'value;
+                }
+            }
+            b'"' => i = past_string(bytes, i)?.0,
+            b't' => i = past_literal(bytes, i, b"true")?,
+            b'f' => i = past_literal(bytes, i, b"false")?,
+            b'n' => i = past_literal(bytes, i, b"null")?,
+            b'-' | b'0'..=b'9' => i = past_number(bytes, i)?,
             _ => return None,
         }
-        if self.eat(b'.') {
-            self.digits1()?;
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.at += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.at += 1;
+        // After a value: close what it ends, or go on to the next member.
+        loop {
+            if open == 0 {
+                return Some(i);
             }
-            self.digits1()?;
+            i = past_ws(bytes, i);
+            let object = objects & 1 == 1;
+            match *bytes.get(i)? {
+                b',' => {
+                    i = past_ws(bytes, i + 1);
+                    if object {
+                        i = past_key(bytes, i)?;
+                    }
+                    continue 'value;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return None,
+            }
+            i += 1;
+            open -= 1;
+            objects >>= 1;
         }
-        Some(())
     }
+}
 
-    fn digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.at += 1;
+/// Where the whitespace from `i` ends.
+#[inline(always)]
+fn past_ws(bytes: &[u8], mut i: usize) -> usize {
+    // Compact JSON has none: one comparison passes a structural byte.
+    while let Some(&b) = bytes.get(i) {
+        if b > b' ' || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+/// Past an object member's key and its colon, to where its value starts.
+#[inline(always)]
+fn past_key(bytes: &[u8], i: usize) -> Option<usize> {
+    let i = past_ws(bytes, past_string(bytes, i)?.0);
+    (bytes.get(i) == Some(&b':')).then(|| past_ws(bytes, i + 1))
+}
+
+/// Past the string whose opening quote is at `i`; and whether it holds an escape.
+#[inline(always)]
+fn past_string(bytes: &[u8], i: usize) -> Option<(usize, bool)> {
+    if bytes.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut i = i + 1;
+    let mut escaped = false;
+    loop {
+        // Runs of bytes that end nothing are passed over a word at a time.
+        while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+            let mask = crate::jsontext::escape_mask(u64::from_le_bytes(*word));
+            if mask != 0 {
+                i += mask.trailing_zeros() as usize / 8;
+                break;
+            }
+            i += 8;
+        }
+        let b = *bytes.get(i)?;
+        i += 1;
+        match b {
+            b'"' => return Some((i, escaped)),
+            b'\\' => {
+                escaped = true;
+                match *bytes.get(i)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 1,
+                    b'u' => {
+                        let hex = bytes.get(i + 1..i + 5)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        i += 5;
+                    }
+                    _ => return None,
+                }
+            }
+            0..=0x1f => return None,
+            _ => {}
         }
     }
+}
 
-    fn digits1(&mut self) -> Option<()> {
-        let start = self.at;
-        self.digits();
-        (self.at > start).then_some(())
+fn past_literal(bytes: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    let end = i + word.len();
+    (bytes.get(i..end)? == word).then_some(end)
+}
+
+/// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+fn past_number(bytes: &[u8], mut i: usize) -> Option<usize> {
+    let digits = |from: usize| {
+        from + bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    // At least one digit from `from`.
+    let digits1 = |from: usize| Some(digits(from)).filter(|&end| end > from);
+    i += usize::from(bytes.get(i) == Some(&b'-'));
+    match *bytes.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => i = digits(i + 1),
+        _ => return None,
     }
+    if bytes.get(i) == Some(&b'.') {
+        i = digits1(i + 1)?;
+    }
+    if let Some(b'e' | b'E') = bytes.get(i) {
+        i += 1;
+        i += usize::from(matches!(bytes.get(i), Some(b'+' | b'-')));
+        i = digits1(i)?;
+    }
+    Some(i)
 }
 
 /// The keys an object has shown so far, to refuse one seen twice (compared as written,
@@ -377,6 +428,11 @@ mod tests {
             r#""\x""#,
             r#""\u12g4""#,
             "[1 2]",
+            "[1}",
+            r#"{"a":1]"#,
+            r#"[{"a":[1}]}]"#,
+            r#"{"a":{"b":1},}"#,
+            r#"[[],[{}],"#,
             "{} {}",
             "'a'",
             "NaN",
@@ -406,8 +462,21 @@ mod tests {
     #[test]
     fn gives_up_deep_down() {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        assert!(whole(&deep(MAX_DEPTH as usize)).is_some());
+        assert!(whole(&deep(MAX_DEPTH as usize + 1)).is_some());
         assert!(whole(&deep(MAX_DEPTH as usize + 2)).is_none());
+        // Objects and arrays in turn, closed in the right order.
+        let mixed = |n: usize| {
+            let open: String = (0..n)
+                .map(|k| if k % 2 == 0 { "{\"k\":" } else { "[" })
+                .collect();
+            let close: String = (0..n)
+                .rev()
+                .map(|k| if k % 2 == 0 { "}" } else { "]" })
+                .collect();
+            format!("{open}0{close}")
+        };
+        assert!(whole(&mixed(MAX_DEPTH as usize + 1)).is_some());
+        assert!(whole(&mixed(MAX_DEPTH as usize + 2)).is_none());
         // Far past serde_json's limit too, and no stack overflow.
         assert!(whole(&deep(100_000)).is_none());
     }

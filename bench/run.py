@@ -234,11 +234,18 @@ def main():
     print("|---|---|---|---|---|---|")
     def row(name, goal, n, g, ratio, ok):
         print(f"| {name} | {goal} | {n} | {g} | {ratio} | {'yes' if ok else 'no'} |")
+    # mcpgate's figure over nginx's, held to `limit`. CPU time is read in clock ticks
+    # (10 ms): a short run (the smoke's tools/list) can see none for nginx, and a ratio to
+    # nothing says nothing, so it is shown as n/a and not met.
+    def compared(name, limit, n, g, unit, digits):
+        ratio = g / n if n > 0 else None
+        row(name, f"≤ {limit}", f"{n:.{digits}f} {unit}", f"{g:.{digits}f} {unit}",
+            "n/a" if ratio is None else f"{ratio:.2f}", ratio is not None and ratio <= limit)
     cn, cg = med("call_json", "nginx", "cpu_us_per_req"), med("call_json", "mcpgate", "cpu_us_per_req")
-    row("CPU/request, small tools/call, full policy", "≤ 1.0", f"{cn:.1f} µs", f"{cg:.1f} µs", f"{cg/cn:.2f}", cg / cn <= 1.0)
-    row("added p50 latency vs direct", "≤ 1.0", f"{added_n:.3f} ms", f"{added_g:.3f} ms", f"{added_g/added_n:.2f}" if added_n > 0 else "n/a", added_n > 0 and added_g / added_n <= 1.0)
+    compared("CPU/request, small tools/call, full policy", 1.0, cn, cg, "µs", 1)
+    compared("added p50 latency vs direct", 1.0, added_n, added_g, "ms", 3)
     ln, lg = med("list_500", "nginx", "cpu_us_per_req"), med("list_500", "mcpgate", "cpu_us_per_req")
-    row("tools/list 500→100: CPU/request vs nginx pass-through", "≤ 2.0", f"{ln:.1f} µs", f"{lg:.1f} µs", f"{lg/ln:.2f}", lg / ln <= 2.0)
+    compared("tools/list 500→100: CPU/request vs nginx pass-through", 2.0, ln, lg, "µs", 1)
     row("RSS growth streaming a 10 MiB result", "< 2 MiB", "-", f"{big['rss_growth_kib']} KiB ({big['bytes']} bytes)", "-", big["rss_growth_kib"] < 2048)
     row("RSS idle", "< 16 MiB", f"{idle_rss['nginx']} KiB", f"{idle_rss['mcpgate']} KiB", "-", idle_rss["mcpgate"] < 16384)
     row(f"RSS with {n_streams} idle SSE streams", "< 64 MiB", f"{streams['nginx'][1]} KiB ({streams['nginx'][0]} open)",

@@ -1385,9 +1385,7 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
             "error" => 2,
             _ => return r.skip(1),
         };
-        if std::mem::replace(&mut seen[slot], true) {
-            return None;
-        }
+        first(&mut seen[slot])?;
         match key {
             "id" => id = Some(r.value(1)?).filter(|_| !is_null),
             _ if is_null => r.skip(1)?,
@@ -1396,9 +1394,7 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
                 let mut once = false;
                 r.object(1, |r, key| {
                     if key.plain()? == "isError" {
-                        if std::mem::replace(&mut once, true) {
-                            return None;
-                        }
+                        first(&mut once)?;
                         is_error = match r.value(2)? {
                             "true" => Some(true),
                             "false" => Some(false),
@@ -1418,9 +1414,7 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
                 r.object(1, |r, key| {
                     let value = r.value(2)?;
                     if key.plain()? == "code" {
-                        if std::mem::replace(&mut once, true) {
-                            return None;
-                        }
+                        first(&mut once)?;
                         found = value.parse().ok()?;
                     }
                     Some(())
@@ -1442,6 +1436,11 @@ fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
         (None, None) => return Some(None),
     };
     Some(id.map(|id| (id, outcome)))
+}
+
+/// Notes a field as seen; `None` when it was already (a repeated field: serde_json decides).
+fn first(seen: &mut bool) -> Option<()> {
+    (!std::mem::replace(seen, true)).then_some(())
 }
 
 /// Appends `data` to `tail` and keeps the last [`TAIL`] bytes of the two.

@@ -80,12 +80,7 @@ impl<'a> Reader<'a> {
         let i = self.at;
         self.at = match *bytes.get(i)? {
             b'{' | b'[' => past_container(bytes, i, depth)?,
-            b'"' => past_string(bytes, i)?.0,
-            b't' => past_literal(bytes, i, b"true")?,
-            b'f' => past_literal(bytes, i, b"false")?,
-            b'n' => past_literal(bytes, i, b"null")?,
-            b'-' | b'0'..=b'9' => past_number(bytes, i)?,
-            _ => return None,
+            _ => past_scalar(bytes, i)?,
         };
         Some(())
     }
@@ -174,12 +169,7 @@ fn past_container(bytes: &[u8], mut i: usize, depth: u32) -> Option<usize> {
                     continue 'value;
                 }
             }
-            b'"' => i = past_string(bytes, i)?.0,
-            b't' => i = past_literal(bytes, i, b"true")?,
-            b'f' => i = past_literal(bytes, i, b"false")?,
-            b'n' => i = past_literal(bytes, i, b"null")?,
-            b'-' | b'0'..=b'9' => i = past_number(bytes, i)?,
-            _ => return None,
+            _ => i = past_scalar(bytes, i)?,
         }
         // After a value: close what it ends, or go on to the next member.
         loop {
@@ -204,6 +194,19 @@ fn past_container(bytes: &[u8], mut i: usize, depth: u32) -> Option<usize> {
             open -= 1;
             objects >>= 1;
         }
+    }
+}
+
+/// Past the string, number or literal that starts at `i`.
+#[inline(always)]
+fn past_scalar(bytes: &[u8], i: usize) -> Option<usize> {
+    match *bytes.get(i)? {
+        b'"' => Some(past_string(bytes, i)?.0),
+        b't' => past_literal(bytes, i, b"true"),
+        b'f' => past_literal(bytes, i, b"false"),
+        b'n' => past_literal(bytes, i, b"null"),
+        b'-' | b'0'..=b'9' => past_number(bytes, i),
+        _ => None,
     }
 }
 

@@ -37,7 +37,7 @@ impl ClientRequest {
 /// bytes refused, the same fragment dropped, the same path and query), without building
 /// a `Uri`, whose parse cost more than the rest of the head. Any other form (absolute,
 /// authority, `*`) and every HTTP/2 target is kept as the `Uri` it parses to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Target {
     /// The path and query, the fragment left out; `query`: where its `?` is.
     Origin {

@@ -2,7 +2,7 @@
 //! sustains, and the latency a durable record (write + fsync, before forwarding) adds.
 //! Run: `cargo bench --bench audit` (the file goes to the system temp folder).
 
-use mcpgate::audit::{Audit, AuditSettings, Base, Call, Record};
+use mcpgate::observe::audit::{Audit, AuditSettings, Base, Call, Record};
 use prometheus_client::metrics::counter::Counter;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ fn main() {
             keep: 1,
             // The queue is shared out among the staging areas (one per worker thread,
             // one for other threads): room for all N in the one this thread uses.
-            queue: (N as usize + 1) * (mcpgate::workers::count() + 1),
+            queue: (N as usize + 1) * (mcpgate::runtime::workers::count() + 1),
         };
         let dropped = Counter::default();
         let (audit, task) = Audit::start(settings, dropped.clone()).unwrap();

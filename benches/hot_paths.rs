@@ -3,9 +3,9 @@
 //! Run: `cargo bench --bench hot_paths`.
 
 use mcpgate::config::load_str;
-use mcpgate::pipeline::jsonrpc;
-use mcpgate::tools_list::{ToolFilter, rewrite};
-use mcpgate::transport::{accept, sse};
+use mcpgate::mcp::jsonrpc;
+use mcpgate::mcp::tools_list::{ToolFilter, rewrite};
+use mcpgate::mcp::transport::{accept, sse};
 use std::sync::Arc;
 
 fn main() {
@@ -74,7 +74,7 @@ fn sse_encode_json() -> bytes::Bytes {
 
 #[divan::bench(args = [10, 10_000])]
 fn token_lookup(bencher: divan::Bencher, tokens: usize) {
-    use mcpgate::token::{Secret, to_hex};
+    use mcpgate::config::token::{Secret, to_hex};
     let mut text = String::from(
         "[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[profiles.p]\nupstream = \"u\"\nallow = [\"*\"]\n",
     );

@@ -3,11 +3,11 @@
 //! streams, TLS certificate stores, readiness. `reload` is the one path every trigger
 //! (SIGHUP, file change, `POST /reload`) goes through.
 
-use crate::audit::Audit;
 use crate::config::{self, Snapshot};
-use crate::metrics::{Metrics, ResultLabels};
-use crate::streams::StreamRegistry;
-use crate::tls::CertStore;
+use crate::http::tls::CertStore;
+use crate::observe::audit::Audit;
+use crate::observe::metrics::{Metrics, ResultLabels};
+use crate::runtime::streams::StreamRegistry;
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -3,8 +3,10 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use mcpgate::cli::demo;
+use mcpgate::config::{self, token};
 use mcpgate::gateway::Gateway;
-use mcpgate::{config, demo, server, token};
+use mcpgate::http::server;
 use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -167,11 +169,11 @@ fn dispatch(command: Command) -> Result<()> {
             result_bytes,
             streams,
         } => {
-            let opts = mcpgate::sample::Options {
+            let opts = mcpgate::cli::sample::Options {
                 mode: if sse {
-                    mcpgate::sample::Mode::Sse
+                    mcpgate::cli::sample::Mode::Sse
                 } else {
-                    mcpgate::sample::Mode::Json
+                    mcpgate::cli::sample::Mode::Json
                 },
                 generated_tools: tools,
                 result_bytes,
@@ -180,7 +182,7 @@ fn dispatch(command: Command) -> Result<()> {
                 ..Default::default()
             };
             runtime()?.block_on(async {
-                let server = mcpgate::sample::start(listen, opts)
+                let server = mcpgate::cli::sample::start(listen, opts)
                     .await
                     .context("starting the sample server")?;
                 eprintln!("sample upstream on {}", server.url());
@@ -200,14 +202,16 @@ fn dispatch(command: Command) -> Result<()> {
                 .context("writing the man page")?;
             Ok(())
         }
-        Command::Audit(AuditCommand::Verify { file }) => match mcpgate::audit::verify(&file) {
-            Ok(lines) => {
-                println!("{}: {lines} lines, chain intact", file.display());
-                Ok(())
+        Command::Audit(AuditCommand::Verify { file }) => {
+            match mcpgate::observe::audit::verify(&file) {
+                Ok(lines) => {
+                    println!("{}: {lines} lines, chain intact", file.display());
+                    Ok(())
+                }
+                Err((0, why)) => bail!("{why}"),
+                Err((line, why)) => bail!("{}:{line}: chain broken: {why}", file.display()),
             }
-            Err((0, why)) => bail!("{why}"),
-            Err((line, why)) => bail!("{}:{line}: chain broken: {why}", file.display()),
-        },
+        }
         Command::Token(TokenCommand::Hash) => {
             let mut input = String::new();
             std::io::stdin()
@@ -262,12 +266,12 @@ fn init_logging(settings: &config::LogSettings) {
         use tracing_subscriber::util::SubscriberInitExt;
         tracing_subscriber::registry()
             .with(filter)
-            .with(mcpgate::logjson::JsonLayer::installed(
-                mcpgate::logjson::Stderr::new(),
+            .with(mcpgate::observe::log::JsonLayer::installed(
+                mcpgate::observe::log::Stderr::new(),
             ))
             .init();
     } else {
-        mcpgate::logjson::use_spans();
+        mcpgate::observe::log::use_spans();
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
@@ -277,7 +281,7 @@ fn init_logging(settings: &config::LogSettings) {
 }
 
 /// The control thread's runtime: signals, reloads, the admin listener and accepting.
-/// Connections are served on the worker threads (`mcpgate::workers`).
+/// Connections are served on the worker threads (`mcpgate::runtime::workers`).
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

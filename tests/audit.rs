@@ -5,7 +5,7 @@
 
 mod support;
 
-use mcpgate::sample;
+use mcpgate::cli::sample;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -310,7 +310,8 @@ async fn sigusr1_after_a_move_writes_a_new_file_and_the_chain_goes_on() {
     // The new file's first line carries the hash of the old file's last line.
     let old = std::fs::read_to_string(&moved).unwrap();
     let last = old.lines().last().unwrap();
-    let digest = mcpgate::token::to_hex(&<sha2::Sha256 as sha2::Digest>::digest(last.as_bytes()));
+    let digest =
+        mcpgate::config::token::to_hex(&<sha2::Sha256 as sha2::Digest>::digest(last.as_bytes()));
     assert_eq!(fresh[0]["prev"], digest);
     assert!(verify(&moved).0 && verify(&path).0);
 }

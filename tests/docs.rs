@@ -151,7 +151,7 @@ fn the_kubernetes_configmap_passes_check() {
     // The Secret's files, as the pod would mount them.
     let tokens = tempfile::tempdir().unwrap();
     for name in ["chatgpt-app", "reader"] {
-        let hash = mcpgate::token::to_hex(&mcpgate::token::Secret(name).hash());
+        let hash = mcpgate::config::token::to_hex(&mcpgate::config::token::Secret(name).hash());
         std::fs::write(
             tokens.path().join(format!("{name}.sha256")),
             format!("{hash}\n"),

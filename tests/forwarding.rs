@@ -4,7 +4,7 @@
 mod support;
 
 use http::Method;
-use mcpgate::sample;
+use mcpgate::cli::sample;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;

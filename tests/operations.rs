@@ -7,7 +7,7 @@ mod support;
 use bytes::Bytes;
 use http::Method;
 use http_body_util::{BodyExt, Full};
-use mcpgate::sample;
+use mcpgate::cli::sample;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 mod support;
 
-use mcpgate::sample::{self, Mode};
+use mcpgate::cli::sample::{self, Mode};
 use serde_json::Value;
 use support::*;
 

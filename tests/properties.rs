@@ -2,8 +2,8 @@
 //! however the stream is chunked and never loses a byte; Accept negotiation, JSON-RPC
 //! classification and the tools/list rewrite never panic on arbitrary input.
 
-use mcpgate::transport::accept::negotiate;
-use mcpgate::transport::sse::{Decoder, Event};
+use mcpgate::mcp::transport::accept::negotiate;
+use mcpgate::mcp::transport::sse::{Decoder, Event};
 use proptest::prelude::*;
 
 fn decode(chunks: &[&[u8]]) -> (Vec<Event>, Vec<u8>) {
@@ -87,7 +87,7 @@ proptest! {
 
     #[test]
     fn jsonrpc_classification_never_panics(body in proptest::collection::vec(any::<u8>(), 0..96), s in r#"[\[\]{}":,a-z0-9\\ ]{0,80}"#) {
-        let _ = mcpgate::pipeline::jsonrpc::parse(&body);
-        let _ = mcpgate::pipeline::jsonrpc::parse(s.as_bytes());
+        let _ = mcpgate::mcp::jsonrpc::parse(&body);
+        let _ = mcpgate::mcp::jsonrpc::parse(s.as_bytes());
     }
 }

@@ -5,7 +5,7 @@
 mod support;
 
 use http::Method;
-use mcpgate::sample::{self, Mode};
+use mcpgate::cli::sample::{self, Mode};
 use serde_json::Value;
 use std::time::Duration;
 use support::*;

@@ -7,9 +7,9 @@
 use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
 use super::units::{parse_duration, parse_size, parse_time, resolve_secrets_noting};
+use crate::http::tls::{TlsFiles, TlsMaterial};
 use crate::pipeline::limits::{self, ConcurrencyRule, KeyKind, Limits, RateRule};
-use crate::pool::Pool;
-use crate::tls::{TlsFiles, TlsMaterial};
+use crate::upstream::pool::Pool;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
@@ -103,7 +103,7 @@ pub struct Upstream {
 impl Upstream {
     /// This thread's pool of keep-alive connections to the upstream.
     pub fn pool(&self) -> &Arc<Pool> {
-        let slot = crate::workers::slot() % self.pools.len();
+        let slot = crate::runtime::workers::slot() % self.pools.len();
         self.pools[slot].get_or_init(|| {
             let host = self.url.host().unwrap_or_default();
             // A bracketed IPv6 literal is looked up without its brackets.
@@ -344,7 +344,7 @@ pub struct Snapshot {
     pub limits: Limits,
     pub sse_keepalive: Duration,
     pub admin: Option<SocketAddr>,
-    pub audit: Option<crate::audit::AuditSettings>,
+    pub audit: Option<crate::observe::audit::AuditSettings>,
     pub server: ServerSettings,
     pub log: LogSettings,
     /// The config file and every file it references (secrets, certificates): what the
@@ -928,7 +928,7 @@ impl Compiler<'_> {
         Ok(out)
     }
 
-    fn audit(&self, a: &raw::RawAudit) -> Result<crate::audit::AuditSettings, Fail> {
+    fn audit(&self, a: &raw::RawAudit) -> Result<crate::observe::audit::AuditSettings, Fail> {
         check_patterns(&a.durable)?;
         check_patterns(&a.redact)?;
         let max_size = a
@@ -941,7 +941,7 @@ impl Compiler<'_> {
         if let Some(q) = a.queue.as_ref().filter(|q| *q.get_ref() == 0) {
             return fail(q.span(), "queue must be at least 1");
         }
-        Ok(crate::audit::AuditSettings {
+        Ok(crate::observe::audit::AuditSettings {
             // Not added to the watched files: the audit file changes with every record.
             path: self.base.join(a.path.get_ref()),
             durable: a.durable.iter().map(|d| d.get_ref().clone()).collect(),
@@ -965,7 +965,7 @@ impl Compiler<'_> {
             key: self.path(raw.key.get_ref()),
             client_ca: raw.client_ca.as_ref().map(|c| self.path(c.get_ref())),
         };
-        crate::tls::load(&files).map_err(|m| (t.span(), m))
+        crate::http::tls::load(&files).map_err(|m| (t.span(), m))
     }
 
     fn server(&self, sv: &raw::RawServer) -> Result<ServerSettings, Fail> {
@@ -1155,7 +1155,7 @@ impl Compiler<'_> {
                     timeout,
                     stream_idle_timeout,
                     headers,
-                    pools: (0..=crate::workers::count())
+                    pools: (0..=crate::runtime::workers::count())
                         .map(|_| OnceLock::new())
                         .collect(),
                 }),
@@ -1336,7 +1336,7 @@ impl Compiler<'_> {
                 &t.sha256,
                 resolve_secrets_noting(t.sha256.get_ref(), &mut self.files.borrow_mut()),
             )?;
-            let hash = at(&t.sha256, crate::token::parse_hex32(&hex))?;
+            let hash = at(&t.sha256, crate::config::token::parse_hex32(&hex))?;
             for p in t.profiles.get_ref() {
                 if !profiles.contains_key(p) {
                     return fail(

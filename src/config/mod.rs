@@ -4,6 +4,7 @@
 pub mod compile;
 pub mod glob;
 pub mod raw;
+pub mod token;
 pub mod units;
 pub mod watch;
 

@@ -3,10 +3,10 @@
 //! Refusals differ by route kind on purpose: a path-token route answers 404 so a wrong URL
 //! looks like no URL; a bearer route answers 401 with `WWW-Authenticate` as RFC 6750 asks.
 
+use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::GateError;
-use crate::request::{Fields, Kind};
-use crate::token::Secret;
+use crate::http::request::{Fields, Kind};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
 

@@ -5,10 +5,10 @@
 //! It returns the upstream's response head; the body is streamed by `respond`.
 
 use crate::config::Upstream;
-use crate::deadline::Deadline;
 use crate::error::GateError;
-use crate::pool::UpBody;
-use crate::request::{Fields, Kind};
+use crate::http::request::{Fields, Kind};
+use crate::runtime::deadline::Deadline;
+use crate::upstream::pool::UpBody;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, Uri};
@@ -61,7 +61,7 @@ pub fn is_managed_header(name: &HeaderName) -> bool {
 /// `close` and `keep-alive` options, which name no field.
 fn named_by_connection<'a>(values: impl Iterator<Item = &'a str>) -> impl Iterator<Item = &'a str> {
     values
-        .flat_map(crate::headval::items)
+        .flat_map(crate::http::headval::items)
         .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
 }
 
@@ -111,7 +111,7 @@ fn stays_here(kind: Kind) -> bool {
 fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
     let values = fields
         .all(Kind::Connection)
-        .filter_map(crate::request::visible);
+        .filter_map(crate::http::request::visible);
     named_by_connection(values)
         .filter(|n| !Kind::of(n.as_bytes()).is_hop_by_hop())
         .collect()
@@ -252,10 +252,10 @@ fn origin_form<'a>(base: &'a Uri, query: Option<&str>) -> Result<Cow<'a, str>, G
 }
 
 /// Names the kind of failure for the client; the detail goes to the log only.
-fn upstream_error(upstream: &str, e: crate::pool::PoolError) -> GateError {
+fn upstream_error(upstream: &str, e: crate::upstream::pool::PoolError) -> GateError {
     let kind = match e {
-        crate::pool::PoolError::Connect(_) => "connection failed",
-        crate::pool::PoolError::Http(_) => "connection closed before a complete answer",
+        crate::upstream::pool::PoolError::Connect(_) => "connection failed",
+        crate::upstream::pool::PoolError::Http(_) => "connection closed before a complete answer",
     };
     tracing::warn!(upstream, error = %e, detail = ?std::error::Error::source(&e), "upstream request failed");
     GateError::UpstreamUnreachable(kind.to_string())

@@ -5,24 +5,24 @@
 
 pub mod auth;
 pub mod forward;
-pub mod jsonrpc;
 pub mod limits;
 pub mod origin;
 pub mod policy;
 pub mod respond;
 
-use crate::audit;
-use crate::body::ClientBody;
-use crate::body::GateBody;
 use crate::config::{Profile, Route, Snapshot};
 use crate::error::GateError;
 use crate::gateway::Gateway;
-use crate::logjson;
-use crate::metrics::Metrics;
-use crate::request::{ClientRequest, Fields, Kind};
-use crate::tools_list::{ListRewrite, ToolFilter};
-use crate::transport::accept::{self, Want};
-use crate::transport::relay::StreamTiming;
+use crate::http::body::ClientBody;
+use crate::http::body::GateBody;
+use crate::http::request::{ClientRequest, Fields, Kind};
+use crate::mcp::jsonrpc;
+use crate::mcp::tools_list::{ListRewrite, ToolFilter};
+use crate::mcp::transport::accept::{self, Want};
+use crate::mcp::transport::relay::StreamTiming;
+use crate::observe::audit;
+use crate::observe::log;
+use crate::observe::metrics::Metrics;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -115,8 +115,8 @@ pub async fn handle(
     let http_method = req.method.clone();
     // Every log line of the request carries its id (`logjson` explains how).
     let id = ctx.request_id.clone();
-    let span = logjson::request_span(&id);
-    let result = logjson::in_request(
+    let span = log::request_span(&id);
+    let result = log::in_request(
         id.clone(),
         span.clone(),
         run(gw, &snapshot, listener, &peer, req, &mut ctx),
@@ -131,7 +131,7 @@ pub async fn handle(
         }
     };
     let _entered = span.enter();
-    let _in = logjson::enter_request(&id);
+    let _in = log::enter_request(&id);
     // One reading of each clock serves the audit record, the log line and the metrics.
     let took = started.elapsed();
     let now = SystemTime::now();
@@ -170,7 +170,7 @@ pub async fn handle(
             rpc = ctx.rpc_method.as_deref().unwrap_or("-"), tool = ctx.tool.as_deref().unwrap_or("-"),
             status, reason = e.reason(), error = %e, ms = head_ms, "request failed"),
         _ if tracing::enabled!(tracing::Level::INFO) => {
-            let line = logjson::RequestLine {
+            let line = log::RequestLine {
                 method: http_method.as_str(),
                 route,
                 profile,
@@ -179,9 +179,9 @@ pub async fn handle(
                 tool: ctx.tool.as_deref().unwrap_or("-"),
                 status,
                 reason: reason.as_ref().map_or("-", GateError::reason),
-                ms: crate::jsontext::to_microsecond(head_ms),
+                ms: crate::mcp::jsontext::to_microsecond(head_ms),
             };
-            if !logjson::request_line(&line, now) {
+            if !log::request_line(&line, now) {
                 tracing::info!(
                     method = line.method,
                     route = line.route,
@@ -394,7 +394,7 @@ fn record_metrics(
     error: Option<&GateError>,
     took: std::time::Duration,
 ) {
-    use crate::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
+    use crate::observe::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let method = method_label(ctx.rpc_method.as_ref(), http);
@@ -630,7 +630,7 @@ async fn post(
         ids,
         filter: ToolFilter::new(snapshot.clone(), profile.clone()),
     });
-    let pending: crate::transport::relay::PendingIds = payload
+    let pending: crate::mcp::transport::relay::PendingIds = payload
         .messages()
         .iter()
         .filter(|m| m.kind == jsonrpc::Kind::Request)
@@ -767,15 +767,16 @@ impl Drop for Unanswered<'_> {
 fn check_content_headers(fields: &Fields) -> Result<(), GateError> {
     let media = fields
         .get_str(Kind::ContentType)
-        .map(crate::headval::media_type);
+        .map(crate::http::headval::media_type);
     if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
         ));
     }
     for v in fields.all(Kind::ContentEncoding) {
-        let ok = crate::request::visible(v).is_some_and(|v| {
-            crate::headval::items(v).all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
+        let ok = crate::http::request::visible(v).is_some_and(|v| {
+            crate::http::headval::items(v)
+                .all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
         });
         if !ok {
             return Err(GateError::UnsupportedMediaType(
@@ -843,7 +844,7 @@ fn request_id(fields: &Fields) -> Arc<str> {
     pair[..8].copy_from_slice(&prefix.to_be_bytes());
     pair[8..].copy_from_slice(&n.to_be_bytes());
     let mut id = [0u8; 32];
-    let id = crate::token::hex_into(&mut id, &pair);
+    let id = crate::config::token::hex_into(&mut id, &pair);
     Arc::from(std::str::from_utf8(id).unwrap_or_default())
 }
 

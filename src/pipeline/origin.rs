@@ -5,7 +5,7 @@
 
 use crate::config::Listener;
 use crate::error::GateError;
-use crate::request::{Fields, Kind, Target};
+use crate::http::request::{Fields, Kind, Target};
 
 pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
     let host = fields.get_str(Kind::Host).or_else(|| target.authority());
@@ -14,7 +14,7 @@ pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<()
         return Err(GateError::HostRefused);
     }
     if let Some(origin) = fields.get(Kind::Origin) {
-        if !crate::request::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
+        if !crate::http::request::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }
     }

@@ -3,9 +3,9 @@
 //! whole: if any element would be refused, nothing is forwarded, so an upstream never
 //! runs half of what a client sent.
 
-use super::jsonrpc::{Kind, Message, Payload, ToolName};
 use crate::config::{Profile, Snapshot};
 use crate::error::code;
+use crate::mcp::jsonrpc::{Kind, Message, Payload, ToolName};
 use serde_json::value::RawValue;
 
 /// One JSON-RPC error answer mcpgate owes a request element.

@@ -6,14 +6,14 @@
 
 use super::forward::Answer;
 use super::policy::Refusal;
-use crate::body::GateBody;
 use crate::error::GateError;
 use crate::gateway::Gateway;
-use crate::streams::StreamWatch;
-use crate::tools_list::ListRewrite;
-use crate::transport::accept::Want;
-use crate::transport::relay::{self, SseRelay, StreamTiming};
-use crate::transport::sse;
+use crate::http::body::GateBody;
+use crate::mcp::tools_list::ListRewrite;
+use crate::mcp::transport::accept::Want;
+use crate::mcp::transport::relay::{self, SseRelay, StreamTiming};
+use crate::mcp::transport::sse;
+use crate::runtime::streams::StreamWatch;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
@@ -186,7 +186,7 @@ pub struct Shaping {
     /// The tools/list requests of the payload and the caller's filter.
     pub list: Option<ListRewrite>,
     /// Ids of the requests in the payload: each is owed an answer.
-    pub pending: crate::transport::relay::PendingIds,
+    pub pending: crate::mcp::transport::relay::PendingIds,
     pub batch: bool,
     pub timing: StreamTiming,
     /// The caller's token hash and expiry: a stream ends when a reload revokes the token.
@@ -207,7 +207,7 @@ fn format_of(headers: &HeaderMap) -> Format {
     else {
         return Format::Other;
     };
-    let media = crate::headval::media_type(ct);
+    let media = crate::http::headval::media_type(ct);
     if media.eq_ignore_ascii_case("application/json") {
         Format::Json
     } else if media.eq_ignore_ascii_case("text/event-stream") {

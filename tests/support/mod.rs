@@ -9,8 +9,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use mcpgate::sample::{self, SampleServer};
-use mcpgate::token::{Secret, to_hex};
+use mcpgate::cli::sample::{self, SampleServer};
+use mcpgate::config::token::{Secret, to_hex};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -334,7 +334,7 @@ impl Reply {
     /// The JSON-RPC messages of the body, whether it is JSON or SSE.
     pub fn messages(&self) -> Vec<serde_json::Value> {
         if self.header("content-type").starts_with("text/event-stream") {
-            let mut d = mcpgate::transport::sse::Decoder::new();
+            let mut d = mcpgate::mcp::transport::sse::Decoder::new();
             d.feed(self.body.as_bytes());
             std::iter::from_fn(|| d.next_event())
                 .filter_map(|e| e.data)

@@ -24,8 +24,8 @@ pub enum GateBody {
     Streamed(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
-        body: crate::pool::UpBody,
-        deadline: Option<crate::deadline::Deadline>,
+        body: crate::upstream::pool::UpBody,
+        deadline: Option<crate::runtime::deadline::Deadline>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),
     /// Bytes already read from `rest`, sent first.

@@ -5,7 +5,7 @@
 //! can disagree on which copy wins and the upstream must run exactly what was checked.
 
 use crate::error::GateError;
-use crate::jsonread::{Reader, Seen};
+use crate::mcp::jsonread::{Reader, Seen};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -578,7 +578,7 @@ mod tests {
             "\"result\"",
         ];
         let (mut read, mut agreed_err) = (0, 0);
-        for text in crate::jsonread::edits(SEEDS, BITS, 0x9e37_79b9_7f4a_7c15, 40_000) {
+        for text in crate::mcp::jsonread::edits(SEEDS, BITS, 0x9e37_79b9_7f4a_7c15, 40_000) {
             let slow = message_by_serde(&text);
             match read_message(&text) {
                 Some(fast) => {

@@ -14,7 +14,7 @@
 //! The human format is tracing's own formatter, which knows only spans, so with it
 //! requests get a real span ([`use_spans`]).
 
-use crate::jsontext::{push_f64, push_i64, push_plain, push_rfc3339, push_str, push_u64};
+use crate::mcp::jsontext::{push_f64, push_i64, push_plain, push_rfc3339, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::future::Future;
@@ -158,7 +158,7 @@ fn flush_gathered() {
 
 impl Sink for Stderr {
     fn write_line(&self, line: &[u8], urgent: bool) {
-        if crate::workers::slot() == 0 {
+        if crate::runtime::workers::slot() == 0 {
             return write_whole(line);
         }
         let gathered = GATHERED.try_with(|g| {
@@ -227,7 +227,7 @@ pub struct RequestLine<'a> {
     pub tool: &'a str,
     pub status: u16,
     pub reason: &'a str,
-    /// Rounded to the microsecond ([`crate::jsontext::to_microsecond`]).
+    /// Rounded to the microsecond ([`crate::mcp::jsontext::to_microsecond`]).
     pub ms: f64,
 }
 
@@ -284,7 +284,7 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
     out.push_str(",\"reason\":");
     push_str(out, f.reason);
     out.push_str(",\"ms\":");
-    crate::jsontext::push_ms(out, f.ms);
+    crate::mcp::jsontext::push_ms(out, f.ms);
     out.push_str(",\"target\":\"mcpgate::pipeline\"");
     push_request(out);
     out.push_str("}\n");
@@ -563,7 +563,7 @@ mod tests {
             status: 200,
             reason: "-",
             // Rounded to the microsecond, as the pipeline hands it over.
-            ms: crate::jsontext::to_microsecond(0.578144),
+            ms: crate::mcp::jsontext::to_microsecond(0.578144),
         };
         let via_event = Buffer::default();
         let subscriber = tracing_subscriber::registry().with(JsonLayer::new(via_event.clone()));

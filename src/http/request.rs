@@ -6,7 +6,7 @@
 //! most of them absent, so a list and one bit per kind present cost far less. This module
 //! only holds the fields: what they mean is the pipeline's business.
 
-use crate::body::ClientBody;
+use crate::http::body::ClientBody;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, Uri};
 
@@ -287,7 +287,7 @@ impl Fields {
 
     /// The fields of a parsed HTTP/1.1 head: `text` is the head, `spans` where each
     /// field's name and value are in it.
-    pub(crate) fn from_spans(text: Bytes, spans: &[crate::pool::Span]) -> Fields {
+    pub(crate) fn from_spans(text: Bytes, spans: &[crate::upstream::pool::Span]) -> Fields {
         let mut kinds = 0;
         let list = spans
             .iter()
@@ -340,7 +340,7 @@ impl Fields {
             Ok(httparse::Status::Complete(len)) => len,
             other => panic!("not a whole head: {other:?}"),
         };
-        let spans = crate::pool::header_spans(text.as_bytes(), head.headers);
+        let spans = crate::upstream::pool::header_spans(text.as_bytes(), head.headers);
         Fields::from_spans(
             Bytes::copy_from_slice(&text.as_bytes()[..len]),
             spans.as_slice(),

@@ -28,9 +28,9 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
-use crate::body::{ClientBody, GateBody};
-use crate::pool::{Chunk, ChunkStep, header_spans, step_chunk};
-use crate::request::{ClientRequest, Fields, Kind, Target};
+use crate::http::body::{ClientBody, GateBody};
+use crate::http::request::{ClientRequest, Fields, Kind, Target};
+use crate::upstream::pool::{Chunk, ChunkStep, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::header;
@@ -685,7 +685,7 @@ fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
-    crate::request::visible(value).is_some_and(|v| crate::headval::lists(v, token))
+    crate::http::request::visible(value).is_some_and(|v| crate::http::headval::lists(v, token))
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success

@@ -8,10 +8,10 @@
 //! - `json_text`: a JSON answer read whole (for rewriting, or to frame it as one SSE event).
 
 use super::sse;
-use crate::body::{BoxError, DeadlineExceeded, GateBody};
 use crate::error::{GateError, code};
-use crate::streams::StreamWatch;
-use crate::tools_list::{ListRewrite, MAX_REWRITE_BYTES};
+use crate::http::body::{BoxError, DeadlineExceeded, GateBody};
+use crate::mcp::tools_list::{ListRewrite, MAX_REWRITE_BYTES};
+use crate::runtime::streams::StreamWatch;
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Limited};
@@ -38,7 +38,7 @@ struct Head<'a> {
 
 /// The ids of the responses in one JSON text (a message or a batch).
 fn response_ids(text: &str) -> Vec<&str> {
-    crate::pipeline::jsonrpc::one_or_many::<Head>(text)
+    crate::mcp::jsonrpc::one_or_many::<Head>(text)
         .into_iter()
         .filter(|h| h.method.is_none())
         .filter_map(|h| h.id.map(|id| id.get().trim()))

@@ -396,8 +396,8 @@ fn parse_head(
         // Whether a `Connection` field names other fields to remove.
         let mut names_fields = false;
         for &span in spans {
-            let name =
-                crate::headval::name(&bytes[span.name()]).map_err(|_| malformed("header name"))?;
+            let name = crate::http::headval::name(&bytes[span.name()])
+                .map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
                 .map_err(|_| malformed("header value"))?;
             if name == header::CONTENT_LENGTH {
@@ -415,13 +415,13 @@ fn parse_head(
                 chunked = value
                     .to_str()
                     .ok()
-                    .and_then(|v| crate::headval::items(v).next_back())
+                    .and_then(|v| crate::http::headval::items(v).next_back())
                     .is_some_and(|last| last.eq_ignore_ascii_case("chunked"));
             } else if name == header::CONNECTION {
                 let listed = |token: &str| {
                     value
                         .to_str()
-                        .is_ok_and(|v| crate::headval::lists(v, token))
+                        .is_ok_and(|v| crate::http::headval::lists(v, token))
                 };
                 if listed("close") {
                     keep = false;
@@ -430,7 +430,7 @@ fn parse_head(
                 }
                 // Kept for now only when it names other fields, to remove them by it below.
                 let names_others = value.to_str().is_ok_and(|v| {
-                    crate::headval::items(v).any(|t| {
+                    crate::http::headval::items(v).any(|t| {
                         !(t.is_empty()
                             || t.eq_ignore_ascii_case("close")
                             || t.eq_ignore_ascii_case("keep-alive"))

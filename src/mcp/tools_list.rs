@@ -6,7 +6,7 @@
 //! body, or the data of one SSE event (see `transport::relay`).
 
 use crate::config::{Profile, Snapshot};
-use crate::pipeline::jsonrpc::Text;
+use crate::mcp::jsonrpc::Text;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;

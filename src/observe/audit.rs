@@ -112,7 +112,7 @@ struct Stage {
 
 impl Stage {
     fn new(queue: usize) -> Stage {
-        let n = crate::workers::count() + 1;
+        let n = crate::runtime::workers::count() + 1;
         Stage {
             areas: (0..n).map(|_| Mutex::new(Lines::new())).collect(),
             area_max: (queue / n).max(1),
@@ -213,7 +213,7 @@ impl Audit {
     /// counted and logged.
     pub fn record(&self, record: Record) {
         let stage = &*self.stage;
-        let mut area = stage.area(crate::workers::slot().min(stage.areas.len() - 1));
+        let mut area = stage.area(crate::runtime::workers::slot().min(stage.areas.len() - 1));
         if area.closed || area.marks.len() >= stage.area_max {
             drop(area);
             self.count_dropped();
@@ -290,7 +290,7 @@ struct Writer {
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
-    crate::token::to_hex(&Sha256::digest(bytes))
+    crate::config::token::to_hex(&Sha256::digest(bytes))
 }
 
 fn now_rfc3339() -> String {
@@ -347,7 +347,7 @@ impl Writer {
         buf.push_str("\",");
         buf.push_str(tail);
         self.last.clear();
-        crate::token::push_hex(&mut self.last, &Sha256::digest(&buf.as_bytes()[start..]));
+        crate::config::token::push_hex(&mut self.last, &Sha256::digest(&buf.as_bytes()[start..]));
         buf.push('\n');
     }
 
@@ -747,9 +747,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn records_from_every_thread_are_written_by_close() {
         let (_dir, path, audit, task) = started();
-        let workers = crate::workers::Workers::start().unwrap();
+        let workers = crate::runtime::workers::Workers::start().unwrap();
         let mut done = Vec::new();
-        for w in 0..crate::workers::count() {
+        for w in 0..crate::runtime::workers::count() {
             let (tx, rx) = oneshot::channel();
             let audit = audit.clone();
             workers.spawn(async move {
@@ -778,9 +778,12 @@ mod tests {
         task.await.unwrap();
         workers.stop().await;
 
-        assert_eq!(verify(&path), Ok(1 + 300 * (crate::workers::count() + 1)));
+        assert_eq!(
+            verify(&path),
+            Ok(1 + 300 * (crate::runtime::workers::count() + 1))
+        );
         let ids = request_ids(&path);
-        for first in (0..crate::workers::count())
+        for first in (0..crate::runtime::workers::count())
             .map(|w| w * 1000)
             .chain([100_000])
         {
@@ -839,7 +842,7 @@ mod tests {
     fn a_full_area_drops_and_counts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let areas = crate::workers::count() + 1;
+        let areas = crate::runtime::workers::count() + 1;
         let (tx, _rx) = mpsc::channel(1);
         let dropped = Counter::default();
         // No writer runs: nothing is taken from the areas.
@@ -1032,7 +1035,7 @@ mod tests {
             put("reason", r.reason.clone().map(|x| json!(x)));
             put("status", r.status.map(|x| json!(x)));
             // Times are written to the microsecond.
-            let ms = crate::jsontext::to_microsecond;
+            let ms = crate::mcp::jsontext::to_microsecond;
             put("upstream_ms", r.upstream_ms.map(|x| json!(x.map(ms))));
             put("gateway_ms", r.gateway_ms.map(|x| json!(ms(x))));
             put("outcome", r.outcome.map(|x| json!(x)));
@@ -1197,7 +1200,9 @@ impl Record {
 /// where its member, `"prev":"…",`, goes. Written by hand because it runs for every
 /// audited call; a unit test holds it to serde_json's output.
 fn write_line(out: &mut String, record: &Record) -> usize {
-    use crate::jsontext::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
+    use crate::mcp::jsontext::{
+        push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64,
+    };
     use std::fmt::Write as _;
     let r = record;
     let b = &*r.base;
@@ -1361,13 +1366,13 @@ fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'static str)) 
     }
 }
 
-/// The outcome of a single response, read in one pass with [`crate::jsonread`]:
+/// The outcome of a single response, read in one pass with [`crate::mcp::jsonread`]:
 /// `Some(None)` when it has none (no id, or neither result nor error), `None` to leave
 /// the text to serde_json (malformed, an escaped key, a repeated field, a `result` or
 /// `error` or `isError` or `code` of a shape that is not the usual one). Where both
 /// read it, they agree (`fast_and_serde_agree`).
 fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
-    use crate::jsonread::Reader;
+    use crate::mcp::jsonread::Reader;
     let mut r = Reader::new(text);
     r.skip_ws();
     // Which of `id`, `result` and `error` were seen: a second of any makes it give up.
@@ -1529,7 +1534,7 @@ pub fn record_whole_answer(
     total_ms: f64,
 ) {
     let mut outcomes = Outcomes::new(records, started);
-    outcomes.scan(&crate::jsontext::lossy(json));
+    outcomes.scan(&crate::mcp::jsontext::lossy(json));
     outcomes.write(audit, "upstream_error", total_ms);
 }
 
@@ -1537,10 +1542,10 @@ pub fn record_whole_answer(
 /// reads along to learn each call's outcome, and writes the records when the answer ends,
 /// fails, or the client goes away.
 pub struct AuditTap {
-    inner: crate::body::GateBody,
+    inner: crate::http::body::GateBody,
     audit: Audit,
     outcomes: Outcomes,
-    sse: Option<crate::transport::sse::Decoder>,
+    sse: Option<crate::mcp::transport::sse::Decoder>,
     json: Vec<u8>,
     /// Set once `json` outgrew `MAX_OBSERVED_JSON`: from then on it holds only a tail.
     overflowed: bool,
@@ -1549,7 +1554,7 @@ pub struct AuditTap {
 
 impl AuditTap {
     pub fn new(
-        inner: crate::body::GateBody,
+        inner: crate::http::body::GateBody,
         audit: Audit,
         records: impl IntoIterator<Item = Record>,
         sse: bool,
@@ -1559,7 +1564,7 @@ impl AuditTap {
             inner,
             audit,
             outcomes: Outcomes::new(records, started),
-            sse: sse.then(crate::transport::sse::Decoder::new),
+            sse: sse.then(crate::mcp::transport::sse::Decoder::new),
             json: Vec::new(),
             overflowed: false,
             finished: false,
@@ -1618,7 +1623,7 @@ impl AuditTap {
             self.outcomes.settle_unknown(outcome);
         } else if !self.json.is_empty() {
             let json = std::mem::take(&mut self.json);
-            self.scan(&crate::jsontext::lossy(&json));
+            self.scan(&crate::mcp::jsontext::lossy(&json));
         }
         let total_ms = self.outcomes.started.elapsed().as_secs_f64() * 1000.0;
         self.outcomes.write(&self.audit, otherwise, total_ms);
@@ -1627,7 +1632,7 @@ impl AuditTap {
 
 impl http_body::Body for AuditTap {
     type Data = bytes::Bytes;
-    type Error = crate::body::BoxError;
+    type Error = crate::http::body::BoxError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
@@ -1641,7 +1646,7 @@ impl http_body::Body for AuditTap {
                 if let Some(d) = frame.data_ref() {
                     if end && this.sse.is_none() && this.json.is_empty() {
                         // A whole JSON answer in one frame: read it where it is.
-                        this.scan(&crate::jsontext::lossy(d));
+                        this.scan(&crate::mcp::jsontext::lossy(d));
                     } else {
                         let d = d.clone();
                         this.observe(&d);
@@ -1659,7 +1664,7 @@ impl http_body::Body for AuditTap {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
-                let outcome = if e.is::<crate::body::DeadlineExceeded>() {
+                let outcome = if e.is::<crate::http::body::DeadlineExceeded>() {
                     "timeout"
                 } else {
                     "upstream_error"
@@ -1782,7 +1787,7 @@ mod outcome_tests {
             "99999999999999999999",
         ];
         let mut read = 0;
-        for text in crate::jsonread::edits(ANSWERS, BITS, 0x2545_f491_4f6c_dd1d, 40_000) {
+        for text in crate::mcp::jsonread::edits(ANSWERS, BITS, 0x2545_f491_4f6c_dd1d, 40_000) {
             if let Some(found) = read_outcome(&text) {
                 read += 1;
                 assert_eq!(as_found(found), by_serde(&text), "{text}");

@@ -5,10 +5,10 @@
 //! MCP.
 
 use crate::gateway::Gateway;
-use crate::h1;
+use crate::http::h1::server as h1;
+use crate::http::tls;
 use crate::pipeline;
-use crate::tls;
-use crate::workers::Workers;
+use crate::runtime::workers::Workers;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -102,7 +102,10 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
         None => None,
     };
     let workers = Workers::start().map_err(BindError::Workers)?;
-    tracing::debug!(workers = crate::workers::count(), "worker threads started");
+    tracing::debug!(
+        workers = crate::runtime::workers::count(),
+        "worker threads started"
+    );
     Ok(Sockets {
         listeners,
         admin,
@@ -136,7 +139,7 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     }
     let admin = sockets.admin.map(|(addr, socket)| {
         tracing::info!(listener = "admin", addr = %addr, "listening");
-        tokio::spawn(crate::admin::serve(gw.clone(), socket))
+        tokio::spawn(crate::observe::admin::serve(gw.clone(), socket))
     });
 
     shutdown.await;
@@ -333,7 +336,7 @@ async fn serve_h2<I>(
         let gw = gw.clone();
         let client = client.clone();
         async move {
-            let req = crate::request::ClientRequest::from_h2(req);
+            let req = crate::http::request::ClientRequest::from_h2(req);
             Ok::<_, Infallible>(pipeline::handle(&gw, index, client, req).await)
         }
     });

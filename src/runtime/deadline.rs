@@ -34,7 +34,7 @@ impl Deadline {
 
     /// A deadline at `at`. Must be made inside a tokio runtime with time enabled.
     pub fn at(at: Instant) -> Deadline {
-        let spare = if crate::workers::slot() != 0 {
+        let spare = if crate::runtime::workers::slot() != 0 {
             SPARE
                 .try_with(|s| s.try_borrow_mut().ok()?.pop())
                 .ok()
@@ -70,7 +70,7 @@ impl Drop for Deadline {
             return;
         };
         // A worker's runtime lives as long as its thread, so its timers stay usable.
-        if crate::workers::slot() != 0 {
+        if crate::runtime::workers::slot() != 0 {
             let _ = SPARE.try_with(|s| {
                 if let Ok(mut spare) = s.try_borrow_mut()
                     && spare.len() < MAX_SPARE
@@ -90,7 +90,7 @@ mod tests {
     /// its own time, whether earlier or later than the timer's last, and never before.
     #[tokio::test]
     async fn timers_are_used_again_and_keep_time() {
-        let workers = crate::workers::Workers::start().unwrap();
+        let workers = crate::runtime::workers::Workers::start().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
         workers.spawn(async move {
             let first = Deadline::after(Duration::from_secs(60));

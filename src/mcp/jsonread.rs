@@ -241,7 +241,7 @@ fn past_string(bytes: &[u8], i: usize) -> Option<(usize, bool)> {
     loop {
         // Runs of bytes that end nothing are passed over a word at a time.
         while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-            let mask = crate::jsontext::escape_mask(u64::from_le_bytes(*word));
+            let mask = crate::mcp::jsontext::escape_mask(u64::from_le_bytes(*word));
             if mask != 0 {
                 i += mask.trailing_zeros() as usize / 8;
                 break;

@@ -1,0 +1,3 @@
+//! HTTP/1.1, served to clients (`server`) and spoken to upstreams (`client`).
+
+pub mod server;

@@ -1,0 +1,10 @@
+//! HTTP, not MCP: listeners and connections (`server`), TLS (`tls`), HTTP/1.1 in both
+//! directions (`h1`), the request as the pipeline gets it (`request`), answer bodies
+//! (`body`) and header value grammar (`headval`).
+
+pub mod body;
+pub mod h1;
+pub mod headval;
+pub mod request;
+pub mod server;
+pub mod tls;

@@ -1,0 +1,9 @@
+//! The protocol without sockets: JSON-RPC classification (`jsonrpc`) over a strict JSON
+//! reader (`jsonread`), JSON text written by hand (`jsontext`), the list filters
+//! (`tools_list`), and the Streamable HTTP transport's formats (`transport`).
+
+pub mod jsonread;
+pub mod jsonrpc;
+pub mod jsontext;
+pub mod tools_list;
+pub mod transport;

@@ -2,7 +2,8 @@
 //! the time of one check on a known key and on a new key, and what pruning gives back.
 //! Run: `cargo bench --bench limits`.
 
-use mcpgate::pipeline::limits::{Caller, KeyKind, Limits, RateRule, parse_rate};
+use mcpgate::config::compile::{KeyKind, RateSpec, parse_rate};
+use mcpgate::runtime::limiter::{Caller, Limits, RateRule};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -23,14 +24,14 @@ fn ip(i: u32) -> IpAddr {
 
 fn main() {
     const KEYS: u32 = 100_000;
-    let rule = RateRule::new(
-        "bench".into(),
-        KeyKind::ClientIp,
-        None,
-        false,
-        parse_rate("1000/s", None).unwrap(),
-        "1000/s".into(),
-    );
+    let rule = RateRule::new(RateSpec {
+        signature: "bench".into(),
+        key: KeyKind::ClientIp,
+        tools: None,
+        auth_failure: false,
+        quota: parse_rate("1000/s", None).unwrap(),
+        rate_text: "1000/s".into(),
+    });
     let limits = Limits {
         rate: vec![Arc::new(rule)],
         ..Default::default()

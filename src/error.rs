@@ -17,6 +17,16 @@ pub mod code {
     pub const UNAVAILABLE: i64 = -32003;
 }
 
+/// One JSON-RPC error answer mcpgate owes a request element.
+#[derive(Debug)]
+pub struct Refusal {
+    pub id: Option<Box<serde_json::value::RawValue>>,
+    pub code: i64,
+    pub message: String,
+    /// The tool named by a refused tools/call, for logs.
+    pub tool: Option<String>,
+}
+
 /// Who caused an error; also the label of the error metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -57,10 +67,7 @@ pub enum GateError {
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
-    Refused {
-        refusals: Vec<crate::pipeline::policy::Refusal>,
-        batch: bool,
-    },
+    Refused { refusals: Vec<Refusal>, batch: bool },
     #[error("Rate limit exceeded: retry after {} ms", retry_after.as_millis())]
     RateLimited { retry_after: std::time::Duration },
     #[error("Too many calls of this tool in flight (at most {max}): retry later")]

@@ -1,13 +1,18 @@
-//! The running gateway's shared state: the current configuration snapshot (swapped
-//! atomically on reload; a request keeps the snapshot it started with), metrics, open
-//! streams, TLS certificate stores, readiness. `reload` is the one path every trigger
+//! The running gateway's shared state: the configuration in force with the runtime state
+//! built for it ([`Live`]: swapped atomically on reload; a request keeps the one it
+//! started with), metrics, open streams, TLS certificate stores, readiness. State that
+//! outlives a configuration (upstream pools, rate-limit counters) is kept here and matched
+//! to the next configuration by its settings. `reload` is the one path every trigger
 //! (SIGHUP, file change, `POST /reload`) goes through.
 
-use crate::config::{self, Snapshot};
+use crate::config::{self, Snapshot, Upstream};
 use crate::http::tls::CertStore;
 use crate::observe::audit::Audit;
 use crate::observe::metrics::{Metrics, ResultLabels};
+use crate::runtime::limiter::Limits;
 use crate::runtime::streams::StreamRegistry;
+use crate::upstream::pool::Pool;
+use crate::upstream::registry::{Registry, WorkerPools};
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,24 +21,59 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::SystemTime;
 
+/// A configuration and the runtime state built for it: its upstreams' pools (by
+/// `Upstream::index`) and its limits' state. It reads as its `Snapshot` (`Deref`), so the
+/// request path names configuration fields directly.
+pub struct Live {
+    pub config: Arc<Snapshot>,
+    /// The state of `config.limits`.
+    pub limiter: Limits,
+    pools: Box<[Arc<WorkerPools>]>,
+}
+
+impl Live {
+    fn build(config: Snapshot, registry: &Registry, previous: Option<&Live>) -> Live {
+        Live {
+            pools: registry.table(&config.upstreams),
+            limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter)),
+            config: Arc::new(config),
+        }
+    }
+
+    /// This thread's pool of keep-alive connections to `upstream`.
+    pub fn pool(&self, upstream: &Upstream) -> &Arc<Pool> {
+        self.pools[upstream.index].here()
+    }
+}
+
+impl std::ops::Deref for Live {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        &self.config
+    }
+}
+
 /// A thread's own handle on a configuration snapshot. The snapshot is shared by every
 /// thread, and so is the count in its `Arc`: two workers cloning and dropping that per
 /// request bounce its cache line between their cores. Each thread wraps it once per
 /// reload in an `Arc` of its own and clones that instead.
 #[derive(Clone)]
 #[allow(clippy::redundant_allocation)] // The second allocation is the point: its own count.
-pub struct Here(Arc<Arc<Snapshot>>);
+pub struct Here(Arc<Arc<Live>>);
 
 impl std::ops::Deref for Here {
-    type Target = Arc<Snapshot>;
+    type Target = Arc<Live>;
 
-    fn deref(&self) -> &Arc<Snapshot> {
+    fn deref(&self) -> &Arc<Live> {
         &self.0
     }
 }
 
 pub struct Gateway {
-    snapshot: ArcSwap<Snapshot>,
+    snapshot: ArcSwap<Live>,
+    /// Upstream pools, kept across reloads that keep an upstream's address.
+    pools: Registry,
     /// Which gateway this is, for the per-thread cache of [`Gateway::snapshot_here`].
     id: u64,
     /// Moved on every swap of `snapshot`, after it.
@@ -73,8 +113,11 @@ impl Gateway {
             None => (None, None),
         };
         static IDS: AtomicU64 = AtomicU64::new(0);
+        let pools = Registry::default();
+        let live = Live::build(snapshot, &pools, None);
         Ok(Arc::new(Gateway {
-            snapshot: ArcSwap::from_pointee(snapshot),
+            snapshot: ArcSwap::from_pointee(live),
+            pools,
             id: IDS.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             metrics,
@@ -100,7 +143,7 @@ impl Gateway {
     }
 
     /// The configuration a new request should use, for its whole life.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub fn snapshot(&self) -> Arc<Live> {
         self.snapshot.load_full()
     }
 
@@ -173,8 +216,7 @@ impl Gateway {
             .clone()
             .ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
         let current = self.snapshot();
-        let previous = current.clone();
-        let next = tokio::task::spawn_blocking(move || config::load_after(&path, Some(&previous)))
+        let next = tokio::task::spawn_blocking(move || config::load(&path))
             .await
             .map_err(|e| format!("reload task failed: {e}"))?
             .map_err(|e| e.to_string())?;
@@ -190,7 +232,7 @@ impl Gateway {
         for w in &next.warnings {
             tracing::warn!("{w}");
         }
-        let next = Arc::new(next);
+        let next = Arc::new(Live::build(next, &self.pools, Some(&current)));
         self.snapshot.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
         // Streams of tokens that are gone or expired end now (SPEC §8).

@@ -4,11 +4,12 @@
 pub mod compile;
 pub mod glob;
 pub mod raw;
+pub mod tls;
 pub mod token;
 pub mod units;
 pub mod watch;
 
 pub use compile::{
     Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
-    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_after, load_str,
+    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_str,
 };

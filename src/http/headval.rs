@@ -37,7 +37,7 @@ pub fn name(bytes: &[u8]) -> Result<HeaderName, InvalidHeaderName> {
         10 if is(b"connection") => Some(header::CONNECTION),
         10 if is(b"user-agent") => Some(header::USER_AGENT),
         12 if is(b"content-type") => Some(header::CONTENT_TYPE),
-        12 if is(b"x-request-id") => Some(crate::pipeline::forward::X_REQUEST_ID),
+        12 if is(b"x-request-id") => Some(X_REQUEST_ID),
         13 if is(b"authorization") => Some(header::AUTHORIZATION),
         13 if is(b"cache-control") => Some(header::CACHE_CONTROL),
         13 if is(b"last-event-id") => Some(LAST_EVENT_ID),
@@ -58,6 +58,7 @@ pub fn name(bytes: &[u8]) -> Result<HeaderName, InvalidHeaderName> {
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 #[cfg(test)]
 mod tests {

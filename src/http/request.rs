@@ -287,7 +287,7 @@ impl Fields {
 
     /// The fields of a parsed HTTP/1.1 head: `text` is the head, `spans` where each
     /// field's name and value are in it.
-    pub(crate) fn from_spans(text: Bytes, spans: &[crate::upstream::pool::Span]) -> Fields {
+    pub(crate) fn from_spans(text: Bytes, spans: &[crate::http::h1::framing::Span]) -> Fields {
         let mut kinds = 0;
         let list = spans
             .iter()
@@ -340,7 +340,7 @@ impl Fields {
             Ok(httparse::Status::Complete(len)) => len,
             other => panic!("not a whole head: {other:?}"),
         };
-        let spans = crate::upstream::pool::header_spans(text.as_bytes(), head.headers);
+        let spans = crate::http::h1::framing::header_spans(text.as_bytes(), head.headers);
         Fields::from_spans(
             Bytes::copy_from_slice(&text.as_bytes()[..len]),
             spans.as_slice(),

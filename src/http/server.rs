@@ -544,7 +544,7 @@ pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
                 tick.tick().await;
-                gw.snapshot().limits.prune();
+                gw.snapshot().limiter.prune();
             }
         })
     };

@@ -6,6 +6,7 @@
 //! request's own thread, bounded: an overflow drops the record, counts it and logs it, and
 //! never blocks a request.
 
+pub use crate::config::compile::AuditSettings;
 use crate::config::glob::Matcher;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{Map, Value};
@@ -20,22 +21,6 @@ use tokio::sync::{mpsc, oneshot};
 
 /// What the first line of a chain hashes: this, then the file's start time.
 pub const GENESIS: &str = "mcpgate-audit-v1";
-
-/// Audit settings from `[audit]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditSettings {
-    pub path: PathBuf,
-    /// Tools (names or globs) whose calls get a fsynced `begin` record before forwarding.
-    pub durable: Vec<String>,
-    /// Argument keys whose values are replaced by `{sha256, len}`.
-    pub redact: Vec<String>,
-    /// Rotate when the file grows past this many bytes (`None`: never; use SIGUSR1).
-    pub max_size: Option<u64>,
-    /// Rotated files kept (`audit.jsonl.1` … `.N`).
-    pub keep: u32,
-    /// Records waiting for the writer before new ones are dropped.
-    pub queue: usize,
-}
 
 /// Largest `arguments` value kept in a record; bigger ones keep only their hash and size.
 pub const MAX_ARGUMENTS_BYTES: usize = 64 << 10;

@@ -207,7 +207,7 @@ impl<S: Sink> JsonLayer<S> {
 
 impl<S: Sink + Clone> JsonLayer<S> {
     /// The layer of the process's own subscriber: its sink also takes the lines written
-    /// without tracing's dispatch ([`request_line`]).
+    /// without tracing's dispatch ([`request`]).
     pub fn installed(sink: S) -> Self {
         let _ = DIRECT.set(Box::new(sink.clone()));
         JsonLayer { sink }
@@ -231,20 +231,53 @@ pub struct RequestLine<'a> {
     pub ms: f64,
 }
 
-/// Writes the `request` line straight to the installed JSON layer's sink, exactly as
-/// `info!(target: "mcpgate::pipeline", method, route, …, "request")` would reach it, but
-/// without the dispatch and the field visitor: it is the one line every request writes.
-/// `false` when no JSON layer is installed (the human format, tests): the caller then
-/// logs the event. The caller checks the level is enabled.
-pub fn request_line(fields: &RequestLine<'_>, now: std::time::SystemTime) -> bool {
+/// Logs the `request` line every request ends with (the access log), at info, with the
+/// target `mcpgate::pipeline`. With the process's JSON layer installed it is written
+/// straight to that layer's sink, exactly as the event would reach it but without the
+/// dispatch and the field visitor; otherwise (the human format, tests) it is the event.
+pub fn request(fields: &RequestLine<'_>, now: std::time::SystemTime) {
+    if !tracing::enabled!(target: "mcpgate::pipeline", tracing::Level::INFO) {
+        return;
+    }
     let Some(sink) = DIRECT.get() else {
-        return false;
+        tracing::info!(
+            target: "mcpgate::pipeline",
+            method = fields.method,
+            route = fields.route,
+            profile = fields.profile,
+            token = fields.token,
+            rpc = fields.rpc,
+            tool = fields.tool,
+            status = fields.status,
+            reason = fields.reason,
+            ms = fields.ms,
+            "request"
+        );
+        return;
     };
     with_line(|out| {
         format_request_line(out, fields, now);
         sink.write_line(out.as_bytes(), false);
     });
-    true
+}
+
+/// Logs a request that failed for a reason other than the client's, at warn, instead of
+/// its `request` line.
+pub fn request_failed(fields: &RequestLine<'_>, error: &impl std::fmt::Display) {
+    tracing::warn!(
+        target: "mcpgate::pipeline",
+        method = fields.method,
+        route = fields.route,
+        profile = fields.profile,
+        token = fields.token,
+        rpc = fields.rpc,
+        tool = fields.tool,
+        status = fields.status,
+        reason = fields.reason,
+        error = %error,
+        ms = fields.ms,
+        "request failed"
+    );
 }
 
 /// Runs `f` on this thread's line buffer, emptied. A log call made while formatting (a

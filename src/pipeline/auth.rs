@@ -3,12 +3,35 @@
 //! Refusals differ by route kind on purpose: a path-token route answers 404 so a wrong URL
 //! looks like no URL; a bearer route answers 401 with `WWW-Authenticate` as RFC 6750 asks.
 
+use super::{Ctx, Peer};
 use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::GateError;
+use crate::gateway::Live;
 use crate::http::request::{Fields, Kind};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
+
+/// The auth stage: an address that failed too often is refused before its token is even
+/// looked at; a failed authentication counts against it. The caller's token id and expiry
+/// are noted in `ctx`.
+pub(super) fn check<'s>(
+    live: &'s Live,
+    route: &Route,
+    path_token: Option<&str>,
+    fields: &Fields,
+    peer: &Peer,
+    ctx: &mut Ctx<'s>,
+) -> Result<(), GateError> {
+    if route.auth != Auth::None {
+        live.limiter.auth_guard(peer.addr.ip())?;
+    }
+    let token = authenticate(live, route, path_token, fields, SystemTime::now)
+        .map_err(|e| live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e))?;
+    ctx.token_id = token.map(|(_, t)| &*t.id);
+    ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
+    Ok(())
+}
 
 /// The caller's token (its hash and entry), or `None` on an `auth = "none"` route.
 pub fn authenticate<'s>(

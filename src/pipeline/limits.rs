@@ -1,495 +1,69 @@
-//! Rate limits, concurrency caps and per-tool deadlines (SPEC §2 `[limits]`, §6). Rate
-//! limits are GCRA (governor), one keyed limiter per rule; a rule's state lives in an
-//! `Arc` that a reload hands to the new configuration when the rule is unchanged, so
-//! counters survive reloads. Keyed state is pruned on a timer and capped per rule.
+//! The limits stage: rate rules and concurrency caps for the caller (their state is the
+//! gateway's, `runtime::limiter`), and the request's deadline from the per-tool timeouts.
 //! A refused request never reaches the upstream.
 
-use crate::config::glob::Matcher;
+use super::{Ctx, Peer};
+use crate::config::Profile;
 use crate::error::GateError;
-use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota};
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use crate::gateway::Live;
+use crate::http::body::GateBody;
+use crate::mcp::jsonrpc::{Payload, ToolName};
+use crate::runtime::limiter::Caller;
+use http::Response;
+use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 
-/// Keys one rule may hold before it refuses new ones (after pruning): a flood of distinct
-/// client addresses or tool names cannot grow memory without bound.
-pub const MAX_KEYS_PER_RULE: usize = 100_000;
-
-/// How often (in takes per thread) a rule counts its keys against [`MAX_KEYS_PER_RULE`].
-const KEY_COUNT_EVERY: u32 = 32;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    Token,
-    Profile,
-    TokenTool,
-    Global,
-    ClientIp,
+/// What an admitted request holds: its concurrency permits and its deadline.
+pub(super) struct Admitted {
+    pub(super) permits: Vec<OwnedSemaphorePermit>,
+    pub(super) timeout: Duration,
 }
 
-impl KeyKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            KeyKind::Token => "token",
-            KeyKind::Profile => "profile",
-            KeyKind::TokenTool => "token+tool",
-            KeyKind::Global => "global",
-            KeyKind::ClientIp => "client_ip",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum RateKey {
-    Token([u8; 32]),
-    Profile(Arc<str>),
-    TokenTool([u8; 32], Box<str>),
-    Global,
-    Ip(IpAddr),
-}
-
-/// A rule's state per key. Keys are hashed with governor's default, SipHash keyed per
-/// process: a rule keyed by client address takes keys an attacker chooses, so the hash
-/// must resist collisions made on purpose (foldhash, tried, saved 0.2% of the
-/// instructions per call and promises no such resistance).
-type Keyed = DefaultKeyedRateLimiter<RateKey>;
-
-pub struct RateRule {
-    /// Everything that defines the rule; equal signatures share state across reloads.
-    pub signature: String,
-    pub key: KeyKind,
-    /// Only tools/call of these tools count (`None`: every request).
-    pub tools: Option<Matcher>,
-    /// Counts failed authentications only (brute-force guard).
-    pub auth_failure: bool,
-    pub rate_text: String,
-    pub burst: u32,
-    limiter: Keyed,
-    /// Set while the rule holds [`MAX_KEYS_PER_RULE`] keys (then every take counts them).
-    full: AtomicBool,
-    /// For `auth_failure` rules: addresses refused until the given instant.
-    blocked: Mutex<HashMap<IpAddr, Instant>>,
-}
-
-impl std::fmt::Debug for RateRule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateRule")
-            .field("signature", &self.signature)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RateRule {
-    pub fn new(
-        signature: String,
-        key: KeyKind,
-        tools: Option<Matcher>,
-        auth_failure: bool,
-        quota: Quota,
-        rate_text: String,
-    ) -> Self {
-        RateRule {
-            signature,
-            key,
-            tools,
-            auth_failure,
-            rate_text,
-            burst: quota.burst_size().get(),
-            limiter: Keyed::keyed(quota),
-            full: AtomicBool::new(false),
-            blocked: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Takes one cell for `key`; on refusal, how long until one is free.
-    fn take(&self, key: &RateKey) -> Result<(), Duration> {
-        // Counting the keys locks every shard of the map, so it is done on every
-        // `KEY_COUNT_EVERY`th take of a thread (a rule can go over its cap by at most that
-        // many keys per worker before it notices), and on every take once it is full.
-        thread_local! {
-            static TAKES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-        }
-        let due = TAKES.with(|t| {
-            let n = t.get().wrapping_add(1);
-            t.set(n);
-            n % KEY_COUNT_EVERY == 0
-        });
-        if due || self.full.load(Ordering::Relaxed) {
-            let mut keys = self.limiter.len();
-            if keys >= MAX_KEYS_PER_RULE {
-                self.limiter.retain_recent();
-                keys = self.limiter.len();
-            }
-            let full = keys >= MAX_KEYS_PER_RULE;
-            if full != self.full.load(Ordering::Relaxed) {
-                self.full.store(full, Ordering::Relaxed);
-            }
-            if full {
-                tracing::warn!(rule = %self.signature, "rate-limit rule holds too many keys; refusing until old ones expire");
-                return Err(Duration::from_secs(1));
-            }
-        }
-        self.limiter
-            .check_key(key)
-            .map_err(|not_until| not_until.wait_time_from(self.limiter.clock().now()))
-    }
-
-    /// Forgets keys whose state is back to "full", and expired blocks.
-    pub fn prune(&self) {
-        self.limiter.retain_recent();
-        self.limiter.shrink_to_fit();
-        let now = Instant::now();
-        self.blocked
-            .lock()
-            .expect("blocked lock")
-            .retain(|_, until| *until > now);
-    }
-
-    pub fn keys(&self) -> usize {
-        self.limiter.len()
-    }
-}
-
-#[derive(Debug)]
-pub struct ConcurrencyRule {
-    pub signature: String,
-    pub tools: Matcher,
-    pub max: u32,
-    in_flight: Arc<Semaphore>,
-}
-
-impl ConcurrencyRule {
-    pub fn new(signature: String, tools: Matcher, max: u32) -> Self {
-        ConcurrencyRule {
-            signature,
-            tools,
-            max,
-            in_flight: Arc::new(Semaphore::new(max as usize)),
-        }
-    }
-}
-
-/// The compiled `[limits]` (besides `max_body`).
-#[derive(Debug, Default)]
-pub struct Limits {
-    pub rate: Vec<Arc<RateRule>>,
-    pub concurrency: Vec<Arc<ConcurrencyRule>>,
-    /// Per-tool deadlines, exact names first, then globs in file order.
-    pub timeouts: Vec<(Matcher, String, Duration)>,
-}
-
-/// Who is asking, for building keys.
-pub struct Caller<'a> {
-    pub token: Option<&'a [u8; 32]>,
-    pub profile: &'a str,
-    pub ip: IpAddr,
-}
-
-fn refused(wait: Duration) -> GateError {
-    GateError::RateLimited {
-        retry_after: wait.max(Duration::from_millis(1)),
-    }
-}
-
-impl Limits {
-    /// Before the token is even looked up: an address that failed too often is refused.
-    pub fn auth_guard(&self, ip: IpAddr) -> Result<(), GateError> {
-        for rule in self.rate.iter().filter(|r| r.auth_failure) {
-            if let Some(until) = rule.blocked.lock().expect("blocked lock").get(&ip) {
-                let now = Instant::now();
-                if *until > now {
-                    return Err(refused(*until - now));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Counts a failed authentication from `ip`. Past the rate, the address is blocked,
-    /// and the refusal to answer this attempt with is returned.
-    pub fn auth_failed(&self, ip: IpAddr) -> Option<GateError> {
-        let mut refusal = None;
-        for rule in self.rate.iter().filter(|r| r.auth_failure) {
-            if let Err(wait) = rule.take(&RateKey::Ip(ip)) {
-                let mut blocked = rule.blocked.lock().expect("blocked lock");
-                if blocked.len() < MAX_KEYS_PER_RULE {
-                    blocked.insert(ip, Instant::now() + wait);
-                }
-                refusal = Some(refused(wait));
-            }
-        }
-        refusal
-    }
-
-    /// Applies every rate rule and concurrency cap to one request whose tools/call
-    /// elements name `tools`. The permits returned must live as long as the answer.
-    pub fn check(
-        &self,
-        caller: &Caller,
-        tools: &[&str],
-    ) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
-        for rule in self.rate.iter().filter(|r| !r.auth_failure) {
-            let key = |tool: Option<&str>| -> Option<RateKey> {
-                Some(match rule.key {
-                    KeyKind::Token => RateKey::Token(*caller.token?),
-                    KeyKind::TokenTool => {
-                        RateKey::TokenTool(*caller.token?, tool.unwrap_or("").into())
-                    }
-                    KeyKind::Profile => RateKey::Profile(caller.profile.into()),
-                    KeyKind::Global => RateKey::Global,
-                    KeyKind::ClientIp => RateKey::Ip(caller.ip),
-                })
-            };
-            match (&rule.tools, rule.key) {
-                // Per-tool rules (or per-tool keys) count each matching call.
-                (Some(_), _) | (None, KeyKind::TokenTool) => {
-                    for tool in tools
-                        .iter()
-                        .filter(|t| rule.tools.as_ref().is_none_or(|m| m.matches(t)))
-                    {
-                        if let Some(k) = key(Some(tool)) {
-                            rule.take(&k).map_err(refused)?;
-                        }
-                    }
-                }
-                (None, _) => {
-                    if let Some(k) = key(None) {
-                        rule.take(&k).map_err(refused)?;
-                    }
-                }
-            }
-        }
-        let mut permits = Vec::new();
-        for rule in &self.concurrency {
-            let n = tools.iter().filter(|t| rule.tools.matches(t)).count() as u32;
-            if n == 0 {
-                continue;
-            }
-            // Refused at once, never queued: a single-writer tool must not pile up.
-            match rule.in_flight.clone().try_acquire_many_owned(n) {
-                Ok(p) => permits.push(p),
-                Err(_) => return Err(GateError::ConcurrencyLimited { max: rule.max }),
-            }
-        }
-        Ok(permits)
-    }
-
-    /// The deadline of a request calling `tools`: the longest of their configured
-    /// deadlines, so no call in a batch is cut early; `default` when none is configured.
-    pub fn timeout_for(&self, tools: &[&str], default: Duration) -> Duration {
-        let per_tool: Vec<Duration> = tools
-            .iter()
-            .filter_map(|t| {
-                self.timeouts
-                    .iter()
-                    .find(|(m, _, _)| m.matches(t))
-                    .map(|(_, _, d)| *d)
-            })
-            .collect();
-        if per_tool.len() < tools.len() || per_tool.is_empty() {
-            per_tool
-                .into_iter()
-                .chain([default])
-                .max()
-                .unwrap_or(default)
-        } else {
-            per_tool.into_iter().max().unwrap_or(default)
-        }
-    }
-
-    pub fn prune(&self) {
-        for r in &self.rate {
-            r.prune();
-        }
-    }
-}
-
-/// `"20/s"`, `"10/m"`, `"1000/h"` (also `sec`, `min`, `hour`) with an optional burst
-/// (default: the count, so `"10/m"` allows 10 at once, then one every 6 s).
-pub fn parse_rate(text: &str, burst: Option<u32>) -> Result<Quota, String> {
-    let bad = || format!("bad rate {text:?}; write e.g. \"20/s\", \"10/m\", \"1000/h\"");
-    let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
-    let n: u32 = n.trim().parse().map_err(|_| bad())?;
-    let per = match unit.trim() {
-        "s" | "sec" | "second" => Duration::from_secs(1),
-        "m" | "min" | "minute" => Duration::from_secs(60),
-        "h" | "hour" => Duration::from_secs(3600),
-        _ => return Err(bad()),
+/// Takes the caller's rate-rule cells and concurrency permits for a request calling
+/// `tools`; the permits must live as long as the answer.
+pub(super) fn check(
+    live: &Live,
+    profile: &Profile,
+    peer: &Peer,
+    ctx: &Ctx<'_>,
+    tools: &[&str],
+) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
+    let caller = Caller {
+        token: ctx.token.as_ref().map(|(h, _)| h),
+        profile: &profile.name,
+        ip: peer.addr.ip(),
     };
-    let count = std::num::NonZeroU32::new(n)
-        .ok_or_else(|| format!("rate {text:?} must allow at least 1"))?;
-    let burst = match burst {
-        Some(b) => std::num::NonZeroU32::new(b).ok_or("burst must be at least 1")?,
-        None => count,
-    };
-    let quota = Quota::with_period(per / count.get()).ok_or_else(bad)?;
-    Ok(quota.allow_burst(burst))
+    live.limiter.check(&caller, tools)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// [`check`] for a JSON-RPC payload's tools/call elements, and the deadline they get.
+pub(super) fn admit(
+    live: &Live,
+    profile: &Profile,
+    peer: &Peer,
+    ctx: &Ctx<'_>,
+    payload: &Payload<'_>,
+) -> Result<Admitted, GateError> {
+    let tools: smallvec::SmallVec<[&str; 4]> = payload
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.tool {
+            Some(ToolName::Name(n)) => Some(&**n),
+            _ => None,
+        })
+        .collect();
+    let permits = check(live, profile, peer, ctx, &tools)?;
+    let timeout = live.limiter.timeout_for(&tools, profile.upstream.timeout);
+    Ok(Admitted { permits, timeout })
+}
 
-    fn rule(key: KeyKind, rate: &str, tools: Option<&[&str]>) -> Arc<RateRule> {
-        Arc::new(RateRule::new(
-            rate.into(),
-            key,
-            tools.map(|t| Matcher::new(t.iter().copied())),
-            false,
-            parse_rate(rate, None).unwrap(),
-            rate.into(),
-        ))
+/// The answer, holding `permits` until its whole body, streamed or not, is done.
+pub(super) fn hold(
+    response: Response<GateBody>,
+    permits: Vec<OwnedSemaphorePermit>,
+) -> Response<GateBody> {
+    if permits.is_empty() {
+        return response;
     }
-
-    #[test]
-    fn rates_parse() {
-        assert_eq!(parse_rate("20/s", Some(40)).unwrap().burst_size().get(), 40);
-        assert_eq!(
-            parse_rate("10/m", None).unwrap().replenish_interval(),
-            Duration::from_secs(6)
-        );
-        assert_eq!(parse_rate("1000/h", None).unwrap().burst_size().get(), 1000);
-        for bad in ["0/s", "10", "ten/s", "10/d", "10/m/s"] {
-            assert!(parse_rate(bad, None).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn token_rule_counts_per_token() {
-        let limits = Limits {
-            rate: vec![rule(KeyKind::Token, "2/m", None)],
-            ..Default::default()
-        };
-        let profile = "p";
-        let a = Caller {
-            token: Some(&[1; 32]),
-            profile,
-            ip: [127, 0, 0, 1].into(),
-        };
-        let b = Caller {
-            token: Some(&[2; 32]),
-            profile,
-            ip: [127, 0, 0, 1].into(),
-        };
-        assert!(limits.check(&a, &[]).is_ok());
-        assert!(limits.check(&a, &[]).is_ok());
-        let err = limits.check(&a, &[]).unwrap_err();
-        assert!(
-            matches!(err, GateError::RateLimited { retry_after } if retry_after > Duration::from_secs(20))
-        );
-        assert!(limits.check(&b, &[]).is_ok(), "other tokens are unaffected");
-        // No token (auth = "none"): a token rule does not apply.
-        let open = Caller {
-            token: None,
-            profile,
-            ip: [127, 0, 0, 1].into(),
-        };
-        for _ in 0..5 {
-            assert!(limits.check(&open, &[]).is_ok());
-        }
-    }
-
-    /// A rule refuses new keys once it holds `MAX_KEYS_PER_RULE` that are not back to
-    /// full, noticing within `KEY_COUNT_EVERY` takes; keys it already holds still count.
-    #[test]
-    fn a_rule_stops_taking_new_keys_at_its_cap() {
-        let r = rule(KeyKind::Token, "1/h", None);
-        let key = |n: usize| {
-            let mut t = [0u8; 32];
-            t[..8].copy_from_slice(&n.to_le_bytes());
-            RateKey::Token(t)
-        };
-        for n in 0..MAX_KEYS_PER_RULE {
-            assert!(r.take(&key(n)).is_ok());
-        }
-        let refused = (MAX_KEYS_PER_RULE..MAX_KEYS_PER_RULE + 2 * KEY_COUNT_EVERY as usize)
-            .position(|n| r.take(&key(n)).is_err())
-            .expect("refused once full");
-        assert!(refused <= KEY_COUNT_EVERY as usize, "{refused}");
-        assert!(r.keys() <= MAX_KEYS_PER_RULE + KEY_COUNT_EVERY as usize);
-        // Every take is checked from now on.
-        assert_eq!(r.take(&key(usize::MAX)), Err(Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn tool_rules_count_only_their_tools() {
-        let limits = Limits {
-            rate: vec![rule(KeyKind::TokenTool, "1/m", Some(&["delete_*"]))],
-            ..Default::default()
-        };
-        let profile = "p";
-        let a = Caller {
-            token: Some(&[1; 32]),
-            profile,
-            ip: [127, 0, 0, 1].into(),
-        };
-        for _ in 0..3 {
-            assert!(limits.check(&a, &["get_document"]).is_ok());
-        }
-        assert!(limits.check(&a, &["delete_document"]).is_ok());
-        assert!(limits.check(&a, &["delete_document"]).is_err());
-        assert!(
-            limits.check(&a, &["delete_other"]).is_ok(),
-            "a separate key per tool"
-        );
-    }
-
-    #[test]
-    fn concurrency_refuses_at_once_and_frees_on_drop() {
-        let limits = Limits {
-            concurrency: vec![Arc::new(ConcurrencyRule::new(
-                "c".into(),
-                Matcher::new(["ingest"]),
-                1,
-            ))],
-            ..Default::default()
-        };
-        let profile = "p";
-        let c = Caller {
-            token: None,
-            profile,
-            ip: [127, 0, 0, 1].into(),
-        };
-        let held = limits.check(&c, &["ingest"]).unwrap();
-        assert!(matches!(
-            limits.check(&c, &["ingest"]),
-            Err(GateError::ConcurrencyLimited { max: 1 })
-        ));
-        assert!(limits.check(&c, &["other"]).is_ok());
-        drop(held);
-        assert!(limits.check(&c, &["ingest"]).is_ok());
-    }
-
-    #[test]
-    fn per_tool_timeouts() {
-        let limits = Limits {
-            timeouts: vec![
-                (
-                    Matcher::new(["search"]),
-                    "search".into(),
-                    Duration::from_secs(10),
-                ),
-                (
-                    Matcher::new(["ingest"]),
-                    "ingest".into(),
-                    Duration::from_secs(120),
-                ),
-            ],
-            ..Default::default()
-        };
-        let d = Duration::from_secs(60);
-        assert_eq!(limits.timeout_for(&["search"], d), Duration::from_secs(10));
-        assert_eq!(limits.timeout_for(&["ingest"], d), Duration::from_secs(120));
-        assert_eq!(limits.timeout_for(&["other"], d), d);
-        assert_eq!(limits.timeout_for(&[], d), d);
-        assert_eq!(
-            limits.timeout_for(&["search", "other"], d),
-            d,
-            "the longest wins in a batch"
-        );
-    }
+    response.map(|b| GateBody::Held(Box::new(b), permits))
 }

@@ -4,19 +4,8 @@
 //! runs half of what a client sent.
 
 use crate::config::{Profile, Snapshot};
-use crate::error::code;
+use crate::error::{GateError, Refusal, code};
 use crate::mcp::jsonrpc::{Kind, Message, Payload, ToolName};
-use serde_json::value::RawValue;
-
-/// One JSON-RPC error answer mcpgate owes a request element.
-#[derive(Debug)]
-pub struct Refusal {
-    pub id: Option<Box<RawValue>>,
-    pub code: i64,
-    pub message: String,
-    /// The tool named by a refused tools/call, for logs.
-    pub tool: Option<String>,
-}
 
 #[derive(Debug)]
 pub enum Verdict {
@@ -28,6 +17,35 @@ pub enum Verdict {
     },
     /// Only refused notifications or responses: there is nobody to answer, forward nothing.
     Swallow,
+}
+
+/// What the policy stage lets through.
+pub enum Admit {
+    Forward,
+    /// Only refused notifications or responses: nobody to answer, nothing forwarded (202).
+    Swallow,
+}
+
+/// The policy stage: [`check`], with its refusals logged and returned as the error that
+/// answers them.
+pub fn admit(
+    snapshot: &Snapshot,
+    profile: &Profile,
+    payload: &Payload,
+) -> Result<Admit, GateError> {
+    match check(snapshot, profile, payload) {
+        Verdict::Forward => Ok(Admit::Forward),
+        Verdict::Refuse { refusals, batch } => {
+            for r in &refusals {
+                tracing::info!(tool = r.tool.as_deref().unwrap_or("-"), why = %r.message, "refused by policy");
+            }
+            Err(GateError::Refused { refusals, batch })
+        }
+        Verdict::Swallow => {
+            tracing::info!("notification refused by policy and not forwarded");
+            Ok(Admit::Swallow)
+        }
+    }
 }
 
 /// Names in messages are cut so a hostile name cannot bloat an error or a log line.

@@ -4,12 +4,17 @@
 //! cleaned, tools/list filtered, and converted between JSON and SSE per the client's
 //! `Accept` (SPEC §5). Every other body streams through untouched.
 
+use super::Ctx;
 use super::forward::Answer;
-use super::policy::Refusal;
+use crate::config::{Profile, Upstream};
 use crate::error::GateError;
+use crate::error::Refusal;
 use crate::gateway::Gateway;
+use crate::gateway::Live;
 use crate::http::body::GateBody;
+use crate::mcp::jsonrpc::{Kind, Payload};
 use crate::mcp::tools_list::ListRewrite;
+use crate::mcp::tools_list::ToolFilter;
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay::{self, SseRelay, StreamTiming};
 use crate::mcp::transport::sse;
@@ -19,6 +24,7 @@ use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use std::sync::Arc;
 
 #[derive(Serialize)]
 struct Envelope<'a> {
@@ -92,7 +98,8 @@ fn own_response(
 
 pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        r.headers_mut().insert(super::forward::X_REQUEST_ID, v);
+        r.headers_mut()
+            .insert(crate::http::headval::X_REQUEST_ID, v);
     }
 }
 
@@ -191,6 +198,83 @@ pub struct Shaping {
     pub timing: StreamTiming,
     /// The caller's token hash and expiry: a stream ends when a reload revokes the token.
     pub token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+}
+
+impl Shaping {
+    /// For a request without a JSON-RPC body (GET, DELETE): its stream, if any, is
+    /// long-lived.
+    pub(super) fn plain(
+        want: Want,
+        live: &Live,
+        upstream: &Upstream,
+        token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+    ) -> Shaping {
+        Shaping {
+            want,
+            list: None,
+            pending: Default::default(),
+            batch: false,
+            timing: StreamTiming {
+                keepalive: live.sse_keepalive,
+                idle: Some(upstream.stream_idle_timeout),
+            },
+            token,
+        }
+    }
+
+    /// For a POST of `payload`: its tools/list answers are filtered for `profile`, each of
+    /// its requests is owed an answer, and a subscription stream (2026-07-28) is
+    /// long-lived, like a GET stream: an idle timeout governs it rather than the deadline.
+    pub(super) fn for_payload(
+        want: Want,
+        live: &Live,
+        profile: &Arc<Profile>,
+        payload: &Payload<'_>,
+        token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+    ) -> Shaping {
+        let ids = payload.tools_list_ids();
+        let list = (!ids.is_empty()).then(|| ListRewrite {
+            ids,
+            filter: ToolFilter::new(live.config.clone(), profile.clone()),
+        });
+        let pending = payload
+            .messages()
+            .iter()
+            .filter(|m| m.kind == Kind::Request)
+            .filter_map(|m| m.id.map(ToOwned::to_owned))
+            .collect();
+        let long_lived =
+            matches!(payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
+        Shaping {
+            want,
+            list,
+            pending,
+            batch: payload.is_batch(),
+            timing: StreamTiming {
+                keepalive: live.sse_keepalive,
+                idle: long_lived.then_some(profile.upstream.stream_idle_timeout),
+            },
+            token,
+        }
+    }
+
+    /// Whether the answer may be a stream that outlives the request deadline.
+    pub(super) fn long_lived(&self) -> bool {
+        self.timing.idle.is_some()
+    }
+}
+
+/// The respond stage for an upstream's answer: its time is counted, then it is shaped.
+pub(super) async fn answer(
+    gw: &Gateway,
+    answer: Answer,
+    shaping: Shaping,
+    upstream: &Upstream,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    self::upstream(gw, answer, shaping, &ctx.request_id).await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,8 @@
-//! The threads a request runs on (`workers`), the timers its deadlines use (`deadline`)
-//! and the open streams a reload may have to end (`streams`).
+//! The threads a request runs on (`workers`), the timers its deadlines use (`deadline`),
+//! the state behind rate limits and concurrency caps (`limiter`) and the open streams a
+//! reload may have to end (`streams`).
 
 pub mod deadline;
+pub mod limiter;
 pub mod streams;
 pub mod workers;

@@ -28,9 +28,9 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
+use super::framing::{self, Chunk, ChunkStep, header_spans, step_chunk};
 use crate::http::body::{ClientBody, GateBody};
 use crate::http::request::{ClientRequest, Fields, Kind, Target};
-use crate::upstream::pool::{Chunk, ChunkStep, header_spans, step_chunk};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::header;
@@ -736,10 +736,7 @@ fn parse(
         }
         match kind {
             Kind::ContentLength => {
-                if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
-                    return Err(bad("Content-Length"));
-                }
-                let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                let n = framing::content_length(value).ok_or(bad("Content-Length"))?;
                 if length.is_some_and(|l| l != n) {
                     return Err(bad("conflicting Content-Length"));
                 }

@@ -1,0 +1,619 @@
+//! Validation and compilation of a `RawConfig` into a `Snapshot`: every reference resolved
+//! (listener, upstream, profile names), every secret read, routes indexed for lookup,
+//! tokens in a map keyed by their 32-byte hash, patterns compiled. A `Snapshot` is never
+//! changed after it is built; the request path only reads it. Errors carry the position
+//! of the offending value so `mcpgate check` can print `FILE:LINE:COL: message`.
+
+mod audit;
+mod limits;
+mod routes;
+mod snapshot;
+mod tokens;
+mod upstreams;
+
+pub use audit::AuditSettings;
+pub use limits::{ConcurrencySpec, KeyKind, LimitRules, RateSpec, parse_rate};
+pub use routes::{Auth, HostRules, Listener, OriginRules, Route};
+pub use snapshot::{
+    DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
+};
+pub use tokens::{DigestHasher, TokenEntry, TokenMap};
+pub use upstreams::{Profile, Upstream};
+
+use super::glob::Matcher;
+use super::raw::{self, RawConfig, S};
+use super::units::{parse_duration, parse_size};
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+pub const DEFAULT_DENY_CODE: i64 = -32602;
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9901";
+
+/// A configuration error with its position in the file, when there is one.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub file: String,
+    pub position: Option<(usize, usize)>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => write!(f, "{}:{}:{}: {}", self.file, line, col, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and compiles the file at `path`.
+pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        position: None,
+        message: format!("cannot read configuration: {e}"),
+    })?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut snapshot = compile_text(&text, &file, &base)?;
+    snapshot.files.insert(0, path.to_path_buf());
+    Ok(snapshot)
+}
+
+/// Compiles configuration text; `file` names it in errors. Relative paths in it are taken
+/// from the current folder.
+pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
+    compile_text(text, file, Path::new(""))
+}
+
+fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigError> {
+    let located = |span: Option<Range<usize>>, message: String| ConfigError {
+        file: file.to_string(),
+        position: span.map(|s| line_col(text, s.start)),
+        message,
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let message = e.message().trim_end().replace('\n', " ");
+        located(e.span(), message)
+    })?;
+    Compiler {
+        source: file,
+        base,
+        files: std::cell::RefCell::new(Vec::new()),
+    }
+    .compile(raw)
+    .map_err(|(span, message)| located(Some(span), message))
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+pub(super) type Fail = (Range<usize>, String);
+
+pub(super) fn fail<T>(span: Range<usize>, message: impl Into<String>) -> Result<T, Fail> {
+    Err((span, message.into()))
+}
+
+/// Wraps a value-parsing error with the span of the value.
+pub(super) fn at<T, U>(v: &S<T>, r: Result<U, String>) -> Result<U, Fail> {
+    r.map_err(|m| (v.span(), m))
+}
+
+pub(super) struct Compiler<'a> {
+    source: &'a str,
+    /// Relative file paths in the config are taken from here (the config's folder).
+    base: &'a Path,
+    files: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl Compiler<'_> {
+    fn compile(&self, raw: RawConfig) -> Result<Snapshot, Fail> {
+        let mut warnings = Vec::new();
+
+        let listeners = self.listeners(&raw.listen)?;
+        let upstreams = self.upstreams(&raw.upstreams)?;
+        let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
+
+        let (hidden, deny_code) = match &raw.tools {
+            Some(t) => {
+                let t = t.get_ref();
+                check_patterns(&t.hidden)?;
+                let hidden = Matcher::new(t.hidden.iter().map(|s| s.get_ref().as_str()));
+                (
+                    hidden,
+                    t.deny_code
+                        .as_ref()
+                        .map_or(DEFAULT_DENY_CODE, |c| *c.get_ref()),
+                )
+            }
+            None => (Matcher::default(), DEFAULT_DENY_CODE),
+        };
+
+        let (max_body, limits) = match &raw.limits {
+            Some(l) => {
+                let l = l.get_ref();
+                let max_body = match &l.max_body {
+                    Some(v) => at(v, parse_size(v.get_ref()))?,
+                    None => DEFAULT_MAX_BODY,
+                };
+                (max_body, self.limits(l)?)
+            }
+            None => (DEFAULT_MAX_BODY, LimitRules::default()),
+        };
+
+        let sse_keepalive = match raw
+            .transport
+            .as_ref()
+            .and_then(|t| t.get_ref().sse_keepalive.as_ref())
+        {
+            Some(v) => at(v, parse_duration(v.get_ref()))?,
+            None => DEFAULT_SSE_KEEPALIVE,
+        };
+        let admin = match &raw.admin {
+            Some(a) => {
+                let addr: SocketAddr = match &a.get_ref().addr {
+                    Some(v) => at(
+                        v,
+                        v.get_ref().parse().map_err(|_| {
+                            format!("bad admin address {:?}; write IP:PORT", v.get_ref())
+                        }),
+                    )?,
+                    None => DEFAULT_ADMIN_ADDR.parse().expect("a valid default"),
+                };
+                if !addr.ip().is_loopback() {
+                    warnings.push(format!("the admin listener {addr} is not on a loopback address: /reload and /metrics are reachable from the network"));
+                }
+                Some(addr)
+            }
+            None => None,
+        };
+        let server = match &raw.server {
+            Some(sv) => self.server(sv.get_ref())?,
+            None => ServerSettings::default(),
+        };
+        if server.idle_timeout <= sse_keepalive {
+            warnings.push("server.idle_timeout is not longer than transport.sse_keepalive: quiet SSE streams will be cut".into());
+        }
+        for u in upstreams.values() {
+            if server.idle_timeout <= u.timeout {
+                warnings.push(format!(
+                    "server.idle_timeout is not longer than upstream {:?} timeout: a slow JSON answer may be cut as idle",
+                    u.name
+                ));
+            }
+        }
+        let log = match &raw.log {
+            Some(l) => {
+                let l = l.get_ref();
+                let format = match l.format.as_ref().map(|f| (f, f.get_ref().as_str())) {
+                    None | Some((_, "auto")) => LogFormat::Auto,
+                    Some((_, "json")) => LogFormat::Json,
+                    Some((_, "pretty")) => LogFormat::Pretty,
+                    Some((f, other)) => {
+                        return fail(
+                            f.span(),
+                            format!(
+                                "unknown log format {other:?}; use \"auto\", \"json\" or \"pretty\""
+                            ),
+                        );
+                    }
+                };
+                let level = match &l.level {
+                    Some(v) => {
+                        at(
+                            v,
+                            tracing_subscriber::EnvFilter::try_new(v.get_ref())
+                                .map(|_| ())
+                                .map_err(|e| format!("bad log level: {e}")),
+                        )?;
+                        Some(v.get_ref().clone())
+                    }
+                    None => None,
+                };
+                let slow_request = match &l.slow_request {
+                    Some(v) => at(v, parse_duration(v.get_ref()))?,
+                    None => DEFAULT_SLOW_REQUEST,
+                };
+                LogSettings {
+                    format,
+                    level,
+                    slow_request,
+                }
+            }
+            None => LogSettings {
+                format: LogFormat::Auto,
+                level: None,
+                slow_request: DEFAULT_SLOW_REQUEST,
+            },
+        };
+        let audit = match &raw.audit {
+            Some(a) => Some(self.audit(a.get_ref())?),
+            None => None,
+        };
+
+        let mut listeners = listeners;
+        let routes = self.routes(&raw.routes, &mut listeners, &profiles, &mut warnings)?;
+        let tokens = self.tokens(&raw.tokens, &profiles)?;
+
+        Ok(Snapshot {
+            source: self.source.to_string(),
+            listeners,
+            routes,
+            upstreams,
+            profiles,
+            tokens,
+            hidden,
+            deny_code,
+            max_body,
+            limits,
+            sse_keepalive,
+            admin,
+            audit,
+            server,
+            log,
+            files: self.files.take(),
+            warnings,
+        })
+    }
+
+    pub(super) fn path(&self, p: &str) -> PathBuf {
+        let path = self.base.join(p);
+        self.files.borrow_mut().push(path.clone());
+        path
+    }
+
+    fn server(&self, sv: &raw::RawServer) -> Result<ServerSettings, Fail> {
+        let d = ServerSettings::default();
+        let duration = |v: &Option<S<String>>, default| match v {
+            Some(v) => at(v, parse_duration(v.get_ref())),
+            None => Ok(default),
+        };
+        let max_connections = match &sv.max_connections {
+            Some(v) if *v.get_ref() == 0 => {
+                return fail(v.span(), "max_connections must be at least 1");
+            }
+            Some(v) => *v.get_ref() as usize,
+            None => d.max_connections,
+        };
+        let max_header_size = match &sv.max_header_size {
+            Some(v) => {
+                let n = at(v, parse_size(v.get_ref()))?;
+                if !(8192..=16 << 20).contains(&n) {
+                    return fail(v.span(), "max_header_size must be between 8KiB and 16MiB");
+                }
+                n as usize
+            }
+            None => d.max_header_size,
+        };
+        Ok(ServerSettings {
+            shutdown_grace: duration(&sv.shutdown_grace, d.shutdown_grace)?,
+            header_read_timeout: duration(&sv.header_read_timeout, d.header_read_timeout)?,
+            idle_timeout: duration(&sv.idle_timeout, d.idle_timeout)?,
+            max_connections,
+            max_header_size,
+        })
+    }
+}
+
+pub(super) fn check_patterns(list: &[S<String>]) -> Result<(), Fail> {
+    for p in list {
+        if p.get_ref().is_empty() {
+            return fail(p.span(), "empty name in list");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routes::Segment;
+    use super::*;
+    use std::sync::Arc;
+
+    const BASE: &str = r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.docs]
+url = "http://127.0.0.1:9/mcp"
+
+[profiles.gpt]
+upstream = "docs"
+allow = ["get_document", "delete_*"]
+
+[[routes]]
+listen = "main"
+path = "/gpt-mcp/{token}/mcp"
+profile = "gpt"
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "gpt"
+
+[[tokens]]
+id = "t1"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000001"
+profiles = ["gpt"]
+"#;
+
+    fn err(text: &str) -> String {
+        load_str(text, "f.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn routes_match_exactly() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let m = s.match_route(0, "/gpt-mcp/abc/mcp").unwrap();
+        assert_eq!(m.path_token, Some("abc"));
+        assert_eq!(m.route.auth, Auth::Path);
+        assert!(s.match_route(0, "/gpt-mcp//mcp").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc/mcp/").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc/def/mcp").is_none());
+        assert!(s.match_route(0, "/gpt-mcp/abc").is_none());
+        let m = s.match_route(0, "/mcp").unwrap();
+        assert_eq!(m.route.auth, Auth::Bearer);
+        assert!(s.match_route(0, "/mcp/").is_none());
+        assert!(s.match_route(0, "/MCP").is_none());
+    }
+
+    /// Matching reads segments as `split('/')` does: a reference matcher built on it
+    /// agrees on every path made from the pieces templates and clients use.
+    #[test]
+    fn templates_match_as_split_segments_do() {
+        let s = load_str(
+            &format!(
+                "{BASE}\n[[routes]]\nlisten = \"main\"\npath = \"/a/{{token}}\"\nprofile = \"gpt\"\n\n[[routes]]\nlisten = \"main\"\npath = \"/{{token}}/b/\"\nprofile = \"gpt\"\n"
+            ),
+            "f.toml",
+        )
+        .unwrap();
+        let templates: Vec<&Vec<Segment>> = s.listeners[0]
+            .table
+            .templated
+            .iter()
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(templates.len(), 3);
+        fn reference<'p>(s: &Snapshot, path: &'p str) -> Option<(usize, Option<&'p str>)> {
+            s.listeners[0]
+                .table
+                .templated
+                .iter()
+                .find_map(|(segments, i)| {
+                    let parts: Vec<&str> = path.split('/').collect();
+                    if parts.len() != segments.len() {
+                        return None;
+                    }
+                    let mut token = None;
+                    for (seg, part) in segments.iter().zip(&parts) {
+                        match seg {
+                            Segment::Literal(lit) if lit == part => {}
+                            Segment::Token if !part.is_empty() => token = Some(*part),
+                            _ => return None,
+                        }
+                    }
+                    Some((*i, token))
+                })
+        }
+        let pieces = ["", "/", "a", "b", "gpt-mcp", "mcp", "tok", "//", "/a", "b/"];
+        let mut paths = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = paths
+                .iter()
+                .flat_map(|p| pieces.iter().map(move |x| format!("{p}{x}")))
+                .collect();
+            paths.extend(longer);
+            paths.sort();
+            paths.dedup();
+            paths.truncate(20_000);
+        }
+        let mut matched = 0;
+        for path in &paths {
+            let ours = s.match_route(0, path).map(|m| {
+                let i = s
+                    .routes
+                    .iter()
+                    .position(|r| Arc::ptr_eq(r, m.route))
+                    .unwrap();
+                (i, m.path_token)
+            });
+            let exact = s.listeners[0]
+                .table
+                .exact
+                .get(path.as_str())
+                .map(|&i| (i, None));
+            assert_eq!(ours, exact.or_else(|| reference(&s, path)), "{path:?}");
+            matched += usize::from(ours.is_some());
+        }
+        assert!(matched > 10, "{matched} of {} paths matched", paths.len());
+    }
+
+    /// Every byte of a digest counts in its hash: digests that differ in one word only,
+    /// whichever word, hash apart (as the benchmark's 10,000 registered hashes do, small
+    /// numbers in the last word), and a map of them spreads out.
+    #[test]
+    fn token_digests_hash_on_every_word() {
+        use std::hash::BuildHasher;
+        let build = std::hash::BuildHasherDefault::<DigestHasher>::default();
+        for word in 0..4 {
+            let mut hashes = std::collections::HashSet::new();
+            let mut low_bits = std::collections::HashSet::new();
+            let mut tags = std::collections::HashSet::new();
+            for i in 1..=10_000u64 {
+                let mut digest = [0u8; 32];
+                digest[word * 8..word * 8 + 8].copy_from_slice(&i.to_be_bytes());
+                let h = build.hash_one(digest);
+                hashes.insert(h);
+                low_bits.insert(h & 0x3fff);
+                tags.insert(h >> 57);
+            }
+            assert_eq!(hashes.len(), 10_000, "word {word}");
+            assert!(
+                low_bits.len() > 5_000,
+                "word {word}: {} buckets",
+                low_bits.len()
+            );
+            assert!(tags.len() > 100, "word {word}: {} tags", tags.len());
+        }
+        let s = load_str(BASE, "f.toml").unwrap();
+        let mut t1 = [0u8; 32];
+        t1[31] = 1;
+        assert_eq!(s.tokens.get(&t1).map(|t| &*t.id), Some("t1"));
+    }
+
+    #[test]
+    fn unknown_key_has_position() {
+        let e = err(&format!("{BASE}\n[tools]\nhiden = [\"x\"]\n"));
+        assert!(e.starts_with("f.toml:"), "{e}");
+        assert!(e.contains("hiden"), "{e}");
+        let line: usize = e.split(':').nth(1).unwrap().parse().unwrap();
+        assert_eq!(line, BASE.lines().count() + 3);
+    }
+
+    #[test]
+    fn limits_compile_with_signatures() {
+        let text = format!(
+            "{BASE}\n[limits]\nrate = [ {{ key = \"token\", rate = \"20/s\", burst = 40 }}, {{ key = \"client_ip\", on = \"auth_failure\", rate = \"10/m\" }} ]\nconcurrency = [ {{ tools = [\"ingest\"], max_in_flight = 1 }} ]\ntimeouts = {{ search = \"10s\" }}\n"
+        );
+        let first = load_str(&text, "f.toml").unwrap();
+        assert_eq!(first.limits.rate.len(), 2);
+        assert!(
+            first
+                .describe()
+                .contains("rate:      key=token 20/s burst=40")
+        );
+        // The same rules have the same signatures (the state the gateway keeps for them
+        // is matched by these); a changed rule has another.
+        let second = load_str(&text, "f.toml").unwrap();
+        let third = load_str(&text.replace("20/s", "30/s"), "f.toml").unwrap();
+        let signatures = |s: &Snapshot| -> Vec<String> {
+            let rate = s.limits.rate.iter().map(|r| r.signature.clone());
+            rate.chain(s.limits.concurrency.iter().map(|c| c.signature.clone()))
+                .collect()
+        };
+        assert_eq!(signatures(&first), signatures(&second));
+        let (a, b) = (signatures(&second), signatures(&third));
+        assert_ne!(a[0], b[0]);
+        assert_eq!(a[1..], b[1..]);
+        assert!(
+            err(&text.replace("key = \"token\"", "key = \"user\"")).contains("unknown rate key")
+        );
+        assert!(
+            err(&text.replace("key = \"client_ip\"", "key = \"token\""))
+                .contains("needs key = \"client_ip\"")
+        );
+        assert!(err(&text.replace("\"20/s\"", "\"20/d\"")).contains("bad rate"));
+        assert!(
+            err(&text.replace("max_in_flight = 1", "max_in_flight = 0")).contains("at least 1")
+        );
+        assert!(err(&text.replace("\"10s\"", "\"soon\"")).contains("timeouts.search"));
+    }
+
+    #[test]
+    fn references_are_checked() {
+        assert!(
+            err(&BASE.replace(
+                "profile = \"gpt\"\n\n[[tokens]]",
+                "profile = \"nope\"\n\n[[tokens]]"
+            ))
+            .contains("no profile named \"nope\"")
+        );
+        assert!(
+            err(&BASE.replace("upstream = \"docs\"", "upstream = \"x\""))
+                .contains("no upstream named")
+        );
+        assert!(
+            err(&BASE.replace("profiles = [\"gpt\"]", "profiles = [\"gpx\"]"))
+                .contains("no profile named \"gpx\"")
+        );
+        assert!(err(&BASE.replace("000000001\"", "00000001\"")).contains("64 hex"));
+    }
+
+    #[test]
+    fn missing_secret_is_named() {
+        let text = BASE.replace(
+            "url = \"http://127.0.0.1:9/mcp\"",
+            "url = \"http://127.0.0.1:9/mcp\"\nheaders = { \"X-API-Key\" = \"${env:MCPGATE_UNIT_MISSING}\" }",
+        );
+        let e = err(&text);
+        assert!(e.contains("MCPGATE_UNIT_MISSING"), "{e}");
+        assert!(e.starts_with("f.toml:8:"), "{e}");
+    }
+
+    #[test]
+    fn host_and_origin_rules() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let l = &s.listeners[0];
+        for ok in [
+            "localhost",
+            "LOCALHOST:8080",
+            "127.0.0.1:1",
+            "[::1]:443",
+            "[::1]",
+        ] {
+            assert!(l.hosts.allows(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:8080",
+            "localhost.evil.com",
+            "127.0.0.2",
+        ] {
+            assert!(!l.hosts.allows(bad), "{bad}");
+        }
+        for ok in [
+            "http://localhost:3000",
+            "http://localhost",
+            "https://127.0.0.1:8443",
+            "http://[::1]:1",
+        ] {
+            assert!(l.origins.allows(ok), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "http://localhost.evil.com",
+            "http://localhost:",
+            "null",
+            "http://localhost:80x",
+        ] {
+            assert!(!l.origins.allows(bad), "{bad}");
+        }
+        let public = load_str(&BASE.replace("127.0.0.1:0", "0.0.0.0:0"), "f.toml").unwrap();
+        assert!(public.listeners[0].hosts.allows("mcp.example.com"));
+        assert!(!public.listeners[0].origins.allows("https://claude.ai"));
+        let listed = BASE.replace("addr = \"127.0.0.1:0\"", "addr = \"0.0.0.0:0\"\nallowed_origins = [\"https://claude.ai\"]\nallowed_hosts = [\"mcp.example.com\"]");
+        let listed = load_str(&listed, "f.toml").unwrap();
+        assert!(listed.listeners[0].origins.allows("https://Claude.ai"));
+        assert!(
+            !listed.listeners[0]
+                .origins
+                .allows("https://claude.ai.evil.com")
+        );
+        assert!(listed.listeners[0].hosts.allows("mcp.example.com:8443"));
+        assert!(!listed.listeners[0].hosts.allows("other.example.com"));
+    }
+
+    #[test]
+    fn describe_hides_secrets() {
+        let s = load_str(BASE, "f.toml").unwrap();
+        let d = s.describe();
+        assert!(d.contains("/gpt-mcp/{token}/mcp"));
+        assert!(!d.contains("0000000000000000000000000000000000000000000000000000000000000001"));
+    }
+}

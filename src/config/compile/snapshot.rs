@@ -1,0 +1,310 @@
+//! The compiled configuration the request path reads: `Snapshot`, and the settings of
+//! the sections too small for a file of their own (`[server]`, `[log]`).
+
+use super::audit::AuditSettings;
+use super::limits::LimitRules;
+use super::routes::{Auth, Listener, Route, Segment};
+use super::tokens::{TokenEntry, TokenMap};
+use super::upstreams::{Profile, Upstream};
+use crate::config::glob::Matcher;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Connection hygiene and shutdown (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    pub shutdown_grace: Duration,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_header_size: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            shutdown_grace: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
+            max_connections: 4096,
+            max_header_size: 64 << 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Json,
+    Pretty,
+}
+
+/// The operational log (`[log]`); format and level apply at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: Option<String>,
+    pub slow_request: Duration,
+}
+
+pub const DEFAULT_SLOW_REQUEST: Duration = Duration::from_secs(1);
+
+/// The result of matching a request path on a listener.
+pub struct RouteMatch<'a, 'p> {
+    pub route: &'a Arc<Route>,
+    /// The `{token}` segment, if the template has one.
+    pub path_token: Option<&'p str>,
+}
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub source: String,
+    pub listeners: Vec<Listener>,
+    pub routes: Vec<Arc<Route>>,
+    pub upstreams: BTreeMap<String, Arc<Upstream>>,
+    pub profiles: BTreeMap<String, Arc<Profile>>,
+    pub tokens: TokenMap,
+    pub hidden: Matcher,
+    pub deny_code: i64,
+    pub max_body: u64,
+    pub limits: LimitRules,
+    pub sse_keepalive: Duration,
+    pub admin: Option<SocketAddr>,
+    pub audit: Option<AuditSettings>,
+    pub server: ServerSettings,
+    pub log: LogSettings,
+    /// The config file and every file it references (secrets, certificates): what the
+    /// reload watcher watches.
+    pub files: Vec<PathBuf>,
+    /// Things `check` should tell the operator that are not errors.
+    pub warnings: Vec<String>,
+}
+
+impl Snapshot {
+    pub fn listener(&self, name: &str) -> Option<&Listener> {
+        self.listeners.iter().find(|l| *l.name == *name)
+    }
+
+    /// Exact match of `path` against the listener's templates. The query string must
+    /// already be removed.
+    pub fn match_route<'a, 'p>(
+        &'a self,
+        listener: usize,
+        path: &'p str,
+    ) -> Option<RouteMatch<'a, 'p>> {
+        let table = &self.listeners.get(listener)?.table;
+        if let Some(&i) = table.exact.get(path) {
+            return Some(RouteMatch {
+                route: &self.routes[i],
+                path_token: None,
+            });
+        }
+        // The segments are the texts between slashes, as `path.split('/')` gives them, but
+        // taken a byte at a time: a path is a few dozen bytes, and the generic searcher's
+        // setup cost more than the search.
+        'templates: for (segments, i) in &table.templated {
+            let mut token = None;
+            let mut rest = path;
+            for (n, seg) in segments.iter().enumerate() {
+                if n > 0 {
+                    match rest.strip_prefix('/') {
+                        Some(after) => rest = after,
+                        None => continue 'templates,
+                    }
+                }
+                let end = rest.bytes().position(|b| b == b'/').unwrap_or(rest.len());
+                let (part, after) = rest.split_at(end);
+                rest = after;
+                match seg {
+                    Segment::Literal(lit) if lit == part => {}
+                    Segment::Literal(_) => continue 'templates,
+                    Segment::Token if !part.is_empty() => token = Some(part),
+                    Segment::Token => continue 'templates,
+                }
+            }
+            // Nothing may follow the last segment (a further slash is a further segment).
+            if rest.is_empty() {
+                return Some(RouteMatch {
+                    route: &self.routes[*i],
+                    path_token: token,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether any profile names `tool` in its allow or deny list, so a refusal can say
+    /// "not allowed" for names the configuration knows and "unknown" for the rest.
+    pub fn knows_tool(&self, tool: &str) -> bool {
+        self.profiles
+            .values()
+            .any(|p| p.allow.matches(tool) || p.deny.matches(tool))
+    }
+
+    /// The effective table printed by `mcpgate check`. Holds no secret: token hashes and
+    /// upstream header values are left out.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "configuration {} is valid", self.source);
+        let _ = writeln!(out, "\nlisteners:");
+        for l in &self.listeners {
+            let scheme = if l.tls.is_some() { "https" } else { "http" };
+            let _ = writeln!(out, "  {:<12} {scheme}://{}", l.name, l.addr);
+            if let Some(t) = &l.tls {
+                let _ = writeln!(
+                    out,
+                    "    tls:             cert={} key={}",
+                    t.files.cert.display(),
+                    t.files.key.display()
+                );
+                if let Some(ca) = &t.files.client_ca {
+                    let _ = writeln!(
+                        out,
+                        "    client_ca:       {} (client certificates required)",
+                        ca.display()
+                    );
+                }
+            }
+            let _ = writeln!(out, "    allowed_hosts:   {}", l.hosts.describe());
+            let _ = writeln!(out, "    allowed_origins: {}", l.origins.describe());
+        }
+        let _ = writeln!(out, "\nroutes:");
+        for r in &self.routes {
+            let auth = match r.auth {
+                Auth::Path => "path token",
+                Auth::Bearer => "bearer token",
+                Auth::None => "no auth",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<28} -> profile {:<12} -> upstream {} ({auth})",
+                r.listener, r.template, r.profile.name, r.profile.upstream.name
+            );
+        }
+        let _ = writeln!(out, "\nupstreams:");
+        for u in self.upstreams.values() {
+            let mut names: Vec<&str> = u.headers.keys().map(http::HeaderName::as_str).collect();
+            names.dedup();
+            let _ = writeln!(
+                out,
+                "  {:<12} {} connect_timeout={} timeout={} stream_idle_timeout={} headers=[{}]",
+                u.name,
+                u.url,
+                humantime::format_duration(u.connect_timeout),
+                humantime::format_duration(u.timeout),
+                humantime::format_duration(u.stream_idle_timeout),
+                names.join(", ")
+            );
+        }
+        let _ = writeln!(out, "\nprofiles:");
+        for p in self.profiles.values() {
+            let _ = writeln!(out, "  {:<12} upstream={}", p.name, p.upstream.name);
+            let _ = writeln!(out, "    allow:   {}", p.allow.patterns().join(", "));
+            if !p.deny.is_empty() {
+                let _ = writeln!(out, "    deny:    {}", p.deny.patterns().join(", "));
+            }
+            if let Some(m) = &p.methods {
+                let _ = writeln!(out, "    methods: {}", m.patterns().join(", "));
+            }
+        }
+        let _ = writeln!(out, "\ntokens:");
+        let mut tokens: Vec<&TokenEntry> = self.tokens.values().collect();
+        tokens.sort_by(|a, b| a.id.cmp(&b.id));
+        for t in tokens {
+            let when = |t: Option<SystemTime>| {
+                t.map_or("-".to_string(), |t| {
+                    humantime::format_rfc3339_seconds(t).to_string()
+                })
+            };
+            let _ = writeln!(
+                out,
+                "  {:<16} profiles=[{}] not_before={} not_after={}",
+                t.id,
+                t.profiles.join(", "),
+                when(t.not_before),
+                when(t.not_after)
+            );
+        }
+        let _ = writeln!(out, "\ntools:");
+        let _ = writeln!(out, "  hidden:    {}", self.hidden.patterns().join(", "));
+        let _ = writeln!(out, "  deny_code: {}", self.deny_code);
+        let _ = writeln!(out, "\nlimits:");
+        let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        for r in &self.limits.rate {
+            let tools = r.tools.as_ref().map_or(String::new(), |t| {
+                format!(" tools=[{}]", t.patterns().join(", "))
+            });
+            let on = if r.auth_failure {
+                " on=auth_failure"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "  rate:      key={} {} burst={}{tools}{on}",
+                r.key.name(),
+                r.rate_text,
+                r.quota.burst_size()
+            );
+        }
+        for c in &self.limits.concurrency {
+            let _ = writeln!(
+                out,
+                "  concurrency: tools=[{}] max_in_flight={}",
+                c.tools.patterns().join(", "),
+                c.max
+            );
+        }
+        for (_, name, d) in &self.limits.timeouts {
+            let _ = writeln!(
+                out,
+                "  timeout:   {name} = {}",
+                humantime::format_duration(*d)
+            );
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(out, "\naudit:");
+            let _ = writeln!(out, "  path:    {}", a.path.display());
+            let _ = writeln!(out, "  durable: {}", a.durable.join(", "));
+            let _ = writeln!(out, "  redact:  {}", a.redact.join(", "));
+            let rotate = a.max_size.map_or("on SIGUSR1 only".to_string(), |m| {
+                format!("at {m} bytes, keep {}", a.keep)
+            });
+            let _ = writeln!(out, "  rotate:  {rotate}");
+        }
+        let _ = writeln!(out, "\nadmin:");
+        match self.admin {
+            Some(a) => {
+                let _ = writeln!(out, "  http://{a}  /healthz /readyz /metrics, POST /reload");
+            }
+            None => {
+                let _ = writeln!(out, "  (none)");
+            }
+        }
+        let sv = &self.server;
+        let _ = writeln!(out, "\nserver:");
+        let _ = writeln!(
+            out,
+            "  shutdown_grace={} header_read_timeout={} idle_timeout={} max_connections={} max_header_size={}",
+            humantime::format_duration(sv.shutdown_grace),
+            humantime::format_duration(sv.header_read_timeout),
+            humantime::format_duration(sv.idle_timeout),
+            sv.max_connections,
+            sv.max_header_size
+        );
+        let _ = writeln!(out, "\ntransport:");
+        let _ = writeln!(
+            out,
+            "  sse_keepalive: {}",
+            humantime::format_duration(self.sse_keepalive)
+        );
+        for w in &self.warnings {
+            let _ = writeln!(out, "\nwarning: {w}");
+        }
+        out
+    }
+}

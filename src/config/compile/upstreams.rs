@@ -1,0 +1,235 @@
+//! `[upstreams.*]` and `[profiles.*]`: where requests go, and what each profile may send.
+
+use super::{
+    Compiler, DEFAULT_CONNECT_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT, Fail, at,
+    check_patterns, fail,
+};
+use crate::config::glob::Matcher;
+use crate::config::raw::{self, S};
+use crate::config::units::{parse_duration, resolve_secrets_noting};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Upstream {
+    pub name: Arc<str>,
+    pub url: Uri,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    /// Configured headers with secrets resolved. Never printed.
+    pub headers: HeaderMap,
+    /// The `Host` header the upstream is sent: its URL's host, and port unless 80.
+    pub host: HeaderValue,
+    /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
+    /// upstream's connection pools for this snapshot.
+    pub index: usize,
+}
+
+impl Upstream {
+    /// The host and port connections are made to: the URL's host (a bracketed IPv6
+    /// literal without its brackets) and port, 80 by default.
+    pub fn address(&self) -> (&str, u16) {
+        let host = self.url.host().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        (host, self.url.port_u16().unwrap_or(80))
+    }
+}
+
+/// `Host` for an upstream URL: the host as written, with the port unless it is 80.
+fn host_header(url: &Uri) -> HeaderValue {
+    let host = url.host().unwrap_or_default();
+    let text = match url.port_u16() {
+        Some(port) if port != 80 => format!("{host}:{port}"),
+        _ => host.to_string(),
+    };
+    HeaderValue::from_str(&text).expect("a URI's host and port make a valid header value")
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("headers", &"<redacted>")
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub struct Profile {
+    pub name: Arc<str>,
+    pub upstream: Arc<Upstream>,
+    pub allow: Matcher,
+    pub deny: Matcher,
+    /// `None`: every method may be sent.
+    pub methods: Option<Matcher>,
+}
+
+impl Profile {
+    /// Whether this profile may call `tool`, before the global hidden list.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.allow.matches(tool) && !self.deny.matches(tool)
+    }
+}
+
+/// Fields mcpgate sets or strips itself on the way upstream (hop-by-hop ones among them):
+/// an upstream's `headers` table may not name them.
+fn is_managed_header(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "keep-alive"
+            | "proxy-connection"
+            | "host"
+            | "content-length"
+            | "content-type"
+            | "accept"
+            | "accept-encoding"
+            | "x-forwarded-for"
+            | "x-forwarded-proto"
+            | "x-forwarded-host"
+            | "x-request-id"
+            | "mcp-session-id"
+            | "mcp-protocol-version"
+    )
+}
+
+impl Compiler<'_> {
+    pub(super) fn upstreams(
+        &self,
+        raw: &BTreeMap<String, S<raw::RawUpstream>>,
+    ) -> Result<BTreeMap<String, Arc<Upstream>>, Fail> {
+        let mut out = BTreeMap::new();
+        for (name, u) in raw {
+            let u = u.get_ref();
+            let url: Uri = at(
+                &u.url,
+                u.url
+                    .get_ref()
+                    .parse()
+                    .map_err(|e| format!("bad upstream url: {e}")),
+            )?;
+            match url.scheme_str() {
+                Some("http") => {}
+                Some("https") => {
+                    return fail(
+                        u.url.span(),
+                        "https upstreams are not supported yet in this version of mcpgate",
+                    );
+                }
+                _ => return fail(u.url.span(), "upstream url must start with http://"),
+            }
+            if url.authority().is_none() {
+                return fail(u.url.span(), "upstream url needs a host and port");
+            }
+            let connect_timeout = match &u.connect_timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_CONNECT_TIMEOUT,
+            };
+            let timeout = match &u.timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_TIMEOUT,
+            };
+            let stream_idle_timeout = match &u.stream_idle_timeout {
+                Some(v) => at(v, parse_duration(v.get_ref()))?,
+                None => DEFAULT_STREAM_IDLE_TIMEOUT,
+            };
+            let mut headers = HeaderMap::new();
+            for (k, v) in &u.headers {
+                let hname = HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|_| (v.span(), format!("bad header name {k:?}")))?;
+                if is_managed_header(&hname) {
+                    return fail(
+                        v.span(),
+                        format!("header {k:?} is set by mcpgate and cannot be configured"),
+                    );
+                }
+                let value = at(
+                    v,
+                    resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+                )?;
+                let hvalue = HeaderValue::from_str(&value).map_err(|_| {
+                    (
+                        v.span(),
+                        format!("header {k:?}: value is not a valid header value"),
+                    )
+                })?;
+                headers.append(hname, hvalue);
+            }
+            out.insert(
+                name.clone(),
+                Arc::new(Upstream {
+                    name: name.as_str().into(),
+                    host: host_header(&url),
+                    url,
+                    connect_timeout,
+                    timeout,
+                    stream_idle_timeout,
+                    headers,
+                    index: out.len(),
+                }),
+            );
+        }
+        Ok(out)
+    }
+
+    pub(super) fn profiles(
+        &self,
+        raw: &BTreeMap<String, S<raw::RawProfile>>,
+        upstreams: &BTreeMap<String, Arc<Upstream>>,
+        warnings: &mut Vec<String>,
+    ) -> Result<BTreeMap<String, Arc<Profile>>, Fail> {
+        let mut out = BTreeMap::new();
+        for (name, p) in raw {
+            let p = p.get_ref();
+            let upstream = upstreams.get(p.upstream.get_ref()).ok_or_else(|| {
+                (
+                    p.upstream.span(),
+                    format!(
+                        "profile {name:?}: no upstream named {:?}",
+                        p.upstream.get_ref()
+                    ),
+                )
+            })?;
+            check_patterns(&p.allow)?;
+            check_patterns(&p.deny)?;
+            let allow = Matcher::new(p.allow.iter().map(|s| s.get_ref().as_str()));
+            if allow.is_empty() {
+                warnings.push(format!("profile {name:?} allows no tool (allow is empty)"));
+            }
+            let methods = match &p.methods {
+                Some(list) => {
+                    check_patterns(list)?;
+                    let m = Matcher::new(list.iter().map(|s| s.get_ref().as_str()));
+                    if !m.matches("initialize") {
+                        warnings.push(format!(
+                            "profile {name:?}: methods does not include \"initialize\"; MCP clients cannot connect"
+                        ));
+                    }
+                    Some(m)
+                }
+                None => None,
+            };
+            out.insert(
+                name.clone(),
+                Arc::new(Profile {
+                    name: name.as_str().into(),
+                    upstream: upstream.clone(),
+                    allow,
+                    deny: Matcher::new(p.deny.iter().map(|s| s.get_ref().as_str())),
+                    methods,
+                }),
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,229 @@
+//! The last stage: every request ends here, answered or refused. A `GateError` becomes its
+//! answer (`respond::error`), the audit records are written (or handed to the answer's
+//! tap), and the request's log line and metrics are counted, each from one reading of the
+//! clocks.
+
+use super::Ctx;
+use super::audit::{self, Ended};
+use super::respond;
+use crate::error::{GateError, Side};
+use crate::gateway::{Gateway, Live};
+use crate::http::body::GateBody;
+use crate::mcp::transport::accept::Want;
+use crate::observe::log;
+use crate::observe::metrics::Metrics;
+use http::{Method, Response};
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+pub(super) fn finish(
+    gw: &Gateway,
+    live: &Live,
+    ctx: &Ctx<'_>,
+    method: &Method,
+    result: Result<Response<GateBody>, GateError>,
+) -> Response<GateBody> {
+    let (response, reason) = match result {
+        Ok(r) => (r, None),
+        Err(e) => {
+            let sse = ctx.want == Ok(Want::Sse);
+            let r = respond::error(&e, ctx.rpc_id.as_deref(), &ctx.request_id, sse);
+            (r, Some(e))
+        }
+    };
+    let took = ctx.started.elapsed();
+    let now = SystemTime::now();
+    let head_ms = took.as_secs_f64() * 1000.0;
+    let response = match &gw.audit {
+        Some(a) => {
+            let at = Ended {
+                started: ctx.started,
+                head_ms,
+                now,
+            };
+            audit::record(a, ctx, method, response, reason.as_ref(), at)
+        }
+        None => response,
+    };
+    let status = response.status().as_u16();
+    log_request(live, ctx, method, status, reason.as_ref(), head_ms, now);
+    record_metrics(&gw.metrics, ctx, method, status, reason.as_ref(), took);
+    response
+}
+
+/// The request's line in the log: `request` (the access log) or, for a failure that is
+/// not the client's, `request failed` at warn; and `slow request` past the threshold.
+fn log_request(
+    live: &Live,
+    ctx: &Ctx<'_>,
+    method: &Method,
+    status: u16,
+    error: Option<&GateError>,
+    head_ms: f64,
+    now: SystemTime,
+) {
+    let route = ctx.route.map_or("-", |r| &*r.template);
+    if head_ms > live.log.slow_request.as_secs_f64() * 1000.0 {
+        let upstream_ms = ctx.upstream_ms.unwrap_or(0.0);
+        tracing::warn!(
+            total_ms = head_ms,
+            upstream_ms,
+            gateway_ms = head_ms - upstream_ms,
+            route,
+            "slow request"
+        );
+    }
+    let line = log::RequestLine {
+        method: method.as_str(),
+        route,
+        profile: ctx.route.map_or("-", |r| &*r.profile.name),
+        token: ctx.token_id.unwrap_or("-"),
+        rpc: ctx.rpc_method.as_deref().unwrap_or("-"),
+        tool: ctx.tool.as_deref().unwrap_or("-"),
+        status,
+        reason: error.map_or("-", GateError::reason),
+        ms: crate::mcp::jsontext::to_microsecond(head_ms),
+    };
+    match error {
+        Some(e) if e.side() != Side::Downstream => log::request_failed(&line, e),
+        _ => log::request(&line, now),
+    }
+}
+
+/// MCP methods that may be metric labels as they are; anything else a client invents is
+/// counted as "(other)" so labels stay bounded.
+const KNOWN_METHODS: [&str; 18] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "subscriptions/listen",
+    "tasks/get",
+    "tasks/result",
+    "(batch)",
+];
+
+/// The label for an HTTP method: the standard ones by name, any other a client invents as
+/// "(other)", so labels stay bounded.
+fn http_method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "(other)",
+    }
+}
+
+/// A JSON-RPC method as the request keeps it: borrowed from [`KNOWN_METHODS`] when MCP
+/// defines it, so [`method_label`] need not look it up again.
+pub(super) fn known_method(method: &str) -> Cow<'static, str> {
+    match KNOWN_METHODS.iter().find(|k| **k == method) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(method.to_string()),
+    }
+}
+
+/// The metrics label of a request's method: a known JSON-RPC method as it is, any other
+/// notification as `notifications`, anything else a client invents as `(other)`, and the
+/// HTTP method when the body had none.
+fn method_label(rpc: Option<&Cow<'static, str>>, http: &Method) -> &'static str {
+    match rpc {
+        Some(Cow::Borrowed(known)) => known,
+        Some(Cow::Owned(m)) if m.starts_with("notifications/") => "notifications",
+        Some(Cow::Owned(_)) => "(other)",
+        None => http_method_label(http),
+    }
+}
+
+fn record_metrics(
+    m: &Metrics,
+    ctx: &Ctx<'_>,
+    http: &Method,
+    status: u16,
+    error: Option<&GateError>,
+    took: std::time::Duration,
+) {
+    use crate::observe::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
+    let route = ctx.route.map_or("-", |r| &*r.template);
+    let profile = ctx.route.map_or("-", |r| &*r.profile.name);
+    let method = method_label(ctx.rpc_method.as_ref(), http);
+    let key = RequestKey {
+        route,
+        profile,
+        method,
+        status,
+    };
+    m.count_request(&key, took);
+    if let Some(e) = error {
+        match e.side() {
+            Side::Downstream => m
+                .refusals
+                .get_or_create(&ReasonLabels { reason: e.reason() })
+                .inc(),
+            Side::Gateway => m
+                .refusals
+                .get_or_create(&ReasonLabels { reason: e.reason() })
+                .inc(),
+            Side::Upstream => {
+                let upstream = ctx.route.as_ref().map_or_else(
+                    || Label::from("-"),
+                    |r| Label(r.profile.upstream.name.clone()),
+                );
+                m.upstream_errors
+                    .get_or_create(&UpstreamErrorLabels {
+                        upstream,
+                        kind: e.reason(),
+                    })
+                    .inc()
+            }
+        };
+    }
+    if let Some(tool) = &ctx.tool {
+        let outcome = match error {
+            None => "forwarded",
+            Some(GateError::Refused { .. }) => "refused",
+            Some(GateError::UpstreamTimeout) => "timeout",
+            Some(e) if e.side() == Side::Upstream => "upstream_error",
+            Some(_) => "rejected",
+        };
+        m.count_tool_call(profile, tool, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every method MCP defines is its own label; other notifications, invented methods
+    /// and bodiless requests are labelled as documented.
+    #[test]
+    fn method_labels() {
+        for known in KNOWN_METHODS {
+            assert_eq!(
+                method_label(Some(&known_method(known)), &Method::POST),
+                known
+            );
+        }
+        let label = |m: &str| method_label(Some(&known_method(m)), &Method::POST).to_string();
+        assert_eq!(label("notifications/initialized"), "notifications");
+        assert_eq!(label("tools/calls"), "(other)");
+        assert_eq!(label("Tools/call"), "(other)");
+        assert_eq!(method_label(None, &Method::GET), "GET");
+    }
+}

@@ -1,0 +1,88 @@
+//! The gateway's upstream connection pools, kept across reloads. A pool is keyed by what
+//! its connections depend on (host, port, connect timeout): a reload that keeps those
+//! (a token rotation, a new profile, a changed timeout) keeps the pool and its open
+//! connections; a changed address gets a new pool, and the old one closes once the last
+//! request of the old configuration is done with it.
+
+use super::pool::Pool;
+use crate::config::Upstream;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// What an upstream's connections are made with; equal keys share pools.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    host: String,
+    port: u16,
+    connect_timeout: Duration,
+}
+
+impl Key {
+    fn of(upstream: &Upstream) -> Key {
+        let (host, port) = upstream.address();
+        Key {
+            host: host.to_string(),
+            port,
+            connect_timeout: upstream.connect_timeout,
+        }
+    }
+}
+
+/// One upstream's pools: one per worker thread (see `runtime::workers::slot`), made on
+/// first use, so a connection is only ever driven by the worker whose requests use it.
+pub struct WorkerPools {
+    key: Key,
+    pools: Box<[OnceLock<Arc<Pool>>]>,
+}
+
+impl WorkerPools {
+    fn new(key: Key) -> WorkerPools {
+        WorkerPools {
+            key,
+            pools: (0..=crate::runtime::workers::count())
+                .map(|_| OnceLock::new())
+                .collect(),
+        }
+    }
+
+    /// This thread's pool.
+    pub fn here(&self) -> &Arc<Pool> {
+        let slot = crate::runtime::workers::slot() % self.pools.len();
+        self.pools[slot]
+            .get_or_init(|| Pool::new(&self.key.host, self.key.port, self.key.connect_timeout))
+    }
+}
+
+/// The pools of the configuration in force, by key.
+#[derive(Default)]
+pub struct Registry {
+    current: Mutex<HashMap<Key, Arc<WorkerPools>>>,
+}
+
+impl Registry {
+    /// The pools for `upstreams`, in their order (an upstream's `index`): those whose key
+    /// the current configuration has too are kept, the others made. Pools no upstream
+    /// names any more are let go.
+    pub fn table(&self, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Box<[Arc<WorkerPools>]> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = HashMap::new();
+        let mut ordered: Vec<&Arc<Upstream>> = upstreams.values().collect();
+        ordered.sort_by_key(|u| u.index);
+        let table = ordered
+            .into_iter()
+            .map(|u| {
+                let key = Key::of(u);
+                let pools = next
+                    .get(&key)
+                    .or_else(|| current.get(&key))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(WorkerPools::new(key.clone())));
+                next.insert(key, pools.clone());
+                pools
+            })
+            .collect();
+        *current = next;
+        table
+    }
+}

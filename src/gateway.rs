@@ -276,3 +276,27 @@ fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
     }
     Ok(())
 }
+
+impl crate::observe::admin::Admin for Gateway {
+    fn draining(&self) -> bool {
+        self.is_draining()
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.render()
+    }
+
+    async fn reload(&self, trigger: &'static str) -> Result<(), String> {
+        Gateway::reload(self, trigger).await
+    }
+}
+
+impl config::watch::Reload for Gateway {
+    fn files(&self) -> Vec<PathBuf> {
+        self.snapshot().files.clone()
+    }
+
+    async fn reload(&self, trigger: &'static str) -> Result<(), String> {
+        Gateway::reload(self, trigger).await
+    }
+}

@@ -4,9 +4,9 @@
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use mcpgate::cli::demo;
+use mcpgate::cli::run as server;
 use mcpgate::config::{self, token};
 use mcpgate::gateway::Gateway;
-use mcpgate::http::server;
 use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -61,8 +61,60 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text without `#[cfg(test)] mod … { … }` blocks and without comments.
+/// The text with the contents of string literals blanked (a log target such as
+/// `"mcpgate::pipeline"` names no module), char literals and lifetimes left alone.
+fn without_strings(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        // A char literal: `'x'`, `'\''`, `'"'`; a lifetime has no closing quote.
+        if c == '\'' {
+            let close = if chars.get(i + 1) == Some(&'\\') {
+                3
+            } else {
+                2
+            };
+            if chars.get(i + close) == Some(&'\'') {
+                out.extend(&chars[i..=i + close]);
+                i += close + 1;
+                continue;
+            }
+        }
+        // A raw string: r"…", r#"…"#, br#"…"#.
+        if c == 'r' && !chars[..i].last().is_some_and(|p| is_ident(*p) && *p != 'b') {
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) == Some(&'"') {
+                let end: String = std::iter::once('"')
+                    .chain(std::iter::repeat_n('#', hashes))
+                    .collect();
+                let body = i + 2 + hashes;
+                let rest: String = chars[body..].iter().collect();
+                let len = rest.find(&end).map_or(rest.len(), |e| e + end.len());
+                out.push_str("\"\"");
+                i = body + rest[..len].chars().count();
+                continue;
+            }
+        }
+        if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            out.push_str("\"\"");
+            i = j + 1;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// The text without `#[cfg(test)] mod … { … }` blocks, comments and string contents.
 fn without_tests(text: &str) -> String {
+    let text: &str = &without_strings(text);
     let mut out = String::new();
     let mut rest = text;
     while let Some(at) = rest.find("#[cfg(test)]") {
@@ -337,4 +389,6 @@ fn the_checker_sees_circles_and_groups() {
     assert_eq!(names, ["q::r", "x", "x::y", "z"]);
     assert!(without_tests("a\n#[cfg(test)]\nmod tests {\n use crate::z;\n}\nb").contains('b'));
     assert!(!without_tests("#[cfg(test)]\nmod tests { use crate::z; }").contains("crate"));
+    let quoted = without_tests("f(\"crate::z\", r#\"crate::q\"#, '\"', 'a); crate::x::h()");
+    assert_eq!(quoted, "f(\"\", \"\", '\"', 'a); crate::x::h()");
 }

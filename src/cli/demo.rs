@@ -2,11 +2,11 @@
 //! it with SPEC §2's three profiles, two tokens made for this run, and curl commands that
 //! show a filtered tools/list, a refused call and an allowed call.
 
+use crate::cli::run as server;
 use crate::cli::sample;
 use crate::config::load_str;
 use crate::config::token::{Secret, generate, to_hex};
 use crate::gateway::Gateway;
-use crate::http::server;
 use std::future::Future;
 use std::net::SocketAddr;
 

@@ -1,5 +1,7 @@
 //! What the commands run beyond parsing their arguments (that stays in `main.rs`): the
-//! demo and the sample MCP server it and the tests put behind the gateway.
+//! gateway itself (`run`), the demo, and the sample MCP server the demo and the tests put
+//! behind the gateway.
 
 pub mod demo;
+pub mod run;
 pub mod sample;

@@ -9,10 +9,10 @@
 //! configuration is written on every request and must cost nothing here. Linux only;
 //! elsewhere SIGHUP and `POST /reload` remain.
 
-use crate::gateway::Gateway;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,8 +63,16 @@ fn concerns(names: &BTreeSet<OsString>, event_name: Option<&std::ffi::OsStr>) ->
     }
 }
 
+/// What the triggers reload; the gateway implements it.
+pub trait Reload: Send + Sync + 'static {
+    /// The files the configuration in force was read from (`Snapshot::files`).
+    fn files(&self) -> Vec<PathBuf>;
+    /// Reloads the configuration; `Err` keeps the running one (and has been logged).
+    fn reload(&self, trigger: &'static str) -> impl Future<Output = Result<(), String>> + Send;
+}
+
 /// Starts the SIGHUP handler and the file watcher. Runs until the runtime stops.
-pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
+pub fn spawn<R: Reload>(gw: Arc<R>) -> Result<(), String> {
     #[cfg(unix)]
     {
         let gw = gw.clone();
@@ -80,12 +88,12 @@ pub fn spawn(gw: Arc<Gateway>) -> Result<(), String> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn watch_files(_gw: Arc<Gateway>) -> Result<(), String> {
+fn watch_files<R: Reload>(_gw: Arc<R>) -> Result<(), String> {
     Err("configuration files are watched on Linux only".into())
 }
 
 #[cfg(target_os = "linux")]
-fn watch_files(gw: Arc<Gateway>) -> Result<(), String> {
+fn watch_files<R: Reload>(gw: Arc<R>) -> Result<(), String> {
     use futures_util::StreamExt;
     use inotify::{Inotify, WatchMask};
 
@@ -112,14 +120,14 @@ fn watch_files(gw: Arc<Gateway>) -> Result<(), String> {
             }
         }
     };
-    watch_folders(&gw.snapshot().files);
+    watch_folders(&gw.files());
     let mut events = inotify
         .into_event_stream(vec![0u8; 4096])
         .map_err(|e| format!("cannot watch the configuration: {e}"))?;
 
     tokio::spawn(async move {
-        let mut last = fingerprint(&gw.snapshot().files);
-        let mut relevant = names(&gw.snapshot().files);
+        let mut last = fingerprint(&gw.files());
+        let mut relevant = names(&gw.files());
         while let Some(event) = events.next().await {
             let Ok(event) = event else { break };
             if !concerns(&relevant, event.name.as_deref()) {
@@ -130,7 +138,7 @@ fn watch_files(gw: Arc<Gateway>) -> Result<(), String> {
             // then take whatever else arrived meanwhile without waiting for more.
             tokio::time::sleep(DEBOUNCE).await;
             while let Some(Some(_)) = futures_util::FutureExt::now_or_never(events.next()) {}
-            let files = gw.snapshot().files.clone();
+            let files = gw.files();
             let now = tokio::task::spawn_blocking(move || fingerprint(&files))
                 .await
                 .unwrap_or(last);
@@ -140,7 +148,7 @@ fn watch_files(gw: Arc<Gateway>) -> Result<(), String> {
             last = now;
             if gw.reload("file change").await.is_ok() {
                 // The new configuration may reference files in other folders.
-                let files = gw.snapshot().files.clone();
+                let files = gw.files();
                 watch_folders(&files);
                 relevant = names(&files);
                 last = fingerprint(&files);

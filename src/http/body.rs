@@ -113,13 +113,3 @@ impl Body for GateBody {
         }
     }
 }
-
-/// A client's request body, as the pipeline receives it.
-pub enum ClientBody {
-    /// Read whole by the HTTP/1.1 connection (`h1`) before the request was handed on.
-    Read(Bytes),
-    /// Not read: it declares, or grew to, more than `max_body` bytes.
-    TooLarge,
-    /// An HTTP/2 request's body, read as the pipeline asks for it.
-    H2(hyper::body::Incoming),
-}

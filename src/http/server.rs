@@ -1,16 +1,19 @@
 //! Listeners: bind every `[[listen]]` address (and the admin address), accept connections,
 //! terminate TLS where configured, and serve HTTP/1.1 (our own `h1`) and HTTP/2 (hyper's;
-//! by ALPN, or prior knowledge seen by `h1`), handing every request to `pipeline::handle`.
-//! Owns sockets, connection limits and timeouts, and the graceful drain; knows nothing of
-//! MCP.
+//! by ALPN, or prior knowledge seen by `h1`), handing every request to a [`Service`] (the
+//! gateway's pipeline). Owns sockets, connection limits and timeouts, and the graceful
+//! drain; knows nothing of MCP.
 
-use crate::gateway::Gateway;
+use crate::config::{Listener, ServerSettings};
+use crate::http::body::GateBody;
 use crate::http::h1::server as h1;
-use crate::http::tls;
-use crate::pipeline;
+use crate::http::request::{ClientRequest, Peer};
+use crate::http::tls::{self, CertStore};
 use crate::runtime::workers::Workers;
+use http::Response;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -25,6 +28,22 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
+
+/// What the listeners' requests are served by.
+pub trait Service: Send + Sync + 'static {
+    /// The connection limits and timeouts in force, read as a connection opens.
+    fn settings(&self) -> ServerSettings;
+    /// The request body limit in force, read per request.
+    fn max_body(&self) -> u64;
+    /// Answers one request that arrived on listener number `listener` (in the order the
+    /// listeners were bound).
+    fn handle(
+        &self,
+        listener: usize,
+        peer: Peer,
+        req: ClientRequest,
+    ) -> impl Future<Output = Response<GateBody>> + Send;
+}
 
 /// A listener bound to its socket, ready to serve.
 pub struct Bound {
@@ -58,16 +77,21 @@ pub enum BindError {
     Workers(io::Error),
 }
 
-pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
-    let snapshot = gw.snapshot();
-    let mut listeners = Vec::with_capacity(snapshot.listeners.len());
-    for (index, l) in snapshot.listeners.iter().enumerate() {
+/// Binds `listeners` (TLS ones serve the certificate of their store in `certs`) and the
+/// `admin` address, and starts the worker threads.
+pub async fn bind(
+    listeners_of: &[Listener],
+    certs: &HashMap<String, Arc<CertStore>>,
+    admin: Option<SocketAddr>,
+) -> Result<Sockets, BindError> {
+    let mut listeners = Vec::with_capacity(listeners_of.len());
+    for (index, l) in listeners_of.iter().enumerate() {
         let fail = |cause| BindError::Listen {
             name: l.name.to_string(),
             addr: l.addr,
             cause,
         };
-        let tls = match (&l.tls, gw.certs.get(&*l.name)) {
+        let tls = match (&l.tls, certs.get(&*l.name)) {
             (Some(material), Some(store)) => {
                 let config = tls::server_config(material, store.clone()).map_err(|cause| {
                     BindError::Tls {
@@ -89,7 +113,7 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
             tls,
         });
     }
-    let admin = match snapshot.admin {
+    let admin = match admin {
         Some(addr) => {
             let fail = |cause| BindError::Listen {
                 name: "admin".into(),
@@ -113,9 +137,14 @@ pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
     })
 }
 
-/// Serves until `shutdown` completes, then drains: stops accepting, lets in-flight
-/// requests and streams finish within `shutdown_grace`, and returns.
-pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Output = ()>) {
+/// Serves the listeners of `sockets` (not the admin socket: that is the caller's) until
+/// `shutdown` completes, then drains: stops accepting, lets in-flight requests and
+/// streams finish within `shutdown_grace`, and returns.
+pub async fn serve<S: Service>(
+    service: Arc<S>,
+    sockets: Sockets,
+    shutdown: impl Future<Output = ()>,
+) {
     // `true` tells every connection to finish and close; each holds a receiver, so the
     // drain is over when the last one is dropped.
     let (drain, _) = watch::channel(false);
@@ -123,30 +152,24 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
         tx: drain,
         signal: Arc::new(h1::DrainSignal::default()),
     });
-    let limit = Arc::new(Semaphore::new(gw.snapshot().server.max_connections));
+    let limit = Arc::new(Semaphore::new(service.settings().max_connections));
     let workers = Arc::new(sockets.workers);
     let mut accepting = tokio::task::JoinSet::new();
     for b in sockets.listeners {
         let tls = if b.tls.is_some() { "https" } else { "http" };
         tracing::info!(listener = %b.name, addr = %b.addr, scheme = tls, "listening");
         accepting.spawn(accept_loop(
-            gw.clone(),
+            service.clone(),
             b,
             graceful.clone(),
             limit.clone(),
             workers.clone(),
         ));
     }
-    let admin = sockets.admin.map(|(addr, socket)| {
-        tracing::info!(listener = "admin", addr = %addr, "listening");
-        tokio::spawn(crate::observe::admin::serve(gw.clone(), socket))
-    });
-
     shutdown.await;
-    gw.start_draining();
     accepting.abort_all();
     while accepting.join_next().await.is_some() {}
-    let grace = gw.snapshot().server.shutdown_grace;
+    let grace = service.settings().shutdown_grace;
     tracing::info!(grace = %humantime::format_duration(grace), "draining: no new connections, in-flight requests may finish");
     graceful.signal.give();
     graceful.tx.send_replace(true);
@@ -159,9 +182,6 @@ pub async fn serve(gw: Arc<Gateway>, sockets: Sockets, shutdown: impl Future<Out
     // Whatever still runs on the workers (connections past the grace) is dropped here.
     if let Ok(workers) = Arc::try_unwrap(workers) {
         workers.stop().await;
-    }
-    if let Some(a) = admin {
-        a.abort();
     }
 }
 
@@ -179,8 +199,8 @@ struct ConnDrain {
     signal: Arc<h1::DrainSignal>,
 }
 
-async fn accept_loop(
-    gw: Arc<Gateway>,
+async fn accept_loop<S: Service>(
+    service: Arc<S>,
     bound: Bound,
     graceful: Arc<Graceful>,
     limit: Arc<Semaphore>,
@@ -209,7 +229,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let gw = gw.clone();
+        let service = service.clone();
         let graceful = ConnDrain {
             rx: graceful.tx.subscribe(),
             signal: graceful.signal.clone(),
@@ -220,7 +240,7 @@ async fn accept_loop(
             let Ok(stream) = TcpStream::from_std(stream) else {
                 return;
             };
-            let settings = gw.snapshot().server.clone();
+            let settings = service.settings();
             let watched = Arc::new(Watched::default());
             let io = IdleIo {
                 inner: stream,
@@ -231,7 +251,7 @@ async fn accept_loop(
             let connection = async move {
                 let _permit = permit;
                 let conn = Conn {
-                    gw,
+                    service,
                     index,
                     peer,
                     graceful,
@@ -270,45 +290,45 @@ async fn accept_loop(
 }
 
 /// What a connection is served with, besides its socket.
-struct Conn<'a> {
-    gw: Arc<Gateway>,
+struct Conn<'a, S> {
+    service: Arc<S>,
     index: usize,
     peer: SocketAddr,
     graceful: ConnDrain,
-    settings: &'a crate::config::compile::ServerSettings,
+    settings: &'a ServerSettings,
     /// Where HTTP/1.1 marks its waits for a request head, for the watch.
     heads: &'a h1::HeadWaits,
 }
 
-async fn serve_connection<I>(conn: Conn<'_>, io: I, h2: bool)
+async fn serve_connection<S: Service, I>(conn: Conn<'_, S>, io: I, h2: bool)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Conn {
-        gw,
+        service,
         index,
         peer,
         graceful,
         settings,
         heads,
     } = conn;
-    let client = pipeline::Peer::new(peer);
+    let client = Peer::new(peer);
     if h2 {
-        return serve_h2(gw, index, client, io, graceful.rx, settings).await;
+        return serve_h2(service, index, client, io, graceful.rx, settings).await;
     }
     let h1_settings = h1::Settings {
         max_head: settings.max_header_size,
     };
-    // Requests borrow the gateway: a clone of its `Arc` per request would be a count
+    // Requests borrow the service: a clone of its `Arc` per request would be a count
     // both worker threads write.
-    let shared: &Gateway = &gw;
+    let shared: &S = &service;
     let ended = h1::serve(
         io,
         h1_settings,
         heads,
         h1::Drain::new(graceful.signal.clone()),
-        || shared.snapshot_here().max_body,
-        |req| pipeline::handle(shared, index, client.clone(), req),
+        || shared.max_body(),
+        |req| shared.handle(index, client.clone(), req),
     )
     .await;
     if let h1::Ended::H2(io, read) = ended {
@@ -316,28 +336,28 @@ where
             read: Some(read),
             inner: io,
         };
-        serve_h2(gw, index, client, io, graceful.rx, settings).await;
+        serve_h2(service, index, client, io, graceful.rx, settings).await;
     }
 }
 
 /// Serves an HTTP/2 connection with hyper until it ends or, once the drain starts, has
 /// finished its streams.
-async fn serve_h2<I>(
-    gw: Arc<Gateway>,
+async fn serve_h2<S: Service, I>(
+    service: Arc<S>,
     index: usize,
-    client: pipeline::Peer,
+    client: Peer,
     io: I,
     mut graceful: watch::Receiver<bool>,
-    settings: &crate::config::compile::ServerSettings,
+    settings: &ServerSettings,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-        let gw = gw.clone();
+        let service = service.clone();
         let client = client.clone();
         async move {
-            let req = crate::http::request::ClientRequest::from_h2(req);
-            Ok::<_, Infallible>(pipeline::handle(&gw, index, client, req).await)
+            let req = ClientRequest::from_h2(req);
+            Ok::<_, Infallible>(service.handle(index, client, req).await)
         }
     });
     let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -528,43 +548,4 @@ impl AsyncWrite for IdleIo {
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
-}
-
-/// Loads the configuration at `path` into a gateway, binds its sockets, starts the reload
-/// triggers and serves until SIGTERM/SIGINT, then drains. What `mcpgate run` does.
-pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result<(), BindError> {
-    let sockets = bind(&gw).await?;
-    if let Err(e) = crate::config::watch::spawn(gw.clone()) {
-        tracing::warn!("{e}; reload with POST /reload instead");
-    }
-    // Rate-limit state of keys that went quiet is dropped, so memory follows live keys.
-    let pruner = {
-        let gw = gw.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            loop {
-                tick.tick().await;
-                gw.snapshot().limiter.prune();
-            }
-        })
-    };
-    // logrotate's convention (as nginx's): SIGUSR1 reopens the audit file.
-    #[cfg(unix)]
-    let reopener = gw.audit.clone().and_then(|audit| {
-        let mut usr1 =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1()).ok()?;
-        Some(tokio::spawn(async move {
-            while usr1.recv().await.is_some() {
-                audit.reopen();
-            }
-        }))
-    });
-    serve(gw.clone(), sockets, shutdown).await;
-    pruner.abort();
-    #[cfg(unix)]
-    if let Some(r) = reopener {
-        r.abort();
-    }
-    gw.close_audit().await;
-    Ok(())
 }

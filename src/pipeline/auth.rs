@@ -8,7 +8,7 @@ use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::GateError;
 use crate::gateway::Live;
-use crate::http::request::{Fields, Kind};
+use crate::http::fields::{Fields, Kind};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
 

@@ -4,8 +4,8 @@
 //! an HTTP/2 body is read here.
 
 use crate::error::GateError;
-use crate::http::body::ClientBody;
-use crate::http::request::{Fields, Kind};
+use crate::http::fields::{Fields, Kind};
+use crate::http::request::ClientBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 
@@ -47,7 +47,7 @@ fn check_content_headers(fields: &Fields) -> Result<(), GateError> {
         ));
     }
     for v in fields.all(Kind::ContentEncoding) {
-        let ok = crate::http::request::visible(v).is_some_and(|v| {
+        let ok = crate::http::fields::visible(v).is_some_and(|v| {
             crate::http::headval::items(v)
                 .all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
         });

@@ -3,7 +3,7 @@
 //! a plain token, made otherwise).
 
 use crate::error::GateError;
-use crate::http::request::{Fields, Kind};
+use crate::http::fields::{Fields, Kind};
 use crate::mcp::jsonrpc;
 use std::sync::Arc;
 

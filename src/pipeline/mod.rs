@@ -25,7 +25,8 @@ use crate::config::{Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
-use crate::http::request::{ClientRequest, Kind};
+use crate::http::fields::Kind;
+use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::jsonrpc::{self, Payload, ToolName};
 use crate::mcp::transport::accept::{self, Want};
 use crate::observe::audit as trail;
@@ -35,28 +36,8 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
-
-/// The client at the other end of a connection, as every request on it needs it.
-#[derive(Clone)]
-pub struct Peer {
-    pub addr: SocketAddr,
-    /// The client's address as the `X-Forwarded-For` value, made once per connection.
-    pub forwarded_for: http::HeaderValue,
-}
-
-impl Peer {
-    pub fn new(addr: SocketAddr) -> Peer {
-        let text = addr.ip().to_string();
-        Peer {
-            addr,
-            forwarded_for: http::HeaderValue::from_maybe_shared(Bytes::from(text))
-                .expect("an IP address is a valid header value"),
-        }
-    }
-}
 
 /// What one request has learned about itself so far; logged when it ends. What comes from
 /// the configuration is borrowed from the request's snapshot (`'s`), not cloned: those

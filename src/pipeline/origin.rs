@@ -5,7 +5,8 @@
 
 use crate::config::Listener;
 use crate::error::GateError;
-use crate::http::request::{Fields, Kind, Target};
+use crate::http::fields::{Fields, Kind};
+use crate::http::request::Target;
 
 pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
     let host = fields.get_str(Kind::Host).or_else(|| target.authority());
@@ -14,7 +15,7 @@ pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<()
         return Err(GateError::HostRefused);
     }
     if let Some(origin) = fields.get(Kind::Origin) {
-        if !crate::http::request::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
+        if !crate::http::fields::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }
     }

@@ -6,8 +6,8 @@
 
 use crate::config::Upstream;
 use crate::error::GateError;
+use crate::http::fields::{Fields, Kind};
 use crate::http::h1::framing::named_by_connection;
-use crate::http::request::{Fields, Kind};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Uri};
@@ -41,7 +41,7 @@ fn stays_here(kind: Kind) -> bool {
 fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
     let values = fields
         .all(Kind::Connection)
-        .filter_map(crate::http::request::visible);
+        .filter_map(crate::http::fields::visible);
     named_by_connection(values)
         .filter(|n| !Kind::of(n.as_bytes()).is_hop_by_hop())
         .collect()

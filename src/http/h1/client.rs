@@ -15,7 +15,8 @@
 //! - A head larger than [`READ_BUFFER`] is refused; a body is read at most
 //!   [`READ_BUFFER`] bytes at a time, so a large answer passes through in pieces.
 
-use super::framing::{self, Chunk, ChunkStep, header_spans, step_chunk, take_up_to};
+use super::framing::{self, Chunk, ChunkStep, step_chunk, take_up_to};
+use crate::http::fields::header_spans;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Version};

@@ -1,6 +1,6 @@
 //! HTTP/1.1 framing rules both directions share (RFC 9112 §6, §7): how a body's length
 //! is read from `Content-Length`, chunked bodies and their trailers step by step, which
-//! fields are hop-by-hop (RFC 9110 §7.6.1), and where a head's fields sit in its buffer.
+//! fields are hop-by-hop (RFC 9110 §7.6.1).
 //! The server (`h1::server`) and the upstream client (`h1::client`) both read bodies and
 //! lengths here, so the two sides cannot disagree on where a message ends.
 
@@ -148,56 +148,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // ones present (a removal by a name given as text would parse and hash it first).
     while let Some(name) = headers.keys().find(|n| is_hop_by_hop(n)).cloned() {
         headers.remove(&name);
-    }
-}
-
-/// Where a header's name and value sit in the buffer it was parsed from. Offsets are
-/// `u32`: heads are bounded far below that (16 MiB for a request, the read buffer for an
-/// answer), and a smaller span keeps [`Spans`] cheap to make and to return.
-#[derive(Clone, Copy, Default)]
-pub struct Span {
-    pub name: (u32, u32),
-    pub value: (u32, u32),
-}
-
-impl Span {
-    pub fn name(self) -> std::ops::Range<usize> {
-        self.name.0 as usize..self.name.1 as usize
-    }
-
-    pub fn value(self) -> std::ops::Range<usize> {
-        self.value.0 as usize..self.value.1 as usize
-    }
-}
-
-/// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
-/// buffer's bytes (once frozen) rather than copy them. Up to [`INLINE_SPANS`] of them (any
-/// ordinary head) are kept on the stack, more on the heap.
-pub fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Spans {
-    debug_assert!(buf.len() <= u32::MAX as usize || headers.is_empty());
-    let base = buf.as_ptr() as usize;
-    let span = |h: &httparse::Header<'_>| {
-        let (n, v) = (
-            h.name.as_ptr() as usize - base,
-            h.value.as_ptr() as usize - base,
-        );
-        Span {
-            name: (n as u32, (n + h.name.len()) as u32),
-            value: (v as u32, (v + h.value.len()) as u32),
-        }
-    };
-    Spans(headers.iter().map(span).collect())
-}
-
-const INLINE_SPANS: usize = 16;
-
-/// See [`header_spans`]. Its inline slots are not written until used, so a head with a
-/// few fields costs no clearing of sixteen.
-pub struct Spans(smallvec::SmallVec<[Span; INLINE_SPANS]>);
-
-impl Spans {
-    pub fn as_slice(&self) -> &[Span] {
-        &self.0
     }
 }
 

@@ -28,9 +28,10 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
-use super::framing::{self, Chunk, ChunkStep, header_spans, step_chunk};
-use crate::http::body::{ClientBody, GateBody};
-use crate::http::request::{ClientRequest, Fields, Kind, Target};
+use super::framing::{self, Chunk, ChunkStep, step_chunk};
+use crate::http::fields::{Fields, Kind, header_spans};
+use crate::http::request::ClientBody;
+use crate::http::request::{ClientRequest, Target};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::header;
@@ -199,7 +200,7 @@ impl Drop for Drain {
 /// Serves HTTP/1.1 on `io` until the client leaves, an error, or the drain: every request
 /// goes to `service`, whose answer is written back. `max_body` gives the current limit
 /// on request bodies. Waits for a request head are marked in `waits`.
-pub async fn serve<I, S, F>(
+pub async fn serve<I, S, F, B>(
     io: I,
     settings: Settings,
     waits: &HeadWaits,
@@ -210,7 +211,9 @@ pub async fn serve<I, S, F>(
 where
     I: AsyncRead + AsyncWrite + Unpin,
     S: FnMut(ClientRequest) -> F,
-    F: Future<Output = Response<GateBody>>,
+    F: Future<Output = Response<B>>,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut c = Conn {
         io,
@@ -483,13 +486,17 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
 
     /// Writes `answer`: its head and, unless the request was HEAD or the status has none,
     /// its body, framed by length, in chunks, or to the close.
-    async fn respond(
+    async fn respond<B>(
         &mut self,
-        answer: Response<GateBody>,
+        answer: Response<B>,
         head_only: bool,
         http10: bool,
         keep_alive: &mut bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<()>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let (parts, mut body) = answer.into_parts();
         let status = parts.status;
         let bodiless = status.is_informational()
@@ -685,7 +692,7 @@ fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 }
 
 fn has_token(value: &[u8], token: &str) -> bool {
-    crate::http::request::visible(value).is_some_and(|v| crate::http::headval::lists(v, token))
+    crate::http::fields::visible(value).is_some_and(|v| crate::http::headval::lists(v, token))
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success

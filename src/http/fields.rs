@@ -1,0 +1,470 @@
+//! A request's header fields: a list of name and value spans over the bytes they arrived
+//! in, each name sorted once, when it is read, into the [`Kind`] the gateway acts on. An
+//! `http::HeaderMap` hashes every name put in it and every name looked up, and allocates
+//! its table; a request has a handful of fields and the gateway asks after a dozen names,
+//! most of them absent, so a list and one bit per kind present cost far less. HTTP/1.1
+//! heads are read into it where they were parsed; HTTP/2's map is copied into one. This
+//! module only holds the fields: what they mean is the pipeline's business.
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderMap;
+
+/// The header fields the gateway reads or treats specially; every other name is `Other`.
+/// Hop-by-hop ones (RFC 9110 §7.6.1, and the legacy ones) are never forwarded; `Host`,
+/// the credentials and the fields mcpgate sets itself are not forwarded either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Other,
+    Host,
+    ContentLength,
+    ContentType,
+    ContentEncoding,
+    TransferEncoding,
+    Connection,
+    Expect,
+    Accept,
+    AcceptEncoding,
+    Authorization,
+    Cookie,
+    Origin,
+    XRequestId,
+    XForwardedFor,
+    XForwardedProto,
+    XForwardedHost,
+    McpMethod,
+    McpName,
+    Te,
+    Trailer,
+    Upgrade,
+    ProxyAuthenticate,
+    ProxyAuthorization,
+    KeepAlive,
+    ProxyConnection,
+}
+
+impl Kind {
+    /// Every kind but `Other`, with its name as HTTP/2 writes it (lower case).
+    pub const NAMED: [(Kind, &'static str); 25] = [
+        (Kind::Host, "host"),
+        (Kind::ContentLength, "content-length"),
+        (Kind::ContentType, "content-type"),
+        (Kind::ContentEncoding, "content-encoding"),
+        (Kind::TransferEncoding, "transfer-encoding"),
+        (Kind::Connection, "connection"),
+        (Kind::Expect, "expect"),
+        (Kind::Accept, "accept"),
+        (Kind::AcceptEncoding, "accept-encoding"),
+        (Kind::Authorization, "authorization"),
+        (Kind::Cookie, "cookie"),
+        (Kind::Origin, "origin"),
+        (Kind::XRequestId, "x-request-id"),
+        (Kind::XForwardedFor, "x-forwarded-for"),
+        (Kind::XForwardedProto, "x-forwarded-proto"),
+        (Kind::XForwardedHost, "x-forwarded-host"),
+        (Kind::McpMethod, "mcp-method"),
+        (Kind::McpName, "mcp-name"),
+        (Kind::Te, "te"),
+        (Kind::Trailer, "trailer"),
+        (Kind::Upgrade, "upgrade"),
+        (Kind::ProxyAuthenticate, "proxy-authenticate"),
+        (Kind::ProxyAuthorization, "proxy-authorization"),
+        (Kind::KeepAlive, "keep-alive"),
+        (Kind::ProxyConnection, "proxy-connection"),
+    ];
+
+    /// The kind of a field name, in any case: the name is put in lower case on the stack
+    /// and matched whole, which costs less than comparing it without case to each name of
+    /// its length.
+    pub fn of(name: &[u8]) -> Kind {
+        // The longest name of a kind has 19 bytes; a longer one is of none.
+        let mut low = [0u8; 19];
+        let Some(low) = low.get_mut(..name.len()) else {
+            return Kind::Other;
+        };
+        for (l, b) in low.iter_mut().zip(name) {
+            *l = b.to_ascii_lowercase();
+        }
+        match &*low {
+            b"te" => Kind::Te,
+            b"host" => Kind::Host,
+            b"accept" => Kind::Accept,
+            b"cookie" => Kind::Cookie,
+            b"origin" => Kind::Origin,
+            b"expect" => Kind::Expect,
+            b"trailer" => Kind::Trailer,
+            b"upgrade" => Kind::Upgrade,
+            b"mcp-name" => Kind::McpName,
+            b"connection" => Kind::Connection,
+            b"keep-alive" => Kind::KeepAlive,
+            b"mcp-method" => Kind::McpMethod,
+            b"content-type" => Kind::ContentType,
+            b"x-request-id" => Kind::XRequestId,
+            b"authorization" => Kind::Authorization,
+            b"content-length" => Kind::ContentLength,
+            b"accept-encoding" => Kind::AcceptEncoding,
+            b"x-forwarded-for" => Kind::XForwardedFor,
+            b"content-encoding" => Kind::ContentEncoding,
+            b"x-forwarded-host" => Kind::XForwardedHost,
+            b"proxy-connection" => Kind::ProxyConnection,
+            b"transfer-encoding" => Kind::TransferEncoding,
+            b"x-forwarded-proto" => Kind::XForwardedProto,
+            b"proxy-authenticate" => Kind::ProxyAuthenticate,
+            b"proxy-authorization" => Kind::ProxyAuthorization,
+            _ => Kind::Other,
+        }
+    }
+
+    /// Whether the field belongs to one connection only (RFC 9110 §7.6.1).
+    pub fn is_hop_by_hop(self) -> bool {
+        matches!(
+            self,
+            Kind::Connection
+                | Kind::TransferEncoding
+                | Kind::Te
+                | Kind::Trailer
+                | Kind::Upgrade
+                | Kind::ProxyAuthenticate
+                | Kind::ProxyAuthorization
+                | Kind::KeepAlive
+                | Kind::ProxyConnection
+        )
+    }
+
+    fn bit(self) -> u32 {
+        1 << self as u32
+    }
+}
+
+/// One field: where its name and value are in the text, and the name's kind.
+#[derive(Clone, Copy, Debug)]
+struct Field {
+    name: (u32, u32),
+    value: (u32, u32),
+    kind: Kind,
+}
+
+/// A request's header fields in the order they came, over the bytes that hold them.
+/// Names are kept as they were written (any case); values are checked already (by the
+/// HTTP/1.1 parser, or by hyper for HTTP/2) to hold no control bytes but tab.
+#[derive(Debug)]
+pub struct Fields {
+    text: Bytes,
+    list: Vec<Field>,
+    /// One bit per kind present, so asking after an absent field reads no list.
+    kinds: u32,
+}
+
+impl Fields {
+    pub fn new() -> Fields {
+        Fields {
+            text: Bytes::new(),
+            list: Vec::new(),
+            kinds: 0,
+        }
+    }
+
+    /// The fields of a parsed HTTP/1.1 head: `text` is the head, `spans` where each
+    /// field's name and value are in it.
+    pub(crate) fn from_spans(text: Bytes, spans: &[Span]) -> Fields {
+        let mut kinds = 0;
+        let list = spans
+            .iter()
+            .map(|s| {
+                let kind = Kind::of(&text[s.name()]);
+                kinds |= kind.bit();
+                Field {
+                    name: s.name,
+                    value: s.value,
+                    kind,
+                }
+            })
+            .collect();
+        Fields { text, list, kinds }
+    }
+
+    /// The fields of a header map (an HTTP/2 request's), copied into one buffer.
+    pub fn from_map(map: &HeaderMap) -> Fields {
+        let size = map.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+        let mut text = BytesMut::with_capacity(size);
+        let mut list = Vec::with_capacity(map.len());
+        let mut kinds = 0;
+        let mut put = |bytes: &[u8]| {
+            let at = text.len() as u32;
+            text.extend_from_slice(bytes);
+            (at, text.len() as u32)
+        };
+        for (name, value) in map {
+            let kind = Kind::of(name.as_str().as_bytes());
+            kinds |= kind.bit();
+            list.push(Field {
+                name: put(name.as_str().as_bytes()),
+                value: put(value.as_bytes()),
+                kind,
+            });
+        }
+        Fields {
+            text: text.freeze(),
+            list,
+            kinds,
+        }
+    }
+
+    /// The fields of an HTTP/1.1 head given as text, for tests.
+    #[cfg(test)]
+    pub(crate) fn from_head(text: &str) -> Fields {
+        let mut slots = [httparse::EMPTY_HEADER; 32];
+        let mut head = httparse::Request::new(&mut slots);
+        let len = match head.parse(text.as_bytes()) {
+            Ok(httparse::Status::Complete(len)) => len,
+            other => panic!("not a whole head: {other:?}"),
+        };
+        let spans = header_spans(text.as_bytes(), head.headers);
+        Fields::from_spans(
+            Bytes::copy_from_slice(&text.as_bytes()[..len]),
+            spans.as_slice(),
+        )
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Whether a field of this kind is present.
+    pub fn has(&self, kind: Kind) -> bool {
+        self.kinds & kind.bit() != 0
+    }
+
+    fn bytes(&self, span: (u32, u32)) -> &[u8] {
+        &self.text[span.0 as usize..span.1 as usize]
+    }
+
+    /// The first value of this kind, as `HeaderMap::get` gives it.
+    pub fn get(&self, kind: Kind) -> Option<&[u8]> {
+        if !self.has(kind) {
+            return None;
+        }
+        let field = self.list.iter().find(|f| f.kind == kind)?;
+        Some(self.bytes(field.value))
+    }
+
+    /// The first value of this kind when it is all visible ASCII (what
+    /// `HeaderValue::to_str` accepts), else `None`.
+    pub fn get_str(&self, kind: Kind) -> Option<&str> {
+        self.get(kind).and_then(visible)
+    }
+
+    /// Every value of this kind, in order.
+    pub fn all(&self, kind: Kind) -> impl Iterator<Item = &[u8]> {
+        // An absent kind (and `Other`, which has no bit of its own) walks no list.
+        let list = match kind != Kind::Other && self.has(kind) {
+            true => &self.list[..],
+            false => &[],
+        };
+        list.iter()
+            .filter(move |f| f.kind == kind)
+            .map(|f| self.bytes(f.value))
+    }
+
+    /// Every field in order: its kind, its name as written, its value.
+    pub fn iter(&self) -> impl Iterator<Item = (Kind, &[u8], &[u8])> {
+        self.list
+            .iter()
+            .map(|f| (f.kind, self.bytes(f.name), self.bytes(f.value)))
+    }
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Fields::new()
+    }
+}
+
+/// `bytes` as text when every byte is visible ASCII or a space or tab.
+pub fn visible(bytes: &[u8]) -> Option<&str> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let one = |b: u8| (b' '..=b'~').contains(&b) || b == b'\t';
+    // Eight bytes at a time: a byte below a space or above `~` sets its high bit in
+    // `odd` (and, by a borrow, maybe a higher one: the bytes are then looked at one by one).
+    let mut words = bytes.chunks_exact(8);
+    for word in words.by_ref() {
+        let w = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]));
+        let odd = (w.wrapping_sub(ONES * 0x20) & !w) | w | w.wrapping_add(ONES);
+        if odd & HIGH != 0 && !word.iter().all(|&b| one(b)) {
+            return None;
+        }
+    }
+    if !words.remainder().iter().all(|&b| one(b)) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
+/// Where a header's name and value sit in the buffer it was parsed from. Offsets are
+/// `u32`: heads are bounded far below that (16 MiB for a request, the read buffer for an
+/// answer), and a smaller span keeps [`Spans`] cheap to make and to return.
+#[derive(Clone, Copy, Default)]
+pub struct Span {
+    pub name: (u32, u32),
+    pub value: (u32, u32),
+}
+
+impl Span {
+    pub fn name(self) -> std::ops::Range<usize> {
+        self.name.0 as usize..self.name.1 as usize
+    }
+
+    pub fn value(self) -> std::ops::Range<usize> {
+        self.value.0 as usize..self.value.1 as usize
+    }
+}
+
+/// The spans of `headers`, parsed by httparse from `buf`, so a header map can share the
+/// buffer's bytes (once frozen) rather than copy them. Up to [`INLINE_SPANS`] of them (any
+/// ordinary head) are kept on the stack, more on the heap.
+pub fn header_spans(buf: &[u8], headers: &[httparse::Header<'_>]) -> Spans {
+    debug_assert!(buf.len() <= u32::MAX as usize || headers.is_empty());
+    let base = buf.as_ptr() as usize;
+    let span = |h: &httparse::Header<'_>| {
+        let (n, v) = (
+            h.name.as_ptr() as usize - base,
+            h.value.as_ptr() as usize - base,
+        );
+        Span {
+            name: (n as u32, (n + h.name.len()) as u32),
+            value: (v as u32, (v + h.value.len()) as u32),
+        }
+    };
+    Spans(headers.iter().map(span).collect())
+}
+
+const INLINE_SPANS: usize = 16;
+
+/// See [`header_spans`]. Its inline slots are not written until used, so a head with a
+/// few fields costs no clearing of sixteen.
+pub struct Spans(smallvec::SmallVec<[Span; INLINE_SPANS]>);
+
+impl Spans {
+    pub fn as_slice(&self) -> &[Span] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::header::{HeaderName, HeaderValue};
+
+    /// Each kind is found from its name in any case, and only from its name: the kind of a
+    /// name is the kind whose name equals it as `HeaderName` compares names.
+    #[test]
+    fn kinds_are_their_names() {
+        let mut names: Vec<String> = Vec::new();
+        for (kind, name) in Kind::NAMED {
+            assert_eq!(Kind::of(name.as_bytes()), kind, "{name}");
+            assert_eq!(Kind::of(name.to_uppercase().as_bytes()), kind, "{name}");
+            names.push(name.to_string());
+            // Near misses: a byte more, a byte less, one changed.
+            names.push(format!("{name}s"));
+            names.push(name[1..].to_string());
+            names.push(format!("x{}", &name[1..]));
+        }
+        names
+            .extend(["", "user-agent", "mcp-session-id", "mcp-protocol-version"].map(String::from));
+        for n in &names {
+            let parsed = HeaderName::from_bytes(n.as_bytes());
+            let expected = Kind::NAMED
+                .iter()
+                .find(|(_, name)| parsed.as_ref().is_ok_and(|p| p == name))
+                .map_or(Kind::Other, |(k, _)| *k);
+            assert_eq!(Kind::of(n.as_bytes()), expected, "{n:?}");
+        }
+        // Every kind has its own bit.
+        let bits = Kind::NAMED.iter().fold(0u32, |all, (k, _)| {
+            assert_eq!(all & k.bit(), 0, "{k:?}");
+            all | k.bit()
+        });
+        assert_eq!(bits.count_ones(), 25);
+    }
+
+    /// The list answers as the header map it was made from: the first value of a kind, all
+    /// of them in order, none for an absent one; every field, in order, when iterated.
+    #[test]
+    fn fields_answer_as_their_map() {
+        let mut map = HeaderMap::new();
+        for (n, v) in [
+            ("host", "a"),
+            ("connection", "keep-alive"),
+            ("x-custom", "1"),
+            ("connection", "x-custom"),
+            ("accept", "text/event-stream"),
+            ("content-type", "caf\u{e9}"),
+        ] {
+            map.append(
+                HeaderName::from_static(n),
+                HeaderValue::from_bytes(v.as_bytes()).unwrap(),
+            );
+        }
+        let fields = Fields::from_map(&map);
+        assert_eq!(fields.len(), map.len());
+        for (kind, name) in Kind::NAMED {
+            let got: Vec<&[u8]> = fields.all(kind).collect();
+            let want: Vec<&[u8]> = map.get_all(name).iter().map(|v| v.as_bytes()).collect();
+            assert_eq!(got, want, "{name}");
+            assert_eq!(fields.has(kind), !want.is_empty(), "{name}");
+            assert_eq!(
+                fields.get_str(kind),
+                map.get(name).and_then(|v| v.to_str().ok()),
+                "{name}"
+            );
+        }
+        assert_eq!(fields.all(Kind::Other).count(), 0);
+        let listed: Vec<(Kind, &[u8], &[u8])> = fields.iter().collect();
+        let mapped: Vec<(Kind, &[u8], &[u8])> = map
+            .iter()
+            .map(|(n, v)| {
+                (
+                    Kind::of(n.as_str().as_bytes()),
+                    n.as_str().as_bytes(),
+                    v.as_bytes(),
+                )
+            })
+            .collect();
+        assert_eq!(listed, mapped);
+        assert!(Fields::new().is_empty() && !Fields::new().has(Kind::Host));
+    }
+
+    /// Every byte value, alone and at each place in texts that fill words and do not,
+    /// reads as the byte-by-byte rule says.
+    #[test]
+    fn visible_is_the_byte_rule() {
+        let rule = |t: &[u8]| t.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+        for b in 0..=255u8 {
+            for len in [1usize, 7, 8, 9, 16, 19] {
+                for at in 0..len {
+                    let mut text = vec![b'a'; len];
+                    text[at] = b;
+                    assert_eq!(
+                        visible(&text).is_some(),
+                        rule(&text),
+                        "{b:#x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn visible_text() {
+        assert_eq!(visible(b"a b\tc~"), Some("a b\tc~"));
+        assert_eq!(visible(b""), Some(""));
+        assert_eq!(visible(b"caf\xc3\xa9"), None);
+        assert_eq!(visible(b"a\x7f"), None);
+        assert_eq!(visible(b"a\x01"), None);
+    }
+}

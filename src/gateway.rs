@@ -7,7 +7,7 @@
 
 use crate::config::{self, Snapshot, Upstream};
 use crate::http::tls::CertStore;
-use crate::observe::audit::Audit;
+use crate::observe::audit::{Audit, AuditError};
 use crate::observe::metrics::{Metrics, ResultLabels};
 use crate::runtime::limiter::Limits;
 use crate::runtime::streams::StreamRegistry;
@@ -93,7 +93,7 @@ pub struct Gateway {
 impl Gateway {
     /// `config_path`: the file reloads read; `None` for an embedded configuration. Opens
     /// the audit file, so it must run inside the runtime; fails if that file cannot be opened.
-    pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Result<Arc<Self>, String> {
+    pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Result<Arc<Self>, AuditError> {
         let metrics = Metrics::new();
         let streams = StreamRegistry::new(metrics.open_streams.clone());
         let certs = snapshot

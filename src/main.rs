@@ -7,6 +7,7 @@ use mcpgate::cli::demo;
 use mcpgate::cli::run as server;
 use mcpgate::config::{self, token};
 use mcpgate::gateway::Gateway;
+use mcpgate::observe::audit::VerifyError;
 use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -131,7 +132,7 @@ fn dispatch(command: Command) -> Result<()> {
                 tracing::warn!("{w}");
             }
             runtime()?.block_on(async {
-                let gw = Gateway::new(snapshot, Some(path)).map_err(anyhow::Error::msg)?;
+                let gw = Gateway::new(snapshot, Some(path))?;
                 server::run(gw, shutdown_signal()).await?;
                 tracing::info!("stopped");
                 Ok(())
@@ -208,8 +209,10 @@ fn dispatch(command: Command) -> Result<()> {
                     println!("{}: {lines} lines, chain intact", file.display());
                     Ok(())
                 }
-                Err((0, why)) => bail!("{why}"),
-                Err((line, why)) => bail!("{}:{line}: chain broken: {why}", file.display()),
+                Err(VerifyError::Broken { line, why }) => {
+                    bail!("{}:{line}: chain broken: {why}", file.display())
+                }
+                Err(e) => bail!("{e}"),
             }
         }
         Command::Token(TokenCommand::Hash) => {

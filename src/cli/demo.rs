@@ -21,7 +21,7 @@ pub enum DemoError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("{0}")]
-    Audit(String),
+    Audit(crate::observe::audit::AuditError),
     #[error("{0} (is another program using it? try --listen 127.0.0.1:PORT)")]
     Bind(server::BindError),
 }

@@ -1,0 +1,249 @@
+//! What a record holds (the request's shared fields, the call, the decision, the outcome
+//! and timings) and its JSON line, written by hand without the chain link, which only the
+//! writer knows.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// One tools/call of a request, as the audit trail needs it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The JSON-RPC id as raw JSON text (`None` for a notification).
+    pub rpc_id: Option<String>,
+    pub tool: Arc<str>,
+    /// JSON text, from [`redact_arguments`]; `None` is written as `null`.
+    pub arguments: Option<Box<str>>,
+    pub durable: bool,
+}
+
+/// The fields every record of one request shares. The names come from the configuration,
+/// and are copied into one buffer of the record's own: holding the configuration's `Arc`s
+/// instead would write counts both worker threads (and the writer) share, per request.
+#[derive(Debug)]
+pub struct Base {
+    pub request_id: Arc<str>,
+    pub client: std::net::IpAddr,
+    /// listener, route template, profile, method and token id, one after the other.
+    pub(super) text: String,
+    /// Where each of the first four ends in `text`; the token id, if any, is the rest.
+    pub(super) ends: [usize; 4],
+    pub(super) token: bool,
+}
+
+impl Base {
+    /// `route`: the matched route, whose template and profile name are written (`-`
+    /// without one). `method`: the JSON-RPC method, or the HTTP method when there is none.
+    pub fn new(
+        request_id: Arc<str>,
+        listener: &str,
+        route: Option<&crate::config::Route>,
+        token: Option<&str>,
+        client: std::net::IpAddr,
+        method: &str,
+    ) -> Base {
+        let parts = [
+            listener,
+            route.map_or("-", |r| &r.template),
+            route.map_or("-", |r| &r.profile.name),
+            method,
+        ];
+        let mut text = String::with_capacity(
+            parts.iter().map(|p| p.len()).sum::<usize>() + token.map_or(0, str::len),
+        );
+        let mut ends = [0; 4];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            *end = text.len();
+        }
+        text.push_str(token.unwrap_or(""));
+        Base {
+            request_id,
+            client,
+            text,
+            ends,
+            token: token.is_some(),
+        }
+    }
+
+    pub fn listener(&self) -> &str {
+        &self.text[..self.ends[0]]
+    }
+
+    pub fn route(&self) -> &str {
+        &self.text[self.ends[0]..self.ends[1]]
+    }
+
+    pub fn profile(&self) -> &str {
+        &self.text[self.ends[1]..self.ends[2]]
+    }
+
+    pub fn method(&self) -> &str {
+        &self.text[self.ends[2]..self.ends[3]]
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.token.then(|| &self.text[self.ends[3]..])
+    }
+}
+
+/// One line of the trail, besides the chain's own `genesis` and `continued` lines. A
+/// field left `None` is not written; `Some(None)` is written as `null`.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub base: Arc<Base>,
+    pub time: SystemTime,
+    /// `tool`, `rpc_id` and `arguments`, on the records of a tools/call.
+    pub call: Option<Arc<Call>>,
+    pub phase: Option<&'static str>,
+    pub decision: Option<&'static str>,
+    pub reason: Option<Option<String>>,
+    pub status: Option<u16>,
+    pub upstream_ms: Option<Option<f64>>,
+    pub gateway_ms: Option<f64>,
+    pub outcome: Option<Option<&'static str>>,
+    pub total_ms: Option<f64>,
+}
+
+impl Record {
+    /// The JSON-RPC id of its call, as raw JSON text.
+    pub(super) fn rpc_id(&self) -> Option<&str> {
+        self.call.as_ref()?.rpc_id.as_deref()
+    }
+
+    /// A record of the request with nothing but its shared fields and the time, now.
+    pub fn new(base: Arc<Base>, call: Option<Arc<Call>>) -> Record {
+        Record::at(base, call, SystemTime::now())
+    }
+
+    /// A record of the request with nothing but its shared fields and `time`.
+    pub fn at(base: Arc<Base>, call: Option<Arc<Call>>, time: SystemTime) -> Record {
+        Record {
+            base,
+            time,
+            call,
+            phase: None,
+            decision: None,
+            reason: None,
+            status: None,
+            upstream_ms: None,
+            gateway_ms: None,
+            outcome: None,
+            total_ms: None,
+        }
+    }
+}
+
+/// Appends `record` as one JSON object, its fields in name order, exactly as serde_json
+/// would write the same object, but for `prev` (the chain link): the returned offset is
+/// where its member, `"prev":"…",`, goes. Written by hand because it runs for every
+/// audited call; a unit test holds it to serde_json's output.
+pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
+    use crate::mcp::jsontext::{
+        push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64,
+    };
+    use std::fmt::Write as _;
+    let r = record;
+    let b = &*r.base;
+    // `,"name":` before every field but the first (`arguments` or `client`).
+    let key = |out: &mut String, name: &str| {
+        out.push_str(",\"");
+        out.push_str(name);
+        out.push_str("\":");
+    };
+    let optional_str = |out: &mut String, v: Option<&str>| match v {
+        Some(v) => push_str(out, v),
+        None => out.push_str("null"),
+    };
+    out.push('{');
+    if let Some(c) = &r.call {
+        out.push_str("\"arguments\":");
+        match &c.arguments {
+            Some(text) => push_compact(out, text),
+            None => out.push_str("null"),
+        }
+        out.push(',');
+    }
+    out.push_str("\"client\":\"");
+    match b.client {
+        // The usual case, without the formatting machinery.
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u64(out, octet.into());
+            }
+        }
+        v6 => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+    out.push('"');
+    if let Some(d) = r.decision {
+        key(out, "decision");
+        push_plain(out, d);
+    }
+    if let Some(g) = r.gateway_ms {
+        key(out, "gateway_ms");
+        push_ms(out, g);
+    }
+    key(out, "listener");
+    push_str(out, b.listener());
+    key(out, "method");
+    push_str(out, b.method());
+    if let Some(o) = r.outcome {
+        key(out, "outcome");
+        optional_str(out, o);
+    }
+    if let Some(p) = r.phase {
+        key(out, "phase");
+        push_plain(out, p);
+    }
+    // `prev` is never first or last: `client` comes before it and `time` after.
+    out.push(',');
+    let prev_at = out.len();
+    out.push_str("\"profile\":");
+    push_str(out, b.profile());
+    if let Some(reason) = &r.reason {
+        key(out, "reason");
+        optional_str(out, reason.as_deref());
+    }
+    key(out, "request_id");
+    push_plain(out, &b.request_id);
+    key(out, "route");
+    push_str(out, b.route());
+    if let Some(c) = &r.call {
+        // The id as the client wrote it: valid JSON, parsed with the request.
+        key(out, "rpc_id");
+        match c.rpc_id.as_deref() {
+            Some(id) => push_compact(out, id),
+            None => out.push_str("null"),
+        }
+    }
+    if let Some(status) = r.status {
+        key(out, "status");
+        push_u64(out, status.into());
+    }
+    out.push_str(",\"time\":\"");
+    push_rfc3339(out, r.time, 3);
+    out.push('"');
+    key(out, "token");
+    optional_str(out, b.token());
+    if let Some(c) = &r.call {
+        key(out, "tool");
+        push_str(out, &c.tool);
+    }
+    if let Some(t) = r.total_ms {
+        key(out, "total_ms");
+        push_ms(out, t);
+    }
+    if let Some(u) = r.upstream_ms {
+        key(out, "upstream_ms");
+        match u {
+            Some(u) => push_ms(out, u),
+            None => out.push_str("null"),
+        }
+    }
+    out.push('}');
+    prev_at
+}

@@ -188,7 +188,7 @@ impl Gateway {
     /// Re-reads, validates and compiles the configuration off the request path, then swaps
     /// it in. On any error the running configuration stays, and the error (with its file
     /// position) is returned and logged.
-    pub async fn reload(&self, trigger: &str) -> Result<(), String> {
+    pub async fn reload(&self, trigger: &str) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let result = self.try_reload().await;
         let label = if result.is_ok() { "ok" } else { "error" };
@@ -210,16 +210,10 @@ impl Gateway {
         result.map(|_| ())
     }
 
-    async fn try_reload(&self) -> Result<usize, String> {
-        let path = self
-            .config_path
-            .clone()
-            .ok_or("this gateway runs an embedded configuration; there is no file to reload")?;
+    async fn try_reload(&self) -> Result<usize, ReloadError> {
+        let path = self.config_path.clone().ok_or(ReloadError::Embedded)?;
         let current = self.snapshot();
-        let next = tokio::task::spawn_blocking(move || config::load(&path))
-            .await
-            .map_err(|e| format!("reload task failed: {e}"))?
-            .map_err(|e| e.to_string())?;
+        let next = tokio::task::spawn_blocking(move || config::load(&path)).await??;
         restart_needed(&current, &next)?;
         if current.log != next.log {
             tracing::warn!("[log] changes take effect at the next restart");
@@ -243,9 +237,22 @@ impl Gateway {
     }
 }
 
+/// Why a reload was not applied; the running configuration keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("this gateway runs an embedded configuration; there is no file to reload")]
+    Embedded,
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    #[error("restart required: {0}; the reload was not applied")]
+    RestartRequired(&'static str),
+    #[error("reload task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Changes a running process cannot apply: sockets and their TLS shape, and the admin
 /// listener. Such a reload is refused whole, with the reason.
-fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
+fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), ReloadError> {
     let shape = |s: &Snapshot| {
         s.listeners
             .iter()
@@ -259,25 +266,27 @@ fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), String> {
             .collect::<Vec<_>>()
     };
     if shape(current) != shape(next) {
-        return Err("restart required: listeners changed (names, addresses, TLS on/off or client_ca); the reload was not applied".into());
+        return Err(ReloadError::RestartRequired(
+            "listeners changed (names, addresses, TLS on/off or client_ca)",
+        ));
     }
     if current.admin != next.admin {
-        return Err(
-            "restart required: the admin address changed; the reload was not applied".into(),
-        );
+        return Err(ReloadError::RestartRequired("the admin address changed"));
     }
     if current.audit != next.audit {
-        return Err("restart required: [audit] changed; the reload was not applied".into());
+        return Err(ReloadError::RestartRequired("[audit] changed"));
     }
     if current.server.max_connections != next.server.max_connections {
-        return Err(
-            "restart required: server.max_connections changed; the reload was not applied".into(),
-        );
+        return Err(ReloadError::RestartRequired(
+            "server.max_connections changed",
+        ));
     }
     Ok(())
 }
 
 impl crate::observe::admin::Admin for Gateway {
+    type Error = ReloadError;
+
     fn draining(&self) -> bool {
         self.is_draining()
     }
@@ -286,17 +295,19 @@ impl crate::observe::admin::Admin for Gateway {
         self.metrics.render()
     }
 
-    async fn reload(&self, trigger: &'static str) -> Result<(), String> {
+    async fn reload(&self, trigger: &'static str) -> Result<(), ReloadError> {
         Gateway::reload(self, trigger).await
     }
 }
 
 impl config::watch::Reload for Gateway {
+    type Error = ReloadError;
+
     fn files(&self) -> Vec<PathBuf> {
         self.snapshot().files.clone()
     }
 
-    async fn reload(&self, trigger: &'static str) -> Result<(), String> {
+    async fn reload(&self, trigger: &'static str) -> Result<(), ReloadError> {
         Gateway::reload(self, trigger).await
     }
 }

@@ -65,10 +65,13 @@ fn concerns(names: &BTreeSet<OsString>, event_name: Option<&std::ffi::OsStr>) ->
 
 /// What the triggers reload; the gateway implements it.
 pub trait Reload: Send + Sync + 'static {
+    /// Why a reload was not applied.
+    type Error;
     /// The files the configuration in force was read from (`Snapshot::files`).
     fn files(&self) -> Vec<PathBuf>;
     /// Reloads the configuration; `Err` keeps the running one (and has been logged).
-    fn reload(&self, trigger: &'static str) -> impl Future<Output = Result<(), String>> + Send;
+    fn reload(&self, trigger: &'static str)
+    -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 /// Starts the SIGHUP handler and the file watcher. Runs until the runtime stops.

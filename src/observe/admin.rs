@@ -17,12 +17,15 @@ use tokio::net::TcpListener;
 
 /// What the admin endpoints read and do; the gateway implements it.
 pub trait Admin: Send + Sync + 'static {
+    /// Why a reload was not applied.
+    type Error: std::fmt::Display;
     /// Whether the gateway is draining (`/readyz` then answers 503).
     fn draining(&self) -> bool;
     /// The metrics in the Prometheus text format.
     fn metrics(&self) -> String;
     /// Reloads the configuration; `Err` says why the running one stays.
-    fn reload(&self, trigger: &'static str) -> impl Future<Output = Result<(), String>> + Send;
+    fn reload(&self, trigger: &'static str)
+    -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 fn text(

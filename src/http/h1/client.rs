@@ -15,11 +15,10 @@
 //! - A head larger than [`READ_BUFFER`] is refused; a body is read at most
 //!   [`READ_BUFFER`] bytes at a time, so a large answer passes through in pieces.
 
-use super::framing::{self, Chunk, ChunkStep, step_chunk, take_up_to};
-use crate::http::fields::header_spans;
-use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Response, StatusCode, Version};
+use super::framing::{self, ChunkStep, step_chunk, take_up_to};
+use super::head::{AnswerFraming as Framing, parse_answer};
+use bytes::{Bytes, BytesMut};
+use http::{Method, Response};
 use http_body::{Body, Frame, SizeHint};
 use std::io;
 use std::pin::Pin;
@@ -30,8 +29,6 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 /// The largest answer head read, and the most read from a connection at a time. nginx's
 /// `proxy_buffer_size` is 4 or 8 KiB; hyper's default grows to about 400 KiB.
 pub const READ_BUFFER: usize = 64 << 10;
-/// Headers an answer head may have (hyper's limit too).
-const MAX_HEADERS: usize = 100;
 /// Room made for reading an answer head when the buffer has less.
 const READ_CHUNK: usize = 8 << 10;
 
@@ -128,7 +125,12 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
             });
         }
         loop {
-            if let Some((response, head)) = parse_head(&mut self.buf, method)? {
+            if let Some((response, head)) =
+                parse_answer(&mut self.buf, method).map_err(|error| Failure {
+                    stage: Stage::Answer,
+                    error,
+                })?
+            {
                 let mut body = UpBody {
                     conn: Some(self),
                     framing: head.framing,
@@ -158,155 +160,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
             return Err(Failure { stage, error });
         }
     }
-}
-
-/// How an answer's body ends (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Framing {
-    /// `Content-Length`: this many bytes are left.
-    Length(u64),
-    /// `Transfer-Encoding: chunked`.
-    Chunked(Chunk),
-    /// Neither: the body ends when the upstream closes; the connection is not kept.
-    Close,
-    /// Read to its end.
-    Done,
-}
-
-/// Parses an answer head at the start of `buf`. `Ok(None)`: not complete yet. On success
-/// the head's bytes are taken off `buf`; interim (1xx) heads are skipped.
-fn parse_head(
-    buf: &mut BytesMut,
-    method: &Method,
-) -> Result<Option<(Response<()>, Head)>, Failure> {
-    loop {
-        // Slots httparse fills; left uninitialised, as zeroing them costs more than parsing.
-        let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-        let mut head = httparse::Response::new(&mut []);
-        let parsed = httparse::ParserConfig::default()
-            .parse_response_with_uninit_headers(&mut head, buf, &mut slots);
-        let len = match parsed {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => return Err(Failure::answer(&format!("answer head: {e}"))),
-        };
-        let code = head.code.unwrap_or(0);
-        if (100..200).contains(&code) {
-            if code == 101 {
-                return Err(Failure::answer("answer switched protocols unasked"));
-            }
-            buf.advance(len);
-            continue;
-        }
-        let status = StatusCode::from_u16(code).map_err(|_| Failure::answer("answer status"))?;
-        let http10 = head.version == Some(0);
-        let spans = header_spans(buf, head.headers);
-        let bytes = buf.split_to(len).freeze();
-
-        let spans = spans.as_slice();
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        let mut length: Option<u64> = None;
-        let mut chunked = false;
-        let mut encoded = false;
-        let mut keep = !http10;
-        // Whether a `Connection` field names other fields to remove.
-        let mut names_fields = false;
-        for &span in spans {
-            let name = crate::http::headval::name(&bytes[span.name()])
-                .map_err(|_| Failure::answer("header name"))?;
-            let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
-                .map_err(|_| Failure::answer("header value"))?;
-            if name == header::CONTENT_LENGTH {
-                let n = framing::content_length(value.as_bytes())
-                    .ok_or_else(|| Failure::answer("Content-Length"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(Failure::answer("conflicting Content-Length"));
-                }
-                length = Some(n);
-            } else if name == header::TRANSFER_ENCODING {
-                encoded = true;
-                // Chunked must be the last coding; anything after it is read to the close.
-                chunked = value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| crate::http::headval::items(v).next_back())
-                    .is_some_and(|last| last.eq_ignore_ascii_case("chunked"));
-            } else if name == header::CONNECTION {
-                let listed = |token: &str| {
-                    value
-                        .to_str()
-                        .is_ok_and(|v| crate::http::headval::lists(v, token))
-                };
-                if listed("close") {
-                    keep = false;
-                } else if http10 && listed("keep-alive") {
-                    keep = true;
-                }
-                // Kept for now only when it names other fields, to remove them by it below.
-                let names_others = value.to_str().is_ok_and(|v| {
-                    crate::http::headval::items(v).any(|t| {
-                        !(t.is_empty()
-                            || t.eq_ignore_ascii_case("close")
-                            || t.eq_ignore_ascii_case("keep-alive"))
-                    })
-                });
-                if !names_others {
-                    continue;
-                }
-                names_fields = true;
-            }
-            // The other hop-by-hop fields were read for the framing above; they end here.
-            if name != header::CONNECTION && framing::is_hop_by_hop(&name) {
-                continue;
-            }
-            headers.append(name, value);
-        }
-        // An answer head leaves the pool without hop-by-hop fields (RFC 9110 §7.6.1).
-        if names_fields {
-            framing::strip_hop_by_hop(&mut headers);
-        }
-        let no_body = *method == Method::HEAD
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
-        let framing = if no_body {
-            Framing::Done
-        } else if encoded {
-            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3); a connection
-            // that carried both is not trusted with another request.
-            if length.is_some() {
-                keep = false;
-            }
-            if chunked {
-                Framing::Chunked(Chunk::Size)
-            } else {
-                Framing::Close
-            }
-        } else {
-            match length {
-                Some(0) => Framing::Done,
-                Some(n) => Framing::Length(n),
-                None => Framing::Close,
-            }
-        };
-        // A body that ends at the close leaves nothing to keep.
-        let keep = keep && framing != Framing::Close;
-        let mut response = Response::new(());
-        *response.status_mut() = status;
-        *response.version_mut() = if http10 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        };
-        *response.headers_mut() = headers;
-        return Ok(Some((response, Head { framing, keep })));
-    }
-}
-
-/// How an answer's body is read, and whether its connection may be used again after it.
-#[derive(Debug, PartialEq)]
-struct Head {
-    framing: Framing,
-    keep: bool,
 }
 
 /// The body of an upstream's answer, read from its connection as it is polled.
@@ -439,136 +292,5 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Body for UpBody<IO> {
             Framing::Done => SizeHint::with_exact(0),
             _ => SizeHint::default(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(text: &str, method: Method) -> Result<Option<(Response<()>, Head)>, Failure> {
-        parse_head(&mut BytesMut::from(text), &method)
-    }
-
-    fn framing(text: &str) -> (Framing, bool) {
-        let h = head(text, Method::POST).unwrap().unwrap().1;
-        (h.framing, h.keep)
-    }
-
-    #[test]
-    fn answers_are_framed_as_rfc_9112_says() {
-        let ok = "HTTP/1.1 200 OK\r\n";
-        assert_eq!(
-            framing(&format!("{ok}content-length: 5\r\n\r\n")),
-            (Framing::Length(5), true)
-        );
-        assert_eq!(
-            framing(&format!("{ok}transfer-encoding: gzip, chunked\r\n\r\n")),
-            (Framing::Chunked(Chunk::Size), true)
-        );
-        // Chunked not last, or no length at all: the body runs to the close.
-        assert_eq!(
-            framing(&format!("{ok}transfer-encoding: chunked, gzip\r\n\r\n")),
-            (Framing::Close, false)
-        );
-        assert_eq!(framing(&format!("{ok}\r\n")), (Framing::Close, false));
-        // Both: the coding wins and the connection is not trusted again.
-        assert_eq!(
-            framing(&format!(
-                "{ok}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
-            )),
-            (Framing::Chunked(Chunk::Size), false)
-        );
-        assert_eq!(
-            framing("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n"),
-            (Framing::Done, true)
-        );
-        assert_eq!(
-            framing("HTTP/1.1 204 No Content\r\n\r\n"),
-            (Framing::Done, true)
-        );
-        assert_eq!(
-            framing(&format!(
-                "{ok}connection: close\r\ncontent-length: 4\r\n\r\n"
-            )),
-            (Framing::Length(4), false)
-        );
-        assert_eq!(
-            framing("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"),
-            (Framing::Done, false)
-        );
-        assert_eq!(
-            framing("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"),
-            (Framing::Done, true)
-        );
-        let h = head(&format!("{ok}content-length: 9\r\n\r\n"), Method::HEAD)
-            .unwrap()
-            .unwrap()
-            .1;
-        assert_eq!(
-            h,
-            Head {
-                framing: Framing::Done,
-                keep: true
-            }
-        );
-        assert!(
-            head(
-                &format!("{ok}content-length: 2\r\ncontent-length: 3\r\n\r\n"),
-                Method::POST
-            )
-            .is_err()
-        );
-        // A length is digits only, read by the same rule as a request's.
-        for bad in ["x", "+5", "-1", "5 5", "0x5", "", "99999999999999999999"] {
-            let text = format!("{ok}content-length: {bad}\r\n\r\n");
-            assert!(head(&text, Method::POST).is_err(), "{bad:?}");
-        }
-        assert!(head("HTTP/1.1 101 Switching\r\n\r\n", Method::GET).is_err());
-        assert!(
-            head("HTTP/1.1 200 OK\r\ncontent-le", Method::POST)
-                .unwrap()
-                .is_none()
-        );
-        assert!(head("HTTP/1.1 2000 OK\r\n\r\n", Method::POST).is_err());
-    }
-
-    #[test]
-    fn interim_heads_are_skipped_and_headers_kept() {
-        let mut buf = BytesMut::from(
-            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nMcp-Session-Id: s1\r\nx-a: 1\r\nx-a: 2\r\ncontent-length: 2\r\n\r\n{}",
-        );
-        let (r, h) = parse_head(&mut buf, &Method::POST).unwrap().unwrap();
-        assert_eq!(r.status(), 200);
-        assert_eq!(r.headers()["mcp-session-id"], "s1");
-        assert_eq!(r.headers().get_all("x-a").iter().count(), 2);
-        assert_eq!(h.framing, Framing::Length(2));
-        assert_eq!(&buf[..], b"{}");
-    }
-
-    /// An answer head leaves the pool without hop-by-hop fields: they are read for the
-    /// framing and the keep-alive decision, and the fields a `Connection` names go with it.
-    #[test]
-    fn hop_by_hop_fields_are_not_kept() {
-        let parsed = |extra: &str| {
-            let text = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{extra}transfer-encoding: chunked\r\nkeep-alive: timeout=5\r\nte: trailers\r\nupgrade: h2c\r\ntrailer: x\r\nproxy-connection: keep-alive\r\nx-kept: 2\r\n\r\n"
-            );
-            let (r, h) = parse_head(&mut BytesMut::from(text.as_str()), &Method::POST)
-                .unwrap()
-                .unwrap();
-            assert_eq!(h.framing, Framing::Chunked(Chunk::Size));
-            let names: Vec<String> = r.headers().keys().map(|n| n.to_string()).collect();
-            (names, h.keep)
-        };
-        let kept = || vec!["content-type".to_string(), "x-kept".to_string()];
-        assert_eq!(parsed(""), (kept(), true));
-        assert_eq!(parsed("connection: close\r\n"), (kept(), false));
-        // Named before or after the `Connection` that lists it.
-        assert_eq!(
-            parsed("x-hop: 1\r\nconnection: keep-alive, X-Hop\r\nx-hop: 2\r\n"),
-            (kept(), true)
-        );
-        assert_eq!(parsed("connection: X-Hop, te\r\n"), (kept(), true));
     }
 }

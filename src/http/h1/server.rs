@@ -28,10 +28,9 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
-use super::framing::{self, Chunk, ChunkStep, step_chunk};
-use crate::http::fields::{Fields, Kind, header_spans};
-use crate::http::request::ClientBody;
-use crate::http::request::{ClientRequest, Target};
+use super::framing::{Chunk, ChunkStep, step_chunk};
+use super::head::{Parsed, RequestFraming as Framing, has_token, parse_request};
+use crate::http::request::{ClientBody, ClientRequest};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::header;
@@ -49,10 +48,6 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// What a client with HTTP/2 prior knowledge sends first (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Header fields a request head may have (hyper's limit too).
-pub const MAX_HEADERS: usize = 100;
-/// The longest field name taken (the `http` crate's limit, so hyper's for HTTP/2 too).
-const MAX_NAME: usize = (1 << 16) - 1;
 /// Room made for a read when the buffer has less.
 const READ_CHUNK: usize = 8 << 10;
 /// Answer bytes gathered before they are written even if more are ready.
@@ -318,25 +313,6 @@ enum Wait {
     End,
 }
 
-/// How a request's body is framed (RFC 9112 §6).
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Framing {
-    None,
-    Length(u64),
-    Chunked,
-}
-
-#[derive(Debug)]
-struct Parsed {
-    method: Method,
-    target: Target,
-    fields: Fields,
-    framing: Framing,
-    keep_alive: bool,
-    expect_continue: bool,
-    http10: bool,
-}
-
 enum BodyFailure {
     Gone,
     Malformed(&'static str),
@@ -393,7 +369,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
                         return Next::H2;
                     }
                 } else {
-                    match parse(&mut self.buf, self.settings.max_head) {
+                    match parse_request(&mut self.buf, self.settings.max_head) {
                         Ok(Some(head)) => return Next::Head(head),
                         Ok(None) => {}
                         Err((status, why)) => return Next::Refuse(status, why),
@@ -691,109 +667,6 @@ fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn has_token(value: &[u8], token: &str) -> bool {
-    crate::http::fields::visible(value).is_some_and(|v| crate::http::headval::lists(v, token))
-}
-
-/// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success
-/// the head's bytes are taken off `buf`. `Err`: the status to refuse it with, and why.
-fn parse(
-    buf: &mut BytesMut,
-    max_head: usize,
-) -> Result<Option<Parsed>, (StatusCode, &'static str)> {
-    let bad = |why| (StatusCode::BAD_REQUEST, why);
-    let too_large = (
-        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "head too large",
-    );
-    // Slots httparse fills; left uninitialised, as zeroing them costs more than parsing.
-    let mut slots = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut head = httparse::Request::new(&mut []);
-    let len = match head.parse_with_uninit_headers(buf, &mut slots) {
-        Ok(httparse::Status::Complete(len)) if len <= max_head => len,
-        Ok(httparse::Status::Complete(_)) => return Err(too_large),
-        Ok(httparse::Status::Partial) if buf.len() >= max_head => return Err(too_large),
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(too_large),
-        Err(httparse::Error::Version) => {
-            return Err((StatusCode::HTTP_VERSION_NOT_SUPPORTED, "HTTP version"));
-        }
-        Err(_) => return Err(bad("malformed head")),
-    };
-    let method =
-        Method::from_bytes(head.method.unwrap_or("").as_bytes()).map_err(|_| bad("method"))?;
-    let http10 = head.version == Some(0);
-    // A complete head always has a target; an empty one is no URI either.
-    let path = head.path.filter(|p| !p.is_empty()).ok_or(bad("target"))?;
-    let target = Target::parse(path).ok_or(bad("target"))?;
-    let spans = header_spans(buf, head.headers);
-    let bytes = buf.split_to(len).freeze();
-
-    let fields = Fields::from_spans(bytes, spans.as_slice());
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    let mut hosts = 0;
-    let mut keep_alive = !http10;
-    let mut expect_continue = false;
-    for (kind, name, value) in fields.iter() {
-        // Longer names than HTTP/2 and the `http` crate carry are refused here too, so a
-        // field that reaches the pipeline could be put in a `HeaderName` (as it once was).
-        if name.len() > MAX_NAME {
-            return Err(bad("field name"));
-        }
-        match kind {
-            Kind::ContentLength => {
-                let n = framing::content_length(value).ok_or(bad("Content-Length"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(bad("conflicting Content-Length"));
-                }
-                length = Some(n);
-            }
-            Kind::TransferEncoding => {
-                if http10 || chunked {
-                    return Err(bad("Transfer-Encoding"));
-                }
-                if !value.eq_ignore_ascii_case(b"chunked") {
-                    return Err((StatusCode::NOT_IMPLEMENTED, "transfer coding"));
-                }
-                chunked = true;
-            }
-            Kind::Host => hosts += 1,
-            Kind::Connection => {
-                if has_token(value, "close") {
-                    keep_alive = false;
-                } else if http10 && has_token(value, "keep-alive") {
-                    keep_alive = true;
-                }
-            }
-            Kind::Expect => expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
-            _ => {}
-        }
-    }
-    // RFC 9112 §3.2: exactly one Host on HTTP/1.1 (an absolute target carries its own too).
-    if hosts > 1 || (hosts == 0 && !http10 && target.authority().is_none()) {
-        return Err(bad("Host"));
-    }
-    // Both framings at once is how requests are smuggled past a proxy (RFC 9112 §6.3).
-    if chunked && length.is_some() {
-        return Err(bad("Transfer-Encoding with Content-Length"));
-    }
-    let framing = match (chunked, length) {
-        (true, _) => Framing::Chunked,
-        (false, Some(0) | None) => Framing::None,
-        (false, Some(n)) => Framing::Length(n),
-    };
-    Ok(Some(Parsed {
-        method,
-        target,
-        fields,
-        framing,
-        keep_alive,
-        expect_continue: expect_continue && !http10,
-        http10,
-    }))
-}
-
 thread_local! {
     /// The `Date` value, made again when the second changes (hyper caches it the same way).
     static DATE: std::cell::RefCell<DateCache> = const {
@@ -818,198 +691,5 @@ impl DateCache {
                 .copy_from_slice(httpdate::fmt_http_date(now).as_bytes());
         }
         &self.text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(text: &str) -> Result<Option<Parsed>, (StatusCode, &'static str)> {
-        parse(&mut BytesMut::from(text), 64 << 10)
-    }
-
-    fn status_of(text: &str) -> u16 {
-        match head(text) {
-            Err((status, _)) => status.as_u16(),
-            Ok(Some(_)) => 200,
-            Ok(None) => 0,
-        }
-    }
-
-    #[test]
-    fn request_heads_are_framed_as_rfc_9112_says() {
-        let framing = |text: &str| head(text).unwrap().unwrap().framing;
-        assert_eq!(
-            framing("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n"),
-            Framing::Length(12)
-        );
-        assert_eq!(
-            framing("POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"),
-            Framing::None
-        );
-        assert_eq!(
-            framing("POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"),
-            Framing::Chunked
-        );
-        assert_eq!(framing("GET /m HTTP/1.1\r\nHost: a\r\n\r\n"), Framing::None);
-        // The same length twice is one length.
-        assert_eq!(
-            framing(
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"
-            ),
-            Framing::Length(3)
-        );
-    }
-
-    #[test]
-    fn heads_that_could_smuggle_or_mislead_are_refused() {
-        for (text, status) in [
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: -5\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-                501,
-            ),
-            (
-                "POST /m HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-                400,
-            ),
-            (
-                "POST /m HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
-                400,
-            ),
-            ("GET /m HTTP/1.1\r\n\r\n", 400),
-            ("GET /m HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
-            ("GET /m HTTP/9.9\r\nHost: a\r\n\r\n", 505),
-            ("\x00\x01garbage\r\n\r\n", 400),
-            ("GET /m HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", 400),
-        ] {
-            assert_eq!(status_of(text), status, "{text:?}");
-        }
-        // A field name as long as the crate's header names may be, and one byte longer.
-        for (len, refused) in [(MAX_NAME, false), (MAX_NAME + 1, true)] {
-            let text = format!(
-                "GET /m HTTP/1.1\r\nHost: a\r\n{}: v\r\n\r\n",
-                "n".repeat(len)
-            );
-            let read = parse(&mut BytesMut::from(&text[..]), 1 << 20);
-            assert_eq!(read.is_err(), refused, "{len}");
-        }
-        // HTTP/1.0 needs no Host; an absolute target carries its own.
-        assert_eq!(status_of("GET /m HTTP/1.0\r\n\r\n"), 200);
-        assert_eq!(status_of("GET http://a/m HTTP/1.1\r\n\r\n"), 200);
-        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(
-            status_of(&format!("GET /m HTTP/1.1\r\nHost: a\r\n{many}\r\n")),
-            431
-        );
-    }
-
-    /// Every field of a head reaches the request, whether the spans fit on the stack
-    /// (up to 16) or not, up to the 100 allowed.
-    #[test]
-    fn every_field_is_kept_however_many() {
-        for n in [0usize, 1, 14, 15, 16, 99] {
-            let mut text = String::from("GET /m HTTP/1.1\r\nHost: a\r\n");
-            for i in 0..n {
-                text.push_str(&format!("X-F{i}: v{i}\r\n"));
-            }
-            text.push_str("\r\n");
-            let parsed = head(&text).unwrap().unwrap();
-            let fields: Vec<(Kind, &[u8], &[u8])> = parsed.fields.iter().collect();
-            assert_eq!(fields.len(), n + 1, "{n}");
-            assert_eq!(fields[0], (Kind::Host, &b"Host"[..], &b"a"[..]));
-            for i in 0..n {
-                let (name, value) = (format!("X-F{i}"), format!("v{i}"));
-                assert_eq!(
-                    fields[i + 1],
-                    (Kind::Other, name.as_bytes(), value.as_bytes())
-                );
-            }
-        }
-    }
-
-    /// The target is read from the head's own bytes, and reads as parsing its text would:
-    /// the same URI, or the same refusal.
-    #[test]
-    fn targets_read_as_their_text_parses() {
-        for target in [
-            "/m",
-            "/gpt-mcp/abc/mcp?x=1&y=%20",
-            "http://a:8/m?q",
-            "*",
-            "http://",
-            "/a\"b",
-            "/a<b>{c}",
-            "//",
-            "/%zz",
-        ] {
-            let parsed = target.parse::<http::Uri>();
-            match head(&format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")) {
-                Ok(Some(p)) => {
-                    let uri = parsed.as_ref().expect(target);
-                    assert_eq!(p.target.path(), uri.path(), "{target:?}");
-                    assert_eq!(p.target.query(), uri.query(), "{target:?}");
-                    let authority = uri.authority().map(|a| a.as_str());
-                    assert_eq!(p.target.authority(), authority, "{target:?}");
-                }
-                Err((status, why)) => {
-                    assert_eq!(status, 400, "{target:?}");
-                    assert!(parsed.is_err() || why != "target", "{target:?}: {why}");
-                }
-                Ok(None) => panic!("{target:?}: a whole head read as partial"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_head_is_taken_whole_or_not_at_all() {
-        let text = "POST /m?q=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}GET";
-        for cut in 1..text.len() - 5 {
-            let mut buf = BytesMut::from(&text[..cut]);
-            assert!(parse(&mut buf, 1 << 16).unwrap().is_none(), "{cut}");
-            assert_eq!(buf.len(), cut, "nothing taken from a partial head");
-        }
-        let mut buf = BytesMut::from(text);
-        let p = parse(&mut buf, 1 << 16).unwrap().unwrap();
-        assert_eq!(&buf[..], b"{}GET", "the body and what follows stay");
-        assert_eq!(p.method, Method::POST);
-        assert_eq!(p.target.query(), Some("q=1"));
-        assert_eq!(p.fields.get(Kind::Host), Some(&b"a"[..]));
-        assert_eq!(p.fields.get_str(Kind::Expect), Some("100-continue"));
-        assert!(!p.keep_alive && p.expect_continue && !p.http10);
-        // Over the size limit while still partial: refused rather than buffered.
-        let mut big = BytesMut::from(&format!("GET /m HTTP/1.1\r\nX: {}", "a".repeat(100))[..]);
-        assert_eq!(parse(&mut big, 64).unwrap_err().0, 431);
-    }
-
-    #[test]
-    fn http10_keeps_alive_only_when_asked() {
-        let keep = |text: &str| head(text).unwrap().unwrap().keep_alive;
-        assert!(!keep("GET /m HTTP/1.0\r\n\r\n"));
-        assert!(keep("GET /m HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"));
-        assert!(keep("GET /m HTTP/1.1\r\nHost: a\r\n\r\n"));
-        assert!(!keep(
-            "GET /m HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n"
-        ));
     }
 }

@@ -182,8 +182,5 @@ impl Audit {
     }
 }
 
-/// How long a plain record may wait for others to share its write (see `Writer::run`).
-/// Each gathering wakes the writer thread; at 1 ms those wake-ups were a third of its CPU
-
 #[cfg(test)]
 mod tests;

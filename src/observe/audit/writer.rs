@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// time under load (docs/benchmarks.md, eleventh round).
+/// How long a plain record may wait for others to share its write (see `Writer::run`):
+/// each gathering wakes the writer thread, so waking it less often costs it less CPU.
 pub(super) const GATHER: Duration = Duration::from_millis(5);
 
 pub(super) struct Writer {

@@ -698,6 +698,40 @@ async fn mtls_refuses_clients_without_a_certificate() {
     assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
 }
 
+/// Upstream pools belong to the gateway, not to a configuration: a reload that keeps the
+/// upstream's address (here it only adds a token) keeps its kept connections. All the
+/// requests go over one client connection, so one worker, with one upstream connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_only_reload_keeps_upstream_connections() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = json_upstream().await;
+    let text = with_admin(config(&upstream.url(), "5s"));
+    let gw = Gateway::start(&text);
+    let mut client = tokio::net::TcpStream::connect(gw.listeners["main"])
+        .await
+        .unwrap();
+    let req = raw_list_request();
+    let mut three_lists = async || {
+        for _ in 0..3 {
+            client.write_all(req.as_bytes()).await.unwrap();
+            let answer = read_answer(&mut client).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+    };
+    three_lists().await;
+    assert_eq!(upstream.connections(), 1, "one kept upstream connection");
+    std::fs::write(gw.config_path(), with_new_token(&text)).unwrap();
+    let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    three_lists().await;
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "the reload kept the upstream connection"
+    );
+    assert!(new_token_works(&gw).await, "the reload took effect");
+}
+
 /// A keep-alive HTTP/1.1 POST of a one-element tools/list, as raw bytes for a socket.
 fn raw_list_request() -> String {
     let body = list(1);

@@ -84,6 +84,7 @@ pub struct SampleServer {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
     cancelled: Arc<AtomicU64>,
+    accepted: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -100,6 +101,11 @@ impl SampleServer {
     /// How many tool calls ended because the client (the gateway) went away first.
     pub fn cancelled(&self) -> u64 {
         self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// How many TCP connections it has accepted.
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// The tools/call names received so far.
@@ -202,11 +208,14 @@ pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleSer
         counter: AtomicU64::new(0),
         cancelled: cancelled.clone(),
     });
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = accepted.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = socket.accept().await else {
                 continue;
             };
+            counted.fetch_add(1, Ordering::SeqCst);
             let state = state.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
@@ -223,6 +232,7 @@ pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleSer
         addr,
         received,
         cancelled,
+        accepted,
         task,
     })
 }

@@ -86,3 +86,40 @@ impl Registry {
         table
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstreams(url: &str, timeout: &str) -> BTreeMap<String, Arc<Upstream>> {
+        let text = format!(
+            "[[listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n[upstreams.a]\nurl = \"{url}\"\nconnect_timeout = \"{timeout}\"\n[upstreams.b]\nurl = \"http://127.0.0.1:9/mcp\"\n[profiles.p]\nupstream = \"a\"\nallow = [\"*\"]\n"
+        );
+        crate::config::load_str(&text, "f.toml").unwrap().upstreams
+    }
+
+    /// Pools are matched by address and connect timeout: the same ones are kept, a
+    /// changed one is made anew, and the table follows the upstreams' order.
+    #[test]
+    fn pools_are_kept_by_their_settings() {
+        let registry = Registry::default();
+        let first = registry.table(&upstreams("http://127.0.0.1:8000/mcp", "5s"));
+        let again = registry.table(&upstreams("http://127.0.0.1:8000/other", "5s"));
+        assert!(
+            Arc::ptr_eq(&first[0], &again[0]),
+            "the path is not a connection setting"
+        );
+        assert!(Arc::ptr_eq(&first[1], &again[1]));
+        let moved = registry.table(&upstreams("http://127.0.0.1:8001/mcp", "5s"));
+        assert!(!Arc::ptr_eq(&again[0], &moved[0]), "another port");
+        assert!(Arc::ptr_eq(&again[1], &moved[1]));
+        let slower = registry.table(&upstreams("http://127.0.0.1:8001/mcp", "9s"));
+        assert!(
+            !Arc::ptr_eq(&moved[0], &slower[0]),
+            "another connect timeout"
+        );
+        // A pool no configuration names any more is let go, not kept for later.
+        let back = registry.table(&upstreams("http://127.0.0.1:8000/mcp", "5s"));
+        assert!(!Arc::ptr_eq(&first[0], &back[0]));
+    }
+}

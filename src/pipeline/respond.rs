@@ -353,7 +353,7 @@ pub async fn upstream(
                 None => {
                     let (body, whole) = relay::json_answer(body).await?;
                     if whole {
-                        // hyper writes the length of the bytes actually sent.
+                        // The server frames it by the bytes actually sent (the body's size).
                         parts.headers.remove(header::CONTENT_LENGTH);
                     }
                     body

@@ -4,7 +4,7 @@
 //! next request one of them, moved to its new deadline; a deadline later than the one the
 //! timer is registered for is only noted (one atomic write), and the wheel moves the timer
 //! when its old time comes. Off the workers (tests, the control thread) every deadline
-//! has a timer of its own, as before.
+//! has a timer of its own.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -34,8 +34,7 @@ pub enum RateKey {
 
 /// A rule's state per key. Keys are hashed with governor's default, SipHash keyed per
 /// process: a rule keyed by client address takes keys an attacker chooses, so the hash
-/// must resist collisions made on purpose (foldhash, tried, saved 0.2% of the
-/// instructions per call and promises no such resistance).
+/// must resist collisions made on purpose.
 type Keyed = DefaultKeyedRateLimiter<RateKey>;
 
 pub struct RateRule {

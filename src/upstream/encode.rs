@@ -123,7 +123,8 @@ pub fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateEr
     for (name, value) in &upstream.headers {
         line(name.as_str().as_bytes(), value.as_bytes());
     }
-    // A length for every request that can carry a body, as hyper's client sent it.
+    // A length for every request that can carry a body, 0 included, so no upstream waits
+    // for a body that is not coming.
     if !out.body.is_empty() || matches!(out.method, Method::POST | Method::PUT | Method::PATCH) {
         let mut n = itoa::Buffer::new();
         line(b"content-length", n.format(out.body.len()).as_bytes());

@@ -40,11 +40,10 @@ impl TokenEntry {
 
 /// Tokens by the SHA-256 of the token. The key is a digest already, so the map's hash is
 /// its four words folded together and mixed once ([`DigestHasher`]) instead of SipHash
-/// over all 32 bytes, which cost a few hundred instructions per request. Clients only look
-/// keys up; the keys are the configuration's. Those are meant to be SHA-256 outputs, but
-/// nothing makes them so (the benchmark registers 10,000 hashes that are small numbers),
-/// so every byte counts: a hash of the first eight bytes alone put all of those in one
-/// bucket and made the reload quadratic (212 ms).
+/// over all 32 bytes. Clients only look keys up; the keys are the configuration's. Those
+/// are meant to be SHA-256 outputs, but nothing makes them so (a configuration may list
+/// hashes that differ in one word only), so every byte counts: a hash of part of the key
+/// would put such keys in one bucket.
 pub type TokenMap = HashMap<[u8; 32], TokenEntry, std::hash::BuildHasherDefault<DigestHasher>>;
 
 /// The hasher of [`TokenMap`]: the key's 64-bit words XORed, then one folded multiply, so

@@ -82,7 +82,7 @@ pub fn parse_request(
     let mut expect_continue = false;
     for (kind, name, value) in fields.iter() {
         // Longer names than HTTP/2 and the `http` crate carry are refused here too, so a
-        // field that reaches the pipeline could be put in a `HeaderName` (as it once was).
+        // field that reaches the pipeline could be put in a `HeaderName`.
         if name.len() > MAX_NAME {
             return Err(bad("field name"));
         }

@@ -351,7 +351,7 @@ impl http_body::Body for AuditTap {
                     }
                 }
                 if end {
-                    // The answer is complete; hyper will not ask for more.
+                    // The answer is complete: nothing more will be polled.
                     this.finish("upstream_error");
                 }
                 Poll::Ready(Some(Ok(frame)))

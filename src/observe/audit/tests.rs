@@ -1,3 +1,6 @@
+//! The audit trail's unit tests: staging, the writer, the chain and verify, rotation and
+//! reopening, redaction, and record lines read back as serde_json reads them.
+
 use super::chain::*;
 use super::record::*;
 use super::redact::*;

@@ -230,6 +230,26 @@ pub struct RequestLine<'a> {
     pub ms: f64,
 }
 
+/// A request's event with the fields of its [`RequestLine`], in their order, then `rest`.
+macro_rules! request_event {
+    ($level:expr, $f:expr, $($rest:tt)*) => {
+        tracing::event!(
+            target: "mcpgate::pipeline",
+            $level,
+            method = $f.method,
+            route = $f.route,
+            profile = $f.profile,
+            token = $f.token,
+            rpc = $f.rpc,
+            tool = $f.tool,
+            status = $f.status,
+            reason = $f.reason,
+            ms = $f.ms,
+            $($rest)*
+        )
+    };
+}
+
 /// Logs the `request` line every request ends with (the access log), at info, with the
 /// target `mcpgate::pipeline`. With the process's JSON layer installed it is written
 /// straight to that layer's sink, exactly as the event would reach it but without the
@@ -239,19 +259,7 @@ pub fn request(fields: &RequestLine<'_>, now: std::time::SystemTime) {
         return;
     }
     let Some(sink) = DIRECT.get() else {
-        tracing::info!(
-            target: "mcpgate::pipeline",
-            method = fields.method,
-            route = fields.route,
-            profile = fields.profile,
-            token = fields.token,
-            rpc = fields.rpc,
-            tool = fields.tool,
-            status = fields.status,
-            reason = fields.reason,
-            ms = fields.ms,
-            "request"
-        );
+        request_event!(tracing::Level::INFO, fields, "request");
         return;
     };
     with_line(|out| {
@@ -263,20 +271,7 @@ pub fn request(fields: &RequestLine<'_>, now: std::time::SystemTime) {
 /// Logs a request that failed for a reason other than the client's, at warn, instead of
 /// its `request` line.
 pub fn request_failed(fields: &RequestLine<'_>, error: &impl std::fmt::Display) {
-    tracing::warn!(
-        target: "mcpgate::pipeline",
-        method = fields.method,
-        route = fields.route,
-        profile = fields.profile,
-        token = fields.token,
-        rpc = fields.rpc,
-        tool = fields.tool,
-        status = fields.status,
-        reason = fields.reason,
-        error = %error,
-        ms = fields.ms,
-        "request failed"
-    );
+    request_event!(tracing::Level::WARN, fields, error = %error, "request failed");
 }
 
 /// Runs `f` on this thread's line buffer, emptied. A log call made while formatting (a

@@ -26,7 +26,7 @@ pub(super) fn check<'s>(
     if route.auth != Auth::None {
         live.limiter.auth_guard(peer.addr.ip())?;
     }
-    let token = authenticate(live, route, path_token, fields, SystemTime::now)
+    let token = authenticate(live, route, path_token, fields, SystemTime::now())
         .map_err(|e| live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e))?;
     ctx.token_id = token.map(|(_, t)| &*t.id);
     ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
@@ -39,7 +39,7 @@ pub fn authenticate<'s>(
     route: &Route,
     path_token: Option<&str>,
     fields: &Fields,
-    now: impl FnOnce() -> SystemTime,
+    now: SystemTime,
 ) -> Result<Option<(&'s [u8; 32], &'s TokenEntry)>, GateError> {
     let (secret, refusal) = match route.auth {
         Auth::None => return Ok(None),
@@ -58,7 +58,7 @@ pub fn authenticate<'s>(
         .filter(|(key, _)| bool::from(key.ct_eq(&hash)));
     match found {
         Some((key, t))
-            if t.valid_when(now) && t.profiles.iter().any(|p| **p == *route.profile.name) =>
+            if t.valid_at(now) && t.profiles.iter().any(|p| **p == *route.profile.name) =>
         {
             Ok(Some((key, t)))
         }

@@ -29,13 +29,6 @@ impl TokenEntry {
     pub fn valid_at(&self, now: SystemTime) -> bool {
         self.not_before.is_none_or(|t| now >= t) && self.not_after.is_none_or(|t| now < t)
     }
-
-    /// [`TokenEntry::valid_at`] the time `now` gives, which is asked only of a token with
-    /// a validity window: most have none, and a clock read costs more than the rest of
-    /// the check.
-    pub fn valid_when(&self, now: impl FnOnce() -> SystemTime) -> bool {
-        (self.not_before.is_none() && self.not_after.is_none()) || self.valid_at(now())
-    }
 }
 
 /// Tokens by the SHA-256 of the token. The key is a digest already, so the map's hash is

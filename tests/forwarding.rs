@@ -742,3 +742,70 @@ async fn compressed_answers_pass_only_when_not_read() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.header("content-encoding"), "gzip");
 }
+
+/// Upstream answers are framed by the same rules as client requests, and leave with one
+/// normalised length or none: a length that is not digits, or a transfer coding mcpgate
+/// does not undo, is a 502; both framings at once lose the length; two equal lengths are
+/// passed on once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_framing_is_read_strictly_and_passed_on_once() {
+    let json = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#;
+    let chunked = format!("{:x}\r\n{json}\r\n0\r\n\r\n", json.len());
+    for head in [
+        "content-length: +49\r\n".to_string(),
+        "content-length: 4 9\r\n".to_string(),
+        "transfer-encoding: gzip, chunked\r\n".to_string(),
+        "transfer-encoding: chunked, gzip\r\n".to_string(),
+    ] {
+        let body = if head.contains("chunked") {
+            chunked.clone()
+        } else {
+            json.to_string()
+        };
+        let url = raw_upstream(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{head}\r\n{body}"
+        ));
+        let gw = Gateway::start(&config(&url, "10s"));
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &call(3, "get_document")).await;
+        assert_eq!(r.status, 502, "{head:?}: {}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32002);
+    }
+    for head in [
+        format!("content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{chunked}"),
+        format!(
+            "content-length: {0}\r\ncontent-length: {0}\r\n\r\n{json}",
+            json.len()
+        ),
+    ] {
+        let url = raw_upstream(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{head}"
+        ));
+        let gw = Gateway::start(&config(&url, "10s"));
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &call(3, "get_document")).await;
+        assert_eq!(r.status, 200, "{head:?}: {}", r.body);
+        assert_eq!(r.body, json);
+        let lengths: Vec<_> = r.headers.get_all("content-length").iter().collect();
+        assert_eq!(lengths, [json.len().to_string().as_str()], "{head:?}");
+    }
+}
+
+/// A 202 (a notification's answer) stays bodiless whatever the client's Accept prefers,
+/// even when the upstream labels it JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_notification_stays_bodiless() {
+    let url = raw_upstream(
+        "HTTP/1.1 202 Accepted\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n",
+    );
+    let gw = Gateway::start(&config(&url, "10s"));
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    for accept in [
+        "text/event-stream",
+        "application/json, text/event-stream;q=0.5",
+    ] {
+        let headers = [("content-type", "application/json"), ("accept", accept)];
+        let r = send(Method::POST, &gw.url("/mcp-gpt-full"), &headers, note).await;
+        assert_eq!(r.status, 202, "{accept}");
+        assert_eq!(r.body, "", "{accept}");
+        assert!(!r.header("content-type").starts_with("text/event-stream"));
+    }
+}

@@ -389,3 +389,91 @@ async fn ambiguous_framing_is_refused_and_never_forwarded() {
         200
     );
 }
+
+/// Chunked framing outside RFC 9112's grammar is a 400 that closes the connection: a
+/// lenient reader would take the first case as a body ending early and the rest as a
+/// second request. Nothing is forwarded, and nothing after the refused head is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_lines_and_trailers_outside_the_grammar_are_refused() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let addr = gw.listeners["main"];
+    let smuggled = call(9, "delete_document");
+    let hidden = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    let list = list(1);
+    let n = list.len();
+    let mut long_extensions = String::new();
+    for _ in 0..96 {
+        long_extensions.push_str(&format!("1;e={}\r\n{{\r\n", "v".repeat(7000)));
+    }
+    let mut many_trailers = format!("{n:x}\r\n{list}\r\n0\r\n");
+    for i in 0..80_000 {
+        many_trailers.push_str(&format!("t{i}: 1\r\n"));
+    }
+    for body in [
+        "2;\nxx\r\nff\r\n0\r\n\r\n".to_string(),
+        format!("{n:x};a\0b\r\n{list}\r\n0\r\n\r\n"),
+        format!(";x\r\n{list}\r\n0\r\n\r\n"),
+        format!("{n:x}\r\n{list}\r\n0\r\n\r\r\n"),
+        format!("{n:x}\r\n{list}\r\n0\r\nno colon here\r\n\r\n"),
+        long_extensions,
+        many_trailers,
+    ] {
+        let req = format!(
+            "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{body}{hidden}"
+        );
+        let answer = raw(addr, req.as_bytes()).await;
+        let shown = &body[..body.len().min(40)];
+        assert!(answer.starts_with("HTTP/1.1 400"), "{shown:?}: {answer}");
+        assert_eq!(answer.matches("HTTP/1.1").count(), 1, "{shown:?}: {answer}");
+    }
+    assert!(up.received().is_empty(), "{:?}", up.called_tools());
+    // Extensions and trailers within the grammar and the bound pass.
+    let req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{n:x};name=\"a value\"\r\n{list}\r\n0\r\nx-trailer: 1\r\n\r\n"
+    );
+    let answer = raw(addr, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(up.received().len(), 1);
+}
+
+/// Request fields named with `_` are dropped (CGI, WSGI and PHP read `X_Forwarded_For`
+/// as `X-Forwarded-For`), `Expect` is answered here and not passed on, and an
+/// absolute-form target's authority is the host that is checked, not `Host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_that_mean_something_else_upstream_do_not_pass() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&config(&up.url(), "10s"));
+    let addr = gw.listeners["main"];
+    let body = list(1);
+    let req = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX_Forwarded_For: 6.6.6.6\r\nContent_Length: 99\r\nX_Custom: 1\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = raw(addr, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got = up.received();
+    assert_eq!(got.len(), 1);
+    let names: Vec<&str> = got[0].headers.keys().map(|n| n.as_str()).collect();
+    for gone in ["x_forwarded_for", "content_length", "x_custom", "expect"] {
+        assert!(!names.contains(&gone), "{gone} in {names:?}");
+    }
+    assert_eq!(got[0].headers["x-forwarded-for"], "127.0.0.1");
+
+    let req = format!(
+        "POST http://evil.example/mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = raw(addr, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    let req = format!(
+        "POST http://127.0.0.1/mcp-gpt-full HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = raw(addr, req.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(up.received().len(), 2);
+}

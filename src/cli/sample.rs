@@ -46,7 +46,8 @@ pub struct Options {
     pub generated_tools: Option<usize>,
     /// Benchmarks: every tools/call result carries a text of this many bytes.
     pub result_bytes: Option<usize>,
-    /// Keep every request for `received()` (tests); off for long benchmark runs.
+    /// Keep every request for `received()` (tests). Off by default: a server that runs
+    /// for long (the demo, `sample-upstream`, benchmarks) would grow without bound.
     pub record: bool,
 }
 
@@ -60,7 +61,7 @@ impl Default for Options {
             stream: None,
             generated_tools: None,
             result_bytes: None,
-            record: true,
+            record: false,
         }
     }
 }

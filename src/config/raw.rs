@@ -196,6 +196,12 @@ pub struct RawServer {
     pub max_connections: Option<S<u32>>,
     /// Largest request header block; default `64KiB`.
     pub max_header_size: Option<S<String>>,
+    /// What one chunked request body may carry in chunk extensions and trailer fields;
+    /// default `16KiB`.
+    pub max_chunk_overhead: Option<S<String>>,
+    /// Keep request header fields whose names hold `_` (nginx's `underscores_in_headers`);
+    /// default false: they are dropped.
+    pub underscores_in_headers: Option<S<bool>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -318,6 +318,7 @@ where
     }
     let h1_settings = h1::Settings {
         max_head: settings.max_header_size,
+        max_chunk_overhead: settings.max_chunk_overhead,
     };
     // Requests borrow the service: a clone of its `Arc` per request would be a count
     // both worker threads write.

@@ -138,6 +138,7 @@ async fn run<'s>(
     limits::check(live, profile, peer, ctx, &[])?;
     let upstream = &profile.upstream;
     let out = outgoing(
+        live,
         peer,
         ctx,
         &req,
@@ -176,7 +177,15 @@ async fn post<'s>(
     let upstream = &profile.upstream;
     let body_deadline = !shaping.long_lived();
     let answered = async {
-        let out = outgoing(peer, ctx, &req, bytes, admitted.timeout, body_deadline);
+        let out = outgoing(
+            live,
+            peer,
+            ctx,
+            &req,
+            bytes,
+            admitted.timeout,
+            body_deadline,
+        );
         let answer = forward::send(live, upstream, out).await?;
         respond::answer(gw, answer, shaping, upstream, ctx).await
     }
@@ -188,6 +197,7 @@ async fn post<'s>(
 /// The request as it goes upstream: `timeout` is its deadline, and `body_deadline` says
 /// whether that bounds the answer's body too (not for long-lived streams).
 fn outgoing<'a>(
+    live: &Live,
     peer: &'a Peer,
     ctx: &'a Ctx<'_>,
     req: &'a ClientRequest,
@@ -205,6 +215,7 @@ fn outgoing<'a>(
         forwarded_for: &peer.forwarded_for,
         proto: ctx.proto,
         request_id: &ctx.request_id,
+        underscores: live.server.underscores_in_headers,
     }
 }
 

@@ -9,7 +9,9 @@ use crate::http::fields::{Fields, Kind};
 use crate::http::request::Target;
 
 pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
-    let host = fields.get_str(Kind::Host).or_else(|| target.authority());
+    // An absolute-form target's authority is the request's host, whatever `Host` says
+    // (RFC 9112 §3.2.2), as HTTP/2's `:authority` is.
+    let host = target.authority().or_else(|| fields.get_str(Kind::Host));
     // HTTP/1.1 requires Host; a request without one cannot be checked, so it is refused.
     if !host.is_some_and(|h| listener.hosts.allows(h)) {
         return Err(GateError::HostRefused);

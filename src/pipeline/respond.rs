@@ -320,9 +320,10 @@ pub async fn upstream(
             "the upstream answered 200 with neither JSON nor an event stream".into(),
         ));
     }
-    // Other statuses (202 for notifications, 4xx such as 404 for an expired session) and
-    // other formats are the upstream's own answer: pass them on.
-    let passthrough = !parts.status.is_success() || format == Format::Other;
+    // Only a 200 carries JSON-RPC answers to filter or convert. Other statuses (202 for
+    // notifications, bodiless whatever its `Content-Type`; 4xx such as 404 for an expired
+    // session) and other formats are the upstream's own answer: pass them on.
+    let passthrough = parts.status != StatusCode::OK || format == Format::Other;
     let converts = matches!(
         (format, shaping.want),
         (Format::Json, Want::Sse) | (Format::Sse, Want::Json)

@@ -33,6 +33,8 @@ fn stays_here(kind: Kind) -> bool {
                 | Kind::XForwardedProto
                 | Kind::XForwardedHost
                 | Kind::XRequestId
+                // Answered by the server that read the body (mcpgate), not passed on.
+                | Kind::Expect
         )
 }
 
@@ -62,6 +64,8 @@ pub struct Outgoing<'a> {
     /// `https` on a TLS listener, else `http`: what `X-Forwarded-Proto` says.
     pub proto: &'static str,
     pub request_id: &'a str,
+    /// Whether fields whose names hold `_` go upstream (`server.underscores_in_headers`).
+    pub underscores: bool,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -88,6 +92,7 @@ pub fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateEr
     for (kind, name, value) in out.fields.iter() {
         if stays_here(kind)
             || (post && kind == Kind::Accept)
+            || (!out.underscores && name.contains(&b'_'))
             || listed
                 .iter()
                 .any(|l| l.as_bytes().eq_ignore_ascii_case(name))
@@ -211,10 +216,15 @@ auth = "none"
             "TE: trailers\r\n",
             "Content-Length: 2\r\n",
             "User-Agent: t/1\r\n",
+            "Expect: 100-continue\r\n",
+            "X_Forwarded_For: 6.6.6.6\r\n",
+            "Transfer_Encoding: chunked\r\n",
+            "Content_Length: 99\r\n",
+            "x_custom: kept?\r\n",
             "\r\n",
         ));
         let forwarded_for = HeaderValue::from_static("127.0.0.1");
-        let out = Outgoing {
+        let mut out = Outgoing {
             method: Method::POST,
             body_deadline: true,
             query: Some("a=1"),
@@ -224,6 +234,7 @@ auth = "none"
             timeout: std::time::Duration::from_secs(1),
             proto: "https",
             request_id: "rid-1",
+            underscores: false,
         };
         let sent = String::from_utf8(encode(upstream, &out).unwrap()).unwrap();
         assert_eq!(
@@ -243,6 +254,20 @@ auth = "none"
                 "content-length: 2\r\n",
                 "\r\n{}",
             )
+        );
+        // With `underscores_in_headers`, such names pass as written (nginx's switch).
+        out.underscores = true;
+        let sent = String::from_utf8(encode(upstream, &out).unwrap()).unwrap();
+        for kept in [
+            "X_Forwarded_For: 6.6.6.6\r\n",
+            "Transfer_Encoding: chunked\r\n",
+            "x_custom: kept?\r\n",
+        ] {
+            assert!(sent.contains(kept), "{kept:?} in {sent}");
+        }
+        assert!(
+            !sent.contains("Expect"),
+            "Expect is answered here, never passed on"
         );
     }
 

@@ -302,7 +302,12 @@ pub fn parse_listening(line: &str) -> Option<(String, SocketAddr)> {
     ))
 }
 
+/// A sample upstream that records what it receives, for the tests to look at.
 pub async fn upstream(opts: sample::Options) -> SampleServer {
+    let opts = sample::Options {
+        record: true,
+        ..opts
+    };
     sample::start(SocketAddr::from(([127, 0, 0, 1], 0)), opts)
         .await
         .unwrap()

@@ -299,12 +299,30 @@ impl Compiler<'_> {
             }
             None => d.max_header_size,
         };
+        let max_chunk_overhead = match &sv.max_chunk_overhead {
+            Some(v) => {
+                let n = at(v, parse_size(v.get_ref()))?;
+                if !(1024..=16 << 20).contains(&n) {
+                    return fail(
+                        v.span(),
+                        "max_chunk_overhead must be between 1KiB and 16MiB",
+                    );
+                }
+                n as usize
+            }
+            None => d.max_chunk_overhead,
+        };
         Ok(ServerSettings {
             shutdown_grace: duration(&sv.shutdown_grace, d.shutdown_grace)?,
             header_read_timeout: duration(&sv.header_read_timeout, d.header_read_timeout)?,
             idle_timeout: duration(&sv.idle_timeout, d.idle_timeout)?,
             max_connections,
             max_header_size,
+            max_chunk_overhead,
+            underscores_in_headers: sv
+                .underscores_in_headers
+                .as_ref()
+                .map_or(d.underscores_in_headers, |v| *v.get_ref()),
         })
     }
 }

@@ -22,6 +22,9 @@ pub struct ServerSettings {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub max_header_size: usize,
+    pub max_chunk_overhead: usize,
+    /// Whether request fields with `_` in their names reach the upstream.
+    pub underscores_in_headers: bool,
 }
 
 impl Default for ServerSettings {
@@ -32,6 +35,8 @@ impl Default for ServerSettings {
             idle_timeout: Duration::from_secs(300),
             max_connections: 4096,
             max_header_size: 64 << 10,
+            max_chunk_overhead: 16 << 10,
+            underscores_in_headers: false,
         }
     }
 }
@@ -289,12 +294,14 @@ impl Snapshot {
         let _ = writeln!(out, "\nserver:");
         let _ = writeln!(
             out,
-            "  shutdown_grace={} header_read_timeout={} idle_timeout={} max_connections={} max_header_size={}",
+            "  shutdown_grace={} header_read_timeout={} idle_timeout={} max_connections={} max_header_size={} max_chunk_overhead={} underscores_in_headers={}",
             humantime::format_duration(sv.shutdown_grace),
             humantime::format_duration(sv.header_read_timeout),
             humantime::format_duration(sv.idle_timeout),
             sv.max_connections,
-            sv.max_header_size
+            sv.max_header_size,
+            sv.max_chunk_overhead,
+            sv.underscores_in_headers
         );
         let _ = writeln!(out, "\ntransport:");
         let _ = writeln!(

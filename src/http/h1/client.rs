@@ -15,7 +15,7 @@
 //! - A head larger than [`READ_BUFFER`] is refused; a body is read at most
 //!   [`READ_BUFFER`] bytes at a time, so a large answer passes through in pieces.
 
-use super::framing::{self, ChunkStep, step_chunk, take_up_to};
+use super::framing::{self, ChunkStep, Overhead, step_chunk, take_up_to};
 use super::head::{AnswerFraming as Framing, parse_answer};
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response};
@@ -134,6 +134,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
                 let mut body = UpBody {
                     conn: Some(self),
                     framing: head.framing,
+                    overhead: Overhead::new(framing::DEFAULT_CHUNK_OVERHEAD),
                     keep: head.keep,
                     home,
                 };
@@ -167,6 +168,8 @@ pub struct UpBody<IO> {
     /// Until the end: then back to the pool, or closed.
     conn: Option<Conn<IO>>,
     framing: Framing,
+    /// The chunk extensions and trailers read so far, bounded.
+    overhead: Overhead,
     /// Whether the connection may take another request once the body has been read.
     keep: bool,
     home: Weak<dyn Home<IO>>,
@@ -223,7 +226,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> UpBody<IO> {
                     }
                 }
                 Framing::Chunked(state) => {
-                    match step_chunk(&mut conn.buf, state).map_err(BodyError::from)? {
+                    match step_chunk(&mut conn.buf, state, &mut self.overhead)
+                        .map_err(BodyError::from)?
+                    {
                         ChunkStep::Data(data, next) => {
                             self.framing = Framing::Chunked(next);
                             return Poll::Ready(Some(Ok(data)));

@@ -51,20 +51,53 @@ pub enum ChunkStep {
     NeedMore,
 }
 
-/// One step of chunked decoding over what `buf` holds.
-pub fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, ChunkError> {
+/// How much of a chunked body's framing is not chunk sizes and data: its chunk
+/// extensions and trailer fields, which carry nothing mcpgate passes on. Bounded, as
+/// hyper and nginx bound them, so a body cannot be made of little else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overhead {
+    used: usize,
+    limit: usize,
+}
+
+/// What [`Overhead`] allows by default: 16 KiB of extensions and trailers per body.
+pub const DEFAULT_CHUNK_OVERHEAD: usize = 16 << 10;
+
+impl Overhead {
+    pub fn new(limit: usize) -> Overhead {
+        Overhead { used: 0, limit }
+    }
+
+    fn take(&mut self, n: usize) -> Result<(), ChunkError> {
+        self.used += n;
+        if self.used > self.limit {
+            return Err(ChunkError("chunk extensions and trailers too large"));
+        }
+        Ok(())
+    }
+}
+
+/// One step of chunked decoding over what `buf` holds. Chunk-size lines and trailer
+/// fields are read by RFC 9112's grammar, not leniently: a proxy that reads framing more
+/// loosely than the next hop can be made to see two messages where it sees one.
+pub fn step_chunk(
+    buf: &mut BytesMut,
+    state: Chunk,
+    overhead: &mut Overhead,
+) -> Result<ChunkStep, ChunkError> {
     Ok(match state {
-        Chunk::Size => match httparse::parse_chunk_size(buf) {
-            Ok(httparse::Status::Complete((len, 0))) => {
-                buf.advance(len);
-                ChunkStep::Moved(Chunk::Trailers)
+        Chunk::Size => match line(buf, overhead)? {
+            Some(end) => {
+                let (size, extension) = chunk_size(&buf[..end])?;
+                overhead.take(extension)?;
+                buf.advance(end + 2);
+                ChunkStep::Moved(if size == 0 {
+                    Chunk::Trailers
+                } else {
+                    Chunk::Data(size)
+                })
             }
-            Ok(httparse::Status::Complete((len, size))) => {
-                buf.advance(len);
-                ChunkStep::Moved(Chunk::Data(size))
-            }
-            Ok(httparse::Status::Partial) => ChunkStep::NeedMore,
-            Err(_) => return Err(ChunkError("bad chunk size")),
+            None => ChunkStep::NeedMore,
         },
         Chunk::Data(left) if !buf.is_empty() => {
             let (data, left) = take_up_to(buf, left);
@@ -84,20 +117,137 @@ pub fn step_chunk(buf: &mut BytesMut, state: Chunk) -> Result<ChunkStep, ChunkEr
             Some(_) => return Err(ChunkError("chunk without its CRLF")),
             None => ChunkStep::NeedMore,
         },
-        Chunk::Trailers => match buf.iter().position(|&b| b == b'\n') {
-            // An empty line ends the trailers (and the body); other lines are dropped.
+        Chunk::Trailers => match line(buf, overhead)? {
+            // An empty line ends the trailers (and the body); trailer fields are checked
+            // and dropped.
+            Some(0) => {
+                buf.advance(2);
+                ChunkStep::Ended
+            }
             Some(end) => {
-                let empty = buf[..end].iter().all(|&b| b == b'\r');
-                buf.advance(end + 1);
-                if empty {
-                    ChunkStep::Ended
-                } else {
-                    ChunkStep::Moved(Chunk::Trailers)
+                if !is_field_line(&buf[..end]) {
+                    return Err(ChunkError("bad trailer field"));
                 }
+                overhead.take(end + 2)?;
+                buf.advance(end + 2);
+                ChunkStep::Moved(Chunk::Trailers)
             }
             None => ChunkStep::NeedMore,
         },
     })
+}
+
+/// Where the CRLF of the line at the start of `buf` begins, once it has come. A bare LF
+/// ends no line here: it is refused. A line still open past what the overhead allows
+/// is refused too, so a body cannot hold a line without end.
+fn line(buf: &[u8], overhead: &Overhead) -> Result<Option<usize>, ChunkError> {
+    match memchr::memchr(b'\n', buf) {
+        Some(0) => Err(ChunkError("bare LF in chunked framing")),
+        Some(lf) if buf[lf - 1] == b'\r' => Ok(Some(lf - 1)),
+        Some(_) => Err(ChunkError("bare LF in chunked framing")),
+        None if buf.len() > overhead.limit.saturating_sub(overhead.used) + MAX_SIZE_DIGITS => {
+            Err(ChunkError("chunk line too long"))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Hex digits a chunk size may have: more could overflow a `u64`.
+const MAX_SIZE_DIGITS: usize = 16;
+
+/// A chunk-size line without its CRLF (RFC 9112 §7.1.1): `1*HEXDIG *( BWS ";" BWS
+/// ext-name [ BWS "=" BWS ( token / quoted-string ) ] )`. The size, and how many bytes
+/// its extensions took.
+fn chunk_size(line: &[u8]) -> Result<(u64, usize), ChunkError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(ChunkError("chunk size without digits"));
+    }
+    let significant = line[..digits].iter().skip_while(|&&b| b == b'0').count();
+    if significant > MAX_SIZE_DIGITS {
+        return Err(ChunkError("chunk size too large"));
+    }
+    let size = line[..digits].iter().fold(0u64, |n, &b| {
+        let d = (b as char).to_digit(16).unwrap_or(0);
+        (n << 4) | u64::from(d)
+    });
+    let mut rest = &line[digits..];
+    let extension = rest.len();
+    let bad = ChunkError("bad chunk extension");
+    loop {
+        rest = skip_blanks(rest);
+        let Some(after) = rest.strip_prefix(b";") else {
+            break;
+        };
+        rest = skip_blanks(after);
+        let name = token_len(rest);
+        if name == 0 {
+            return Err(bad);
+        }
+        rest = &rest[name..];
+        let before_eq = skip_blanks(rest);
+        if let Some(after) = before_eq.strip_prefix(b"=") {
+            rest = skip_blanks(after);
+            let value = match rest.first() {
+                Some(b'"') => quoted_len(rest).ok_or(bad)?,
+                _ => token_len(rest),
+            };
+            if value == 0 {
+                return Err(bad);
+            }
+            rest = &rest[value..];
+        }
+    }
+    if !rest.is_empty() {
+        return Err(bad);
+    }
+    Ok((size, extension))
+}
+
+fn skip_blanks(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+    &s[n..]
+}
+
+/// RFC 9110 §5.6.2 `tchar`.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn token_len(s: &[u8]) -> usize {
+    s.iter().take_while(|&&b| is_tchar(b)).count()
+}
+
+/// The length of the quoted-string (RFC 9110 §5.6.4) at the start of `s`, quotes
+/// included; `None` if it is not one.
+fn quoted_len(s: &[u8]) -> Option<usize> {
+    let mut i = 1;
+    while i < s.len() {
+        match s[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => {
+                let next = *s.get(i + 1)?;
+                if !(next == b'\t' || next == b' ' || next >= 0x21) || next == 0x7f {
+                    return None;
+                }
+                i += 2;
+            }
+            b'\t' | b' ' | 0x21 | 0x23..=0x5b | 0x5d..=0x7e | 0x80..=0xff => i += 1,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Whether `line` (without its CRLF) is a field line (RFC 9112 §5): a token name, a
+/// colon, and a value of visible characters, spaces and tabs. No folding.
+fn is_field_line(line: &[u8]) -> bool {
+    let name = token_len(line);
+    name > 0
+        && line.get(name) == Some(&b':')
+        && line[name + 1..]
+            .iter()
+            .all(|&b| b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80)
 }
 
 /// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1, and the legacy ones). Compared
@@ -182,11 +332,12 @@ mod tests {
     fn dechunk(pieces: &[&[u8]]) -> Result<(Vec<u8>, bool), ChunkError> {
         let mut buf = BytesMut::new();
         let mut state = Chunk::Size;
+        let mut overhead = Overhead::new(DEFAULT_CHUNK_OVERHEAD);
         let mut out = Vec::new();
         for piece in pieces {
             buf.extend_from_slice(piece);
             loop {
-                match step_chunk(&mut buf, state)? {
+                match step_chunk(&mut buf, state, &mut overhead)? {
                     ChunkStep::Data(d, next) => {
                         out.extend_from_slice(&d);
                         state = next;
@@ -228,5 +379,75 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("mcp-session-id"));
+    }
+
+    /// Chunk-size lines and trailers are read by RFC 9112's grammar. Each refused case is
+    /// one a lenient reader takes: the first is a request that such a reader ends early,
+    /// leaving the rest to be read as a second request.
+    #[test]
+    fn framing_outside_the_grammar_is_refused() {
+        for wire in [
+            &b"2;\nxx\r\nff\r\n0\r\n\r\n"[..],
+            b"2\nxx\r\n0\r\n\r\n",
+            b"2;a\x00b\r\nxx\r\n0\r\n\r\n",
+            b";x\r\nxx\r\n0\r\n\r\n",
+            b"\r\n0\r\n\r\n",
+            b"2;\r\nxx\r\n0\r\n\r\n",
+            b"2;a=\r\nxx\r\n0\r\n\r\n",
+            b"2;a=\"open\r\nxx\r\n0\r\n\r\n",
+            b"2 x\r\nxx\r\n0\r\n\r\n",
+            b"-2\r\nxx\r\n0\r\n\r\n",
+            b"2\r\nxx\r\n0\r\n\r\r\n",
+            b"2\r\nxx\r\n0\r\nno colon\r\n\r\n",
+            b"2\r\nxx\r\n0\r\n folded: x\r\n\r\n",
+            b"2\r\nxx\r\n0\r\nx: a\x00b\r\n\r\n",
+            b"2\r\nxx\r\n0\r\nx: 1\n\r\n",
+            b"10000000000000000\r\n",
+        ] {
+            assert!(
+                dechunk(&[wire]).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(wire)
+            );
+        }
+        for (wire, body) in [
+            (&b"2;name=value\r\nxx\r\n0\r\n\r\n"[..], &b"xx"[..]),
+            (b"2 ; a = \"q\\\"x;y\" ; b\t;c=d\r\nxx\r\n0\r\n\r\n", b"xx"),
+            (b"0002\r\nxx\r\n0\r\nx-t: 1\r\ny:\r\n\r\n", b"xx"),
+            (b"00000000000000000002\r\nxx\r\n0\r\n\r\n", b"xx"),
+            (b"A\r\n0123456789\r\n0;last\r\n\r\n", b"0123456789"),
+        ] {
+            let (out, clean) = dechunk(&[wire]).expect(&String::from_utf8_lossy(wire));
+            assert_eq!(out, body);
+            assert!(clean);
+        }
+    }
+
+    /// Extensions and trailers together are bounded per body (the class of Node's
+    /// CVE-2024-22019): 96 one-byte chunks with 7,000-byte extensions, or 80,000 trailer
+    /// lines, are refused; the same bytes under the bound pass.
+    #[test]
+    fn extensions_and_trailers_are_bounded() {
+        let extension = format!(";e={}", "v".repeat(7000));
+        let mut wire = String::new();
+        for _ in 0..96 {
+            wire.push_str(&format!("1{extension}\r\nx\r\n"));
+        }
+        wire.push_str("0\r\n\r\n");
+        assert!(dechunk(&[wire.as_bytes()]).is_err());
+        let mut trailers = String::from("1\r\nx\r\n0\r\n");
+        for i in 0..80_000 {
+            trailers.push_str(&format!("t{i}: 1\r\n"));
+        }
+        trailers.push_str("\r\n");
+        assert!(dechunk(&[trailers.as_bytes()]).is_err());
+        // Under the bound: two chunks with 7,000-byte extensions.
+        let two = format!("1{extension}\r\nx\r\n1{extension}\r\ny\r\n0\r\n\r\n");
+        assert_eq!(dechunk(&[two.as_bytes()]).unwrap().0, b"xy");
+        // A line without end is refused once it is past the bound, not buffered.
+        let endless = format!("1;e={}", "v".repeat(DEFAULT_CHUNK_OVERHEAD + 64));
+        let mut buf = BytesMut::from(endless.as_bytes());
+        let mut overhead = Overhead::new(DEFAULT_CHUNK_OVERHEAD);
+        assert!(step_chunk(&mut buf, Chunk::Size, &mut overhead).is_err());
     }
 }

@@ -190,7 +190,6 @@ pub fn parse_answer(
         let spans = spans.as_slice();
         let mut headers = HeaderMap::with_capacity(spans.len());
         let mut length: Option<u64> = None;
-        let mut chunked = false;
         let mut encoded = false;
         let mut keep = !http10;
         // Whether a `Connection` field names other fields to remove.
@@ -207,14 +206,15 @@ pub fn parse_answer(
                     return Err(malformed("conflicting Content-Length"));
                 }
                 length = Some(n);
+                // Written again once, normalised, if the length frames the body.
+                continue;
             } else if name == header::TRANSFER_ENCODING {
+                // Only `chunked` itself: a coding this client does not undo (`gzip,
+                // chunked`) would reach the client as plain bytes with its name dropped.
+                if encoded || !value.as_bytes().eq_ignore_ascii_case(b"chunked") {
+                    return Err(malformed("transfer coding other than chunked"));
+                }
                 encoded = true;
-                // Chunked must be the last coding; anything after it is read to the close.
-                chunked = value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| crate::http::headval::items(v).next_back())
-                    .is_some_and(|last| last.eq_ignore_ascii_case("chunked"));
             } else if name == header::CONNECTION {
                 let listed = |token: &str| {
                     value
@@ -255,16 +255,13 @@ pub fn parse_answer(
         let framing = if no_body {
             AnswerFraming::Done
         } else if encoded {
-            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3); a connection
-            // that carried both is not trusted with another request.
-            if length.is_some() {
+            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3), whose value is
+            // not passed on; a connection that carried both is not trusted with another
+            // request, nor is an HTTP/1.0 one that used a transfer coding (§6.1).
+            if length.is_some() || http10 {
                 keep = false;
             }
-            if chunked {
-                AnswerFraming::Chunked(Chunk::Size)
-            } else {
-                AnswerFraming::Close
-            }
+            AnswerFraming::Chunked(Chunk::Size)
         } else {
             match length {
                 Some(0) => AnswerFraming::Done,
@@ -274,6 +271,11 @@ pub fn parse_answer(
         };
         // A body that ends at the close leaves nothing to keep.
         let keep = keep && framing != AnswerFraming::Close;
+        // One `Content-Length`, as digits, where it still says something: the body's
+        // length, or a HEAD answer's.
+        if let Some(n) = length.filter(|_| !encoded) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
         let mut response = Response::new(());
         *response.status_mut() = status;
         *response.version_mut() = if http10 {
@@ -509,22 +511,43 @@ mod answer_tests {
             (Framing::Length(5), true)
         );
         assert_eq!(
-            framing(&format!("{ok}transfer-encoding: gzip, chunked\r\n\r\n")),
+            framing(&format!("{ok}transfer-encoding: Chunked\r\n\r\n")),
             (Framing::Chunked(Chunk::Size), true)
         );
-        // Chunked not last, or no length at all: the body runs to the close.
-        assert_eq!(
-            framing(&format!("{ok}transfer-encoding: chunked, gzip\r\n\r\n")),
-            (Framing::Close, false)
-        );
+        // A coding this client does not undo, anywhere in the list, or two of them: the
+        // answer is refused (502) rather than passed on as plain bytes.
+        for coding in [
+            "gzip, chunked",
+            "chunked, gzip",
+            "identity",
+            "chunked, chunked",
+        ] {
+            let text = format!("{ok}transfer-encoding: {coding}\r\n\r\n");
+            assert!(head(&text, Method::POST).is_err(), "{coding}");
+        }
+        let twice = format!("{ok}transfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert!(head(&twice, Method::POST).is_err());
+        // No length at all: the body runs to the close.
         assert_eq!(framing(&format!("{ok}\r\n")), (Framing::Close, false));
-        // Both: the coding wins and the connection is not trusted again.
+        // Both: the coding wins, the length is not passed on, and the connection is not
+        // trusted again.
+        let both = format!("{ok}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n");
+        let (r, h) = head(&both, Method::POST).unwrap().unwrap();
+        assert_eq!((h.framing, h.keep), (Framing::Chunked(Chunk::Size), false));
+        assert!(r.headers().get("content-length").is_none());
+        // HTTP/1.0 with a transfer coding: read, then closed, keep-alive or not.
         assert_eq!(
-            framing(&format!(
-                "{ok}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n"
-            )),
+            framing(
+                "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n"
+            ),
             (Framing::Chunked(Chunk::Size), false)
         );
+        // The same length twice is passed on once, as digits.
+        let twice = format!("{ok}content-length: 5\r\nContent-Length: 5\r\n\r\n");
+        let (r, h) = head(&twice, Method::POST).unwrap().unwrap();
+        assert_eq!(h.framing, Framing::Length(5));
+        let lengths: Vec<_> = r.headers().get_all("content-length").iter().collect();
+        assert_eq!(lengths, ["5"]);
         assert_eq!(
             framing("HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n"),
             (Framing::Done, true)

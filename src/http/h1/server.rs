@@ -26,7 +26,7 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
-use super::framing::{Chunk, ChunkStep, step_chunk};
+use super::framing::{Chunk, ChunkStep, Overhead, step_chunk};
 use super::head::{Parsed, RequestFraming as Framing, has_token, parse_request};
 use crate::http::request::{ClientBody, ClientRequest};
 use bytes::{Bytes, BytesMut};
@@ -60,6 +60,8 @@ const LINGER_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub max_head: usize,
+    /// What a chunked request body may carry in chunk extensions and trailer fields.
+    pub max_chunk_overhead: usize,
 }
 
 /// Which wait for a request head a connection is in, if any. The connection marks its waits
@@ -431,8 +433,9 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
         }
         let mut data = BytesMut::new();
         let mut state = Chunk::Size;
+        let mut overhead = Overhead::new(self.settings.max_chunk_overhead);
         loop {
-            match step_chunk(&mut self.buf, state) {
+            match step_chunk(&mut self.buf, state, &mut overhead) {
                 Ok(ChunkStep::Data(bytes, next)) => {
                     if (data.len() + bytes.len()) as u64 > limit {
                         return Ok(ClientBody::TooLarge);

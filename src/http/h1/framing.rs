@@ -417,7 +417,8 @@ mod tests {
             (b"00000000000000000002\r\nxx\r\n0\r\n\r\n", b"xx"),
             (b"A\r\n0123456789\r\n0;last\r\n\r\n", b"0123456789"),
         ] {
-            let (out, clean) = dechunk(&[wire]).expect(&String::from_utf8_lossy(wire));
+            let (out, clean) = dechunk(&[wire])
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(wire)));
             assert_eq!(out, body);
             assert!(clean);
         }

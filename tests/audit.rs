@@ -486,3 +486,85 @@ async fn large_answers_get_their_outcome_from_the_tail() {
         assert_eq!(recs[1]["outcome"], outcome, "{:?}", recs[1]);
     }
 }
+
+/// Killed (SIGKILL) while records are being written, round after round: every restart
+/// continues the chain, and `audit verify` passes after each. Every other round also
+/// leaves half a record at the end of the file, as a kill in the middle of a write does,
+/// so the restart's recovery (the torn bytes kept, a `recovered` record naming them) is
+/// met whether or not a kill happens to land inside a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_write_the_chain_verifies_after_every_restart() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = json_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let conf = dir.path().join("mcpgate.toml");
+    std::fs::write(&conf, with_audit(&up.url(), &path, "")).unwrap();
+    let body = call(1, "get_document");
+    let request = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for round in 0..6u64 {
+        let mut gw = Gateway::start_at(&conf);
+        let addr = gw.listeners["main"];
+        let clients: Vec<_> = (0..6)
+            .map(|_| {
+                let request = request.clone();
+                tokio::spawn(async move {
+                    // Keep-alive calls until the gateway is gone.
+                    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+                        return;
+                    };
+                    let mut buf = vec![0u8; 16 << 10];
+                    loop {
+                        if s.write_all(request.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        match s.read(&mut buf).await {
+                            Ok(n) if n > 0 => {}
+                            _ => return,
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200 + 37 * round)).await;
+        gw.signal("KILL");
+        assert_eq!(
+            gw.wait_exit(Duration::from_secs(5)),
+            None,
+            "killed, no exit code"
+        );
+        for c in clients {
+            let _ = c.await;
+        }
+        let (ok, out) = verify(&path);
+        assert!(ok, "round {round}: {out}");
+        if round % 2 == 0 {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(br#"{"type":"call","request_id":"cut-"#)
+                .unwrap();
+        }
+    }
+    let gw = Gateway::start_at(&conf);
+    assert_eq!(
+        post(&gw.url("/mcp-gpt-full"), &[], &list(1)).await.status,
+        200
+    );
+    drop(gw);
+    let (ok, out) = verify(&path);
+    assert!(ok, "{out}");
+    // The torn fragments are no records: count the recovery records among the rest.
+    let recovered = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["type"] == "recovered")
+        .count();
+    assert!(recovered >= 3, "{recovered} recoveries");
+}

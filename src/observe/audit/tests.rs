@@ -399,3 +399,83 @@ fn lines_are_serde_json_text() {
         assert_eq!(ours(r), expected(r));
     }
 }
+
+/// A file a crash left ending mid-line is continued as `recovered`: the torn bytes stay
+/// as they were, a record names their length and hash, the chain goes on from the last
+/// complete line, and `verify` accepts exactly that, whether the torn line follows
+/// complete ones or is all the file holds.
+#[tokio::test]
+async fn a_torn_last_line_is_marked_and_the_chain_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let run = |records: usize| {
+        let path = path.clone();
+        async move {
+            let (audit, task) =
+                Audit::start(test_settings(&path, 8192), Counter::default()).unwrap();
+            for n in 0..records {
+                audit.record(test_record(n));
+            }
+            audit.close().await;
+            drop(audit);
+            task.await.unwrap();
+        }
+    };
+    let append = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(bytes).unwrap();
+    };
+    run(3).await;
+    assert_eq!(verify(&path).unwrap(), 4);
+    let complete = std::fs::read(&path).unwrap();
+    // Cut short in the middle of a record, and once more right before a newline.
+    append(br#"{"type":"call","request_id":"r-torn","#);
+    run(2).await;
+    let text = std::fs::read(&path).unwrap();
+    assert!(
+        text.starts_with(&complete),
+        "complete records are never rewritten"
+    );
+    assert_eq!(verify(&path).unwrap(), 4 + 1 + 1 + 2);
+    let last = text
+        .split(|&b| b == b'\n')
+        .rfind(|l| !l.is_empty())
+        .unwrap()
+        .to_vec();
+    append(&last);
+    run(1).await;
+    assert_eq!(verify(&path).unwrap(), 8 + 1 + 1 + 1);
+    let lines: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v["type"] == "recovered")
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["torn_bytes"], 37);
+
+    // Any other break still fails: the torn bytes changed, the recovery record gone, or
+    // one standing where no torn line is.
+    let good = std::fs::read_to_string(&path).unwrap();
+    let broken = [
+        good.replacen("r-torn", "r-tore", 1),
+        good.lines()
+            .filter(|l| !l.contains("\"recovered\""))
+            .map(|l| format!("{l}\n"))
+            .collect(),
+        good.replacen(r#"{"type":"call","request_id":"r-torn","#, "", 1),
+    ];
+    for (i, text) in broken.iter().enumerate() {
+        std::fs::write(&path, text).unwrap();
+        assert!(verify(&path).is_err(), "case {i}");
+    }
+
+    // A file holding nothing but a torn line: the recovery record starts the chain.
+    std::fs::write(&path, br#"{"type":"gen"#).unwrap();
+    run(1).await;
+    assert_eq!(verify(&path).unwrap(), 3);
+}

@@ -24,36 +24,47 @@ pub fn verify(path: &Path) -> Result<usize, VerifyError> {
         cause,
     })?;
     let broken = |line: usize, why: String| VerifyError::Broken { line, why };
+    let lines: Vec<&[u8]> = text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
     let mut prev: Option<String> = None;
-    let mut n = 0;
-    for line in text.split(|&b| b == b'\n') {
-        if line.is_empty() {
+    // The line a crash cut short, passed over because the record after it names it.
+    let mut torn = false;
+    for (i, line) in lines.iter().enumerate() {
+        let n = i + 1;
+        if lines.get(i + 1).is_some_and(|next| names_torn(next, line)) {
+            torn = true;
             continue;
         }
-        n += 1;
         let v: Map<String, Value> = serde_json::from_slice(line)
             .map_err(|e| broken(n, format!("not a JSON record: {e}")))?;
         let claimed = v
             .get("prev")
             .and_then(Value::as_str)
             .ok_or_else(|| broken(n, "no \"prev\" field".to_string()))?;
-        let expected = match &prev {
-            Some(p) => p.clone(),
-            None => match v.get("type").and_then(Value::as_str) {
-                Some("genesis") => {
-                    let time = v.get("time").and_then(Value::as_str).unwrap_or("");
-                    hex_sha256(format!("{GENESIS}{time}").as_bytes())
-                }
-                // A rotated file starts by continuing the previous file's chain; its first
-                // link can only be checked against that file.
-                Some("continued") => claimed.to_string(),
-                _ => {
-                    return Err(broken(
-                        n,
-                        "the first line is neither a genesis nor a continuation".into(),
-                    ));
-                }
-            },
+        let kind = v.get("type").and_then(Value::as_str);
+        let time = || v.get("time").and_then(Value::as_str).unwrap_or("");
+        if kind == Some("recovered") && !std::mem::take(&mut torn) {
+            return Err(broken(
+                n,
+                "a recovery record without the torn line it names".into(),
+            ));
+        }
+        let expected = match (&prev, kind) {
+            (Some(p), _) => p.clone(),
+            (None, Some("genesis" | "recovered")) => {
+                hex_sha256(format!("{GENESIS}{}", time()).as_bytes())
+            }
+            // A rotated file starts by continuing the previous file's chain; its first
+            // link can only be checked against that file.
+            (None, Some("continued")) => claimed.to_string(),
+            (None, _) => {
+                return Err(broken(
+                    n,
+                    "the first line is neither a genesis nor a continuation".into(),
+                ));
+            }
         };
         if claimed != expected {
             return Err(broken(
@@ -63,5 +74,15 @@ pub fn verify(path: &Path) -> Result<usize, VerifyError> {
         }
         prev = Some(hex_sha256(line));
     }
-    Ok(n)
+    Ok(lines.len())
+}
+
+/// Whether `next` is the `recovered` record of `line`: it names its length and hash.
+fn names_torn(next: &[u8], line: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Map<String, Value>>(next) else {
+        return false;
+    };
+    v.get("type").and_then(Value::as_str) == Some("recovered")
+        && v.get("torn_bytes").and_then(Value::as_u64) == Some(line.len() as u64)
+        && v.get("torn_sha256").and_then(Value::as_str) == Some(hex_sha256(line).as_str())
 }

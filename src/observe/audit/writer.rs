@@ -2,7 +2,7 @@
 //! one before it (`chain`), writes them together, fsyncs durable records before they are
 //! acknowledged, rotates by size and reopens after logrotate.
 
-use super::chain::{GENESIS, hex_sha256, last_line_hash, now_rfc3339};
+use super::chain::{GENESIS, hex_sha256, now_rfc3339, read_tail};
 use super::stage::{Lines, Stage};
 use super::{AuditError, AuditSettings, Command};
 use prometheus_client::metrics::counter::Counter;
@@ -34,22 +34,50 @@ pub(super) struct Writer {
 impl Writer {
     pub(super) fn open(settings: &AuditSettings) -> Result<Writer, AuditError> {
         let (file, size) = open_append(&settings.path)?;
-        let last = last_line_hash(&settings.path).unwrap_or_default();
+        let tail = read_tail(&settings.path);
         let mut w = Writer {
             settings: settings.clone(),
             file,
             size,
-            last,
+            last: tail.last.unwrap_or_default(),
             spare: Batch::default(),
         };
-        if w.last.is_empty() {
-            // A file that opens but cannot be written (a full disk) is not fatal: durable
-            // calls are refused while it lasts, everything else is served and counted.
-            if let Err(e) = w.write_genesis() {
-                tracing::error!(path = %settings.path.display(), error = %e, "cannot write the audit file");
-            }
+        let started = match tail.torn {
+            Some(torn) => w.recover(&torn),
+            None if w.last.is_empty() => w.write_genesis(),
+            None => Ok(()),
+        };
+        // A file that opens but cannot be written (a full disk) is not fatal: durable
+        // calls are refused while it lasts, everything else is served and counted.
+        if let Err(e) = started {
+            tracing::error!(path = %settings.path.display(), error = %e, "cannot write the audit file");
         }
         Ok(w)
+    }
+
+    /// After a crash mid-write the file ends in a torn line. It is left as it is (a
+    /// complete record is never rewritten, and neither is this): it is ended, and a
+    /// `recovered` record names its length and hash and continues the chain from the last
+    /// complete line, or starts one as a genesis would when there is none. `verify`
+    /// accepts exactly this form.
+    fn recover(&mut self, torn: &[u8]) -> std::io::Result<()> {
+        tracing::warn!(
+            path = %self.settings.path.display(),
+            bytes = torn.len(),
+            "the audit file ends in a torn line (a write cut short); marking it and continuing the chain"
+        );
+        let time = now_rfc3339();
+        if self.last.is_empty() {
+            self.last = hex_sha256(format!("{GENESIS}{time}").as_bytes());
+        }
+        let mut m = Map::new();
+        m.insert("type".into(), "recovered".into());
+        m.insert("time".into(), time.into());
+        m.insert("torn_bytes".into(), torn.len().into());
+        m.insert("torn_sha256".into(), hex_sha256(torn).into());
+        self.file.write_all(b"\n")?;
+        self.size += 1;
+        self.write(m, true)
     }
 
     /// The first line of a new chain: it hashes the genesis value and the start time.

@@ -1,0 +1,173 @@
+//! What each fuzz target checks, one function per target over the fuzzer's bytes. Shared
+//! by the cargo-fuzz targets (`fuzz_targets/`, nightly) and by `tests/fuzz_corpora.rs`,
+//! which runs every function over the checked-in corpora on stable. A check panics when
+//! the code under test breaks a rule it promises; input it refuses is fine.
+
+// Each target binary and the stable runner use some of these checks, not all.
+#![allow(dead_code)]
+use bytes::BytesMut;
+use http::Method;
+use mcpgate::http::h1::framing::{Chunk, ChunkStep, DEFAULT_CHUNK_OVERHEAD, Overhead, step_chunk};
+use mcpgate::http::h1::head::{parse_answer, parse_request};
+use mcpgate::mcp::jsonrpc::{self, Payload};
+use mcpgate::mcp::transport::{accept, sse};
+use std::sync::Arc;
+
+/// Splits `data` in two at a place its first byte chooses: the same input read whole
+/// and in pieces must give the same result.
+fn cut(data: &[u8]) -> (&[u8], &[u8]) {
+    let at = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
+    data.split_at(at)
+}
+
+/// Request heads: never a panic; a head taken whole is taken from the front of the buffer
+/// and leaves the rest; a partial head takes nothing.
+pub fn request_head(data: &[u8]) {
+    let mut buf = BytesMut::from(data);
+    match parse_request(&mut buf, 64 << 10) {
+        Ok(Some(p)) => {
+            assert!(buf.len() < data.len(), "a head was taken");
+            assert!(data.ends_with(&buf), "only the head was taken");
+            assert!(
+                p.target.path().starts_with('/')
+                    || p.target.path() == "*"
+                    || p.target.authority().is_some()
+            );
+        }
+        Ok(None) => assert_eq!(&buf[..], data, "nothing taken from a partial head"),
+        Err(_) => {}
+    }
+}
+
+/// Chunked bodies, in both directions: never a panic; the same bytes decoded whole and
+/// in two pieces give the same data, end, or refusal.
+pub fn chunked_body(data: &[u8]) {
+    let decode = |pieces: &[&[u8]]| -> Result<(Vec<u8>, bool), ()> {
+        let mut buf = BytesMut::new();
+        let mut state = Chunk::Size;
+        let mut overhead = Overhead::new(DEFAULT_CHUNK_OVERHEAD);
+        let mut out = Vec::new();
+        for piece in pieces {
+            buf.extend_from_slice(piece);
+            loop {
+                match step_chunk(&mut buf, state, &mut overhead).map_err(|_| ())? {
+                    ChunkStep::Data(d, next) => {
+                        out.extend_from_slice(&d);
+                        state = next;
+                    }
+                    ChunkStep::Moved(next) => state = next,
+                    ChunkStep::Ended => return Ok((out, true)),
+                    ChunkStep::NeedMore => break,
+                }
+            }
+        }
+        Ok((out, false))
+    };
+    let whole = decode(&[data]);
+    let (a, b) = cut(data);
+    let split = decode(&[a, b]);
+    match (&whole, &split) {
+        (Ok((w, true)), Ok((s, true))) => assert_eq!(w, s),
+        (Ok((_, true)), _) | (_, Ok((_, true))) => {
+            panic!("ended one way only: {whole:?} {split:?}")
+        }
+        // Unfinished or refused: a refusal may come at a different byte when cut.
+        _ => {}
+    }
+}
+
+/// Upstream answer heads: never a panic; a parsed head carries at most one
+/// `Content-Length`, and none with a transfer coding.
+pub fn answer_head(data: &[u8]) {
+    for method in [Method::POST, Method::GET, Method::HEAD] {
+        let mut buf = BytesMut::from(data);
+        if let Ok(Some((response, _))) = parse_answer(&mut buf, &method) {
+            let lengths = response.headers().get_all("content-length").iter().count();
+            assert!(lengths <= 1);
+            assert!(response.headers().get("transfer-encoding").is_none());
+        }
+    }
+}
+
+/// The JSON-RPC envelope against serde_json: what serde_json refuses as a JSON text is
+/// refused; what is taken reads, method and id, as serde_json reads it. serde_json's own
+/// reading of a text it passes on (`RawValue`, as mcpgate forwards the body) is the
+/// measure: it takes a lone surrogate escape (`"\udc00"`) in a string, which its
+/// decoding into a `Value` refuses, so the values are compared only where that decoding
+/// succeeds.
+pub fn jsonrpc_envelope(data: &[u8]) {
+    let ours = jsonrpc::parse(data);
+    let text: Result<&serde_json::value::RawValue, _> = serde_json::from_slice(data);
+    let value: Result<serde_json::Value, _> = serde_json::from_slice(data);
+    match (&ours, &text, &value) {
+        (Ok(_), Err(e), _) => panic!("taken, but serde_json refuses it: {e}"),
+        (Ok(Payload::Single(m)), Ok(_), Ok(v)) => {
+            assert_eq!(m.method(), v.get("method").and_then(|m| m.as_str()));
+            let id =
+                m.id.map(|id| serde_json::from_str::<serde_json::Value>(id.get()).ok());
+            if let Some(Some(id)) = id {
+                assert_eq!(Some(&id), v.get("id"));
+            }
+        }
+        (Ok(Payload::Batch(items)), Ok(_), Ok(v)) => {
+            assert_eq!(Some(items.len()), v.as_array().map(Vec::len));
+        }
+        _ => {}
+    }
+}
+
+/// Accept negotiation: any bytes, never a panic, and the same answer twice.
+pub fn accept_header(data: &[u8]) {
+    assert_eq!(accept::negotiate(Some(data)), accept::negotiate(Some(data)));
+    let _ = accept::accepts_sse(Some(data));
+}
+
+/// The SSE decoder: the same events whether the stream comes whole, in two pieces, or a
+/// byte at a time.
+pub fn sse_stream(data: &[u8]) {
+    let events = |pieces: &mut dyn Iterator<Item = &[u8]>| {
+        let mut d = sse::Decoder::new();
+        let mut out = Vec::new();
+        for piece in pieces {
+            d.feed(piece);
+            while let Some(e) = d.next_event() {
+                out.push((e.raw, e.event, e.id, e.retry, e.data));
+            }
+        }
+        out
+    };
+    let whole = events(&mut std::iter::once(data));
+    let (a, b) = cut(data);
+    assert_eq!(whole, events(&mut [a, b].into_iter()));
+    assert_eq!(whole, events(&mut data.chunks(1)));
+}
+
+/// The tools/list filter over any answer text: never a panic, and a rewrite of valid
+/// JSON is valid JSON.
+pub fn tools_list(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let snapshot = Arc::new(
+        mcpgate::config::load_str(
+            "[[listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[tools]\nhidden = [\"move_*\"]\n[profiles.p]\nupstream = \"u\"\nallow = [\"get_*\", \"search\"]\n",
+            "fuzz.toml",
+        )
+        .unwrap(),
+    );
+    let profile = snapshot.profiles["p"].clone();
+    let filter = mcpgate::mcp::tools_list::ToolFilter::new(snapshot, profile);
+    let ids: Vec<Box<str>> = vec!["1".into(), "\"a\"".into()];
+    if let Ok(Some(out)) = mcpgate::mcp::tools_list::rewrite(text, &ids, &filter) {
+        if serde_json::from_str::<serde_json::Value>(text).is_ok() {
+            serde_json::from_str::<serde_json::Value>(&out).expect("a rewrite of JSON is JSON");
+        }
+    }
+}
+
+/// The configuration compiler: any text, never a panic.
+pub fn config_text(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = mcpgate::config::load_str(text, "fuzz.toml");
+    }
+}

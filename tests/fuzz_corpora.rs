@@ -8,7 +8,10 @@ mod checks;
 
 use std::path::Path;
 
-const TARGETS: &[(&str, fn(&[u8]))] = &[
+/// A target's name and its check.
+type Target = (&'static str, fn(&[u8]));
+
+const TARGETS: &[Target] = &[
     ("request_head", checks::request_head),
     ("chunked_body", checks::chunked_body),
     ("answer_head", checks::answer_head),

@@ -325,6 +325,17 @@ async fn garbage_on_the_socket_does_not_hurt_the_gateway() {
     assert_eq!(r.status, 200);
 }
 
+/// A tools/call of a tool no request may reach, and a whole request carrying it: what a
+/// smuggling attempt hides after a body a lenient reader ends early.
+fn hidden_call() -> (String, String) {
+    let smuggled = call(9, "delete_document");
+    let hidden = format!(
+        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{smuggled}",
+        smuggled.len()
+    );
+    (smuggled, hidden)
+}
+
 /// Heads that frame a body two ways (how requests are smuggled past proxies), or that
 /// break RFC 9112 otherwise, are refused before anything is forwarded, and the
 /// connection is closed so nothing after them is read as a request.
@@ -333,11 +344,7 @@ async fn ambiguous_framing_is_refused_and_never_forwarded() {
     let up = json_upstream().await;
     let gw = Gateway::start(&config(&up.url(), "10s"));
     let addr = gw.listeners["main"];
-    let smuggled = call(9, "delete_document");
-    let hidden = format!(
-        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{smuggled}",
-        smuggled.len()
-    );
+    let (smuggled, hidden) = hidden_call();
     for (head, status) in [
         ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "400"),
         ("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "400"),
@@ -398,11 +405,7 @@ async fn chunk_lines_and_trailers_outside_the_grammar_are_refused() {
     let up = json_upstream().await;
     let gw = Gateway::start(&config(&up.url(), "10s"));
     let addr = gw.listeners["main"];
-    let smuggled = call(9, "delete_document");
-    let hidden = format!(
-        "POST /mcp-gpt-full HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{smuggled}",
-        smuggled.len()
-    );
+    let (_, hidden) = hidden_call();
     let list = list(1);
     let n = list.len();
     let mut long_extensions = String::new();

@@ -6,3 +6,6 @@ pub mod client;
 pub mod framing;
 pub mod head;
 pub mod server;
+
+#[cfg(test)]
+mod scripted;

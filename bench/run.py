@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("MCPGATE_BIN", "target/release/mcpgate"))
 TOKEN = "bench-token-0123456789abcdefghijklmnopqrstuvw"
 TICK = os.sysconf("SC_CLK_TCK")
-PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "UPSTREAM_STREAMS": 18903, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929}
+PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "UPSTREAM_STREAMS": 18903, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929, "DEMO": 18930}
 
 
 def free(port):
@@ -205,6 +205,18 @@ def main():
         errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
         reload_failed = (int(bad.group(1)) if bad else 0) + (sum(int(x) for x in errors.groups()) if errors else 0)
         reload_requests = int(re.search(r"(\d+) requests in", out).group(1))
+
+        # `mcpgate demo` runs its sample server inside the gateway's process: its memory
+        # must stay flat however many calls it serves (a sample server that kept every
+        # request it received once grew without end). A warm-up round, then RSS across
+        # the rest.
+        demo = start([BIN, "demo", "--listen", f"127.0.0.1:{PORTS['DEMO']}"])
+        wait_port(PORTS["DEMO"])
+        demo_url = f"http://127.0.0.1:{PORTS['DEMO']}/mcp-gpt-full"
+        wrk(demo_url, "list.lua")
+        demo_before = rss_kib([demo.pid])
+        demo_calls = sum(wrk(demo_url, "list.lua")["requests"] for _ in range(1 if SMOKE else 6))
+        demo_growth = rss_kib([demo.pid]) - demo_before
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -251,6 +263,7 @@ def main():
     row(f"RSS with {n_streams} idle SSE streams", "< 64 MiB", f"{streams['nginx'][1]} KiB ({streams['nginx'][0]} open)",
         f"{streams['mcpgate'][1]} KiB ({streams['mcpgate'][0]} open)", "-", streams["mcpgate"][1] < 65536 and streams["mcpgate"][0] == n_streams)
     row("reload of 10,000 tokens under load", "< 200 ms, 0 failed", "-", f"{max(reloads):.0f} ms max, {reload_failed} failed of {reload_requests}", "-", max(reloads) < 200 and reload_failed == 0)
+    row(f"`mcpgate demo` RSS growth over {demo_calls} tools/list calls", "< 4 MiB", "-", f"{demo_growth} KiB ({demo_before} KiB before)", "-", demo_growth < 4096)
     d1 = med("call_json_1conn", "direct", "p50")
     one_n, one_g = med("call_json_1conn", "nginx", "p50") - d1, med("call_json_1conn", "mcpgate", "p50") - d1
     print(f"\nOne connection (wrk -t1 -c1, nothing queues): added p50 latency vs direct {one_n*1000:.0f} µs (nginx) and {one_g*1000:.0f} µs (mcpgate), ratio {one_g/one_n:.2f}." if one_n > 0 else "")

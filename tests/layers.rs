@@ -392,3 +392,22 @@ fn the_checker_sees_circles_and_groups() {
     let quoted = without_tests("f(\"crate::z\", r#\"crate::q\"#, '\"', 'a); crate::x::h()");
     assert_eq!(quoted, "f(\"\", \"\", '\"', 'a); crate::x::h()");
 }
+
+/// Every module opens with a `//!` paragraph saying what it owns (STYLE.md).
+#[test]
+fn every_module_says_what_it_owns() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let silent: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            !std::fs::read_to_string(f)
+                .unwrap()
+                .trim_start()
+                .starts_with("//!")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(silent.is_empty(), "no //! paragraph: {silent:?}");
+}

@@ -11,6 +11,7 @@ use crate::observe::audit::{Audit, AuditError};
 use crate::observe::metrics::{Metrics, ResultLabels};
 use crate::runtime::limiter::Limits;
 use crate::runtime::streams::StreamRegistry;
+use crate::upstream::order::Order;
 use crate::upstream::pool::Pool;
 use crate::upstream::registry::{Registry, WorkerPools};
 use arc_swap::ArcSwap;
@@ -43,6 +44,11 @@ impl Live {
     /// This thread's pool of keep-alive connections to `upstream`.
     pub fn pool(&self, upstream: &Upstream) -> &Arc<Pool> {
         self.pools[upstream.index].here()
+    }
+
+    /// The order of the requests of each session on `upstream`, shared by all workers.
+    pub fn order(&self, upstream: &Upstream) -> &Order {
+        &self.pools[upstream.index].order
     }
 }
 

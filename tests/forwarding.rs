@@ -809,3 +809,127 @@ async fn an_accepted_notification_stays_bodiless() {
         assert!(!r.header("content-type").starts_with("text/event-stream"));
     }
 }
+
+/// An upstream that takes a while to open a GET stream, as one that checks something per
+/// stream would, and then answers its event-stream head and holds it open; a POST gets a
+/// small JSON answer on a kept connection. It keeps, in order, each stream it opened and
+/// each POST with whether its session's stream was open when the POST was read.
+fn slow_streams_upstream(opening: Duration) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { break };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                while let Some((head, _)) = next_request(&mut conn, &mut got) {
+                    let lower = head.to_ascii_lowercase();
+                    let session = lower
+                        .lines()
+                        .find_map(|l| l.strip_prefix("mcp-session-id:"))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string();
+                    let answer = if lower.starts_with("get ") {
+                        std::thread::sleep(opening);
+                        log.lock().unwrap().push(format!("stream {session}"));
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_string()
+                    } else {
+                        let mut log = log.lock().unwrap();
+                        let open = log.contains(&format!("stream {session}"));
+                        log.push(format!("POST {session} stream open: {open}"));
+                        small_answer()
+                    };
+                    let _ = conn.write_all(answer.as_bytes());
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// A client opens its session's GET stream and, without waiting for it, sends a call on
+/// another connection. The call goes upstream once the upstream has answered the GET,
+/// so a server that asks the client something during the call (elicitation, sampling)
+/// has the stream to ask on, as it would if the client talked to it directly. Requests
+/// of other sessions do not wait. (Without the wait, every call here reaches the
+/// upstream while its session's stream is still opening.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_s_call_waits_for_the_stream_it_opened_before() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let opening = Duration::from_millis(100);
+    let (url, seen) = slow_streams_upstream(opening);
+    let gw = Gateway::start(&config(&url, "10s"));
+    let addr = gw.listeners["main"];
+    let request = |method: &str, session: &str| {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        match method {
+            "GET" => format!(
+                "GET /mcp-gpt-full HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\nmcp-session-id: {session}\r\n\r\n"
+            ),
+            _ => format!(
+                "POST /mcp-gpt-full HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {session}\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        }
+    };
+    let answered = |mut conn: tokio::net::TcpStream| async move {
+        // Read until the JSON-RPC answer is in.
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&answer).contains("\"result\"") {
+            let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+                .await
+                .expect("the call is answered")
+                .unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+    };
+    let trials = 10;
+    let mut streams = Vec::new();
+    for i in 0..trials {
+        let session = format!("s{i}");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut call = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(request("GET", &session).as_bytes())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        call.write_all(request("POST", &session).as_bytes())
+            .await
+            .unwrap();
+        // Meanwhile a call of another session, with no stream, is not held up.
+        let mut other = tokio::net::TcpStream::connect(addr).await.unwrap();
+        other
+            .write_all(request("POST", &format!("other{i}")).as_bytes())
+            .await
+            .unwrap();
+        answered(other).await;
+        answered(call).await;
+        streams.push(stream);
+    }
+    let seen = seen.lock().unwrap();
+    for i in 0..trials {
+        let at = |what: &str| seen.iter().position(|l| l.starts_with(what));
+        assert!(
+            at(&format!("POST other{i} ")) < at(&format!("stream s{i}")),
+            "another session's call went while s{i}'s stream was opening: {seen:?}"
+        );
+    }
+    let early: Vec<_> = seen
+        .iter()
+        .filter(|l| l.ends_with("false") && l.starts_with("POST s"))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} of {trials} calls reached the upstream before their session's stream was open: {seen:?}",
+        early.len()
+    );
+    assert_eq!(seen.len(), 3 * trials, "{seen:?}");
+}

@@ -108,15 +108,17 @@ impl Pool {
 
     /// Sends `request` (a whole HTTP/1.1 request, head and body, see `upstream::encode`) on a kept
     /// connection or a new one, and returns the answer's head with a body that reads the
-    /// rest.
+    /// rest. `written` is called once the request is written (not when a write fails and
+    /// the request goes again on a fresh connection).
     pub async fn send(
         self: &Arc<Self>,
         method: &Method,
         request: &[u8],
+        written: &mut (dyn FnMut() + Send),
     ) -> Result<Response<UpBody>, PoolError> {
         let home = || Arc::downgrade(self) as Weak<dyn Home<TcpStream>>;
         if let Some(conn) = self.take_alive() {
-            match conn.exchange(method, request, home()).await {
+            match conn.exchange(method, request, home(), written).await {
                 Ok(response) => return Ok(response),
                 // Nothing of it can have been acted on, or doing it again does no harm.
                 Err(Failure { stage, error })
@@ -129,7 +131,7 @@ impl Pool {
             }
         }
         let conn = self.connect().await?;
-        conn.exchange(method, request, home())
+        conn.exchange(method, request, home(), written)
             .await
             .map_err(|f| PoolError::Http(f.error))
     }
@@ -249,7 +251,7 @@ mod tests {
         let request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
         let call = || async {
             use http_body_util::BodyExt;
-            let answer = pool.send(&Method::GET, request).await.unwrap();
+            let answer = pool.send(&Method::GET, request, &mut || {}).await.unwrap();
             assert_eq!(answer.status(), StatusCode::OK);
             // Read to its end, the body puts the connection back in the pool.
             let body = answer.into_body().collect().await.unwrap().to_bytes();

@@ -4,6 +4,7 @@
 //! connections; a changed address gets a new pool, and the old one closes once the last
 //! request of the old configuration is done with it.
 
+use super::order::Order;
 use super::pool::Pool;
 use crate::config::Upstream;
 use std::collections::{BTreeMap, HashMap};
@@ -30,10 +31,12 @@ impl Key {
 }
 
 /// One upstream's pools: one per worker thread (see `runtime::workers::slot`), made on
-/// first use, so a connection is only ever driven by the worker whose requests use it.
+/// first use, so a connection is only ever driven by the worker whose requests use it;
+/// and the order of its sessions' requests, which every worker shares.
 pub struct WorkerPools {
     key: Key,
     pools: Box<[OnceLock<Arc<Pool>>]>,
+    pub order: Order,
 }
 
 impl WorkerPools {
@@ -43,6 +46,7 @@ impl WorkerPools {
             pools: (0..=crate::runtime::workers::count())
                 .map(|_| OnceLock::new())
                 .collect(),
+            order: Order::default(),
         }
     }
 

@@ -109,14 +109,15 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
         std::future::poll_fn(|cx| self.poll_fill(cx, READ_CHUNK)).await
     }
 
-    /// Writes `request` (a whole HTTP/1.1 request, head and body) in one write and reads
-    /// the answer's head; the body reads the rest and, at its end, hands the connection
-    /// to `home` if it may be kept.
+    /// Writes `request` (a whole HTTP/1.1 request, head and body) in one write, calls
+    /// `written` once it is, and reads the answer's head; the body reads the rest and, at
+    /// its end, hands the connection to `home` if it may be kept.
     pub async fn exchange(
         mut self,
         method: &Method,
         request: &[u8],
         home: Weak<dyn Home<IO>>,
+        written: &mut (dyn FnMut() + Send),
     ) -> Result<Response<UpBody<IO>>, Failure> {
         if let Err(error) = self.io.write_all(request).await {
             return Err(Failure {
@@ -124,6 +125,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
                 error,
             });
         }
+        written();
         loop {
             if let Some((response, head)) =
                 parse_answer(&mut self.buf, method).map_err(|error| Failure {

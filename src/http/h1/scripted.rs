@@ -108,7 +108,10 @@ impl Home<Mock> for Kept {
 async fn exchange(io: Mock, request: &[u8], method: Method) -> (Result<Bytes, String>, usize) {
     let kept = Arc::new(Kept::default());
     let home = Arc::downgrade(&kept) as Weak<dyn Home<Mock>>;
-    let body = match Conn::new(io).exchange(&method, request, home).await {
+    let body = match Conn::new(io)
+        .exchange(&method, request, home, &mut || {})
+        .await
+    {
         Ok(response) => response
             .into_body()
             .collect()

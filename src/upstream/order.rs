@@ -34,8 +34,10 @@ pub struct Turn<'a> {
     held: Option<Held<'a>>,
 }
 
+/// A place in a session's queue: waiting for the turn (`guard` empty) or holding it.
 struct Held<'a> {
-    guard: OwnedMutexGuard<()>,
+    queue: Queue,
+    guard: Option<OwnedMutexGuard<()>>,
     session: &'a [u8],
     order: &'a Order,
 }
@@ -43,19 +45,26 @@ struct Held<'a> {
 impl Order {
     /// Waits for the requests of `session` that became ready before this one to be
     /// written; `None` (no session) waits for nothing. Turns are handed out first come,
-    /// first served (tokio's mutex queues its waiters in order).
+    /// first served (tokio's mutex queues its waiters in order). A wait given up (the
+    /// request's deadline, the client gone) leaves the queue as a finished turn does.
     pub async fn turn<'a>(&'a self, session: Option<&'a [u8]>) -> Turn<'a> {
         let Some(session) = session else {
             return Turn::default();
         };
         let queue = self.lock().entry(Box::from(session)).or_default().clone();
-        Turn {
+        let mut turn = Turn {
             held: Some(Held {
-                guard: queue.lock_owned().await,
+                queue: queue.clone(),
+                guard: None,
                 session,
                 order: self,
             }),
+        };
+        let guard = queue.lock_owned().await;
+        if let Some(held) = &mut turn.held {
+            held.guard = Some(guard);
         }
+        turn
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<[u8]>, Queue>> {
@@ -74,6 +83,7 @@ impl Turn<'_> {
     /// The request has been written: the session's next request may go.
     pub fn written(&mut self) {
         let Some(Held {
+            queue,
             guard,
             session,
             order,
@@ -81,9 +91,11 @@ impl Turn<'_> {
         else {
             return;
         };
+        // Let go of the queue before looking: whoever drops the last hold on it besides
+        // the table's own removes the entry.
         drop(guard);
+        drop(queue);
         let mut sessions = order.lock();
-        // Only the table's own reference left: nobody holds or waits for this session.
         if sessions
             .get(session)
             .is_some_and(|q| Arc::strong_count(q) == 1)
@@ -139,5 +151,26 @@ mod tests {
         let seen: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
         assert_eq!(seen, [2, 3, 4]);
         assert_eq!(order.len(), 0);
+    }
+
+    /// A wait given up, before or after the turn before it is done, leaves no entry
+    /// behind: a client cannot grow the table by sending ids and leaving.
+    #[tokio::test]
+    async fn a_wait_given_up_leaves_nothing() {
+        let order = Order::default();
+        let first = order.turn(Some(b"s")).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), order.turn(Some(b"s"))).await;
+        assert!(gave_up.is_err(), "waited for the first");
+        drop(first);
+        assert_eq!(order.len(), 0);
+
+        let first = order.turn(Some(b"s")).await;
+        let mut second = Box::pin(order.turn(Some(b"s")));
+        assert!(futures_util::poll!(second.as_mut()).is_pending());
+        drop(first); // the turn passes to the second, which never takes it
+        drop(second);
+        assert_eq!(order.len(), 0);
+        let _again = order.turn(Some(b"s")).await;
+        assert_eq!(order.len(), 1);
     }
 }

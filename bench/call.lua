@@ -1,5 +1,10 @@
--- A small tools/call, as an MCP SDK client sends it.
+-- A small tools/call, as an MCP SDK client sends it. BENCH_SESSION, when set, is sent as
+-- the Mcp-Session-Id of every call (one session for all connections: every call then
+-- takes its turn in mcpgate's per-session order).
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Accept"] = os.getenv("BENCH_ACCEPT") or "application/json, text/event-stream"
+if os.getenv("BENCH_SESSION") then
+  wrk.headers["Mcp-Session-Id"] = os.getenv("BENCH_SESSION")
+end
 wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool_001","arguments":{"id":"welcome"}}}'

@@ -260,8 +260,7 @@ async fn json_answers_leave_whole_or_stream_when_large() {
 
 /// Reads the next request from `conn` (`got` holds bytes read past the previous one):
 /// its head and the body its `Content-Length` announces. `None` once the client closes.
-fn next_request(conn: &mut std::net::TcpStream, got: &mut Vec<u8>) -> Option<(String, String)> {
-    use std::io::Read;
+fn next_request(conn: &mut impl std::io::Read, got: &mut Vec<u8>) -> Option<(String, String)> {
     let mut buf = [0u8; 4096];
     loop {
         let text = String::from_utf8_lossy(got).to_string();
@@ -932,4 +931,70 @@ async fn a_session_s_call_waits_for_the_stream_it_opened_before() {
         early.len()
     );
     assert_eq!(seen.len(), 3 * trials, "{seen:?}");
+}
+
+/// A `unix:/socket:/path` upstream: requests reach the socket with the configured path and
+/// query and `Host: localhost` (as nginx sends them there), its connections are kept and
+/// reused like TCP ones, and a socket nobody listens on is a 502 naming no path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_upstream_is_served_and_its_connections_kept() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("up.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { break };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                while let Some((head, _)) = next_request(&mut conn, &mut got) {
+                    let host = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("host:")
+                                .map(|h| h.trim().to_string())
+                        })
+                        .unwrap_or_default();
+                    let line = head.lines().next().unwrap_or_default().to_string();
+                    log.lock()
+                        .unwrap()
+                        .push(format!("conn {n}: {line} host={host}"));
+                    if conn.write_all(small_answer().as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("unix:{}:/mcp?via=socket", socket.display());
+    let gw = Gateway::start(&config(&url, "10s"));
+    for id in 1..=3 {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &list(id)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for line in &seen {
+        assert!(
+            line.ends_with("POST /mcp?via=socket HTTP/1.1 host=localhost"),
+            "{seen:?}"
+        );
+    }
+    assert!(
+        seen.iter()
+            .all(|l| l.starts_with("conn 0:") || l.starts_with("conn 1:")),
+        "kept connections reused (one per worker at most): {seen:?}"
+    );
+
+    let missing = dir.path().join("nobody.sock");
+    let gw = Gateway::start(&config(&format!("unix:{}:/mcp", missing.display()), "10s"));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(7, "get_document")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32002);
+    assert!(!r.body.contains("nobody.sock"), "{}", r.body);
+    assert!(gw.log().contains("nobody.sock"), "the log names the socket");
 }

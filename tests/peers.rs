@@ -124,7 +124,9 @@ fn run_client(cmd: &mut Command) -> String {
     stdout
 }
 
-fn gateway_for(ev_port: u16, py_port: u16) -> Gateway {
+/// The gateway in front of server-everything (on `ev_port`) and the Python server (at
+/// `py_url`: `http://…` or `unix:/socket:/mcp`).
+fn gateway_for(ev_port: u16, py_url: &str) -> Gateway {
     Gateway::start(&format!(
         r#"
 [[listen]]
@@ -134,7 +136,7 @@ addr = "127.0.0.1:0"
 [upstreams.everything]
 url = "http://127.0.0.1:{ev_port}/mcp"
 [upstreams.pydocs]
-url = "http://127.0.0.1:{py_port}/mcp"
+url = "{py_url}"
 headers = {{ "X-API-Key" = "${{env:MCPGATE_TEST_API_KEY}}" }}
 
 [tools]
@@ -272,7 +274,7 @@ fn python_sdk_client_through_every_route_and_upstream() {
     let (_ev, ev_port) = everything();
     for py_mode in ["json", "sse"] {
         let (_py, py_port) = python_server(py_mode);
-        let gw = gateway_for(ev_port, py_port);
+        let gw = gateway_for(ev_port, &format!("http://127.0.0.1:{py_port}/mcp"));
         for upstream in ["everything", "pydocs"] {
             if upstream == "everything" && py_mode == "sse" {
                 continue; // the everything server has one mode; covered once
@@ -311,7 +313,7 @@ fn python_sdk_client_through_every_route_and_upstream() {
 fn typescript_sdk_client_through_every_route_and_upstream() {
     let (_ev, ev_port) = everything();
     let (_py, py_port) = python_server("sse");
-    let gw = gateway_for(ev_port, py_port);
+    let gw = gateway_for(ev_port, &format!("http://127.0.0.1:{py_port}/mcp"));
     for upstream in ["everything", "pydocs"] {
         for case in cases(&gw, upstream) {
             let out = run_client(
@@ -328,7 +330,7 @@ fn typescript_sdk_client_through_every_route_and_upstream() {
 fn inspector_cli_lists_and_calls_through_both_route_kinds() {
     let (_ev, ev_port) = everything();
     let (_py, py_port) = python_server("json");
-    let gw = gateway_for(ev_port, py_port);
+    let gw = gateway_for(ev_port, &format!("http://127.0.0.1:{py_port}/mcp"));
     let catalog = tempfile::tempdir().unwrap();
     let inspector = peers()
         .join("node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js");
@@ -614,4 +616,51 @@ profiles = ["all"]
     // The tokens went nowhere but to mcpgate.
     let log = gw.log();
     assert!(!log.contains(T_PATH) && !log.contains(T_BEARER));
+}
+
+/// A Python SDK server listening on a unix socket (uvicorn), reached through a
+/// `unix:/socket:/mcp` upstream, in JSON and in SSE mode: the Python SDK client lists,
+/// calls and is refused the hidden tool through both kinds of route, as over TCP.
+#[test]
+fn a_python_sdk_server_on_a_unix_socket_is_served() {
+    let (_ev, ev_port) = everything();
+    let dir = tempfile::tempdir().unwrap();
+    for py_mode in ["json", "sse"] {
+        let socket = dir.path().join(format!("py-{py_mode}.sock"));
+        let _py = Peer(
+            Command::new(python())
+                .arg(peers().join("py_server.py"))
+                .arg(format!("unix:{}", socket.display()))
+                .arg(py_mode)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "no socket");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let gw = gateway_for(ev_port, &format!("unix:{}:/mcp", socket.display()));
+        for case in cases(&gw, "pydocs") {
+            let out = run_client(
+                Command::new(python())
+                    .arg(peers().join("py_client.py"))
+                    .args([
+                        &case.url,
+                        "auto",
+                        case.bearer,
+                        case.tool,
+                        case.args,
+                        case.hidden,
+                    ]),
+            );
+            check_client_output(
+                &out,
+                &case,
+                &format!("python via a unix socket ({py_mode})"),
+            );
+        }
+    }
 }

@@ -10,6 +10,6 @@ pub mod units;
 pub mod watch;
 
 pub use compile::{
-    Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
+    Address, Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
     ServerSettings, Snapshot, TokenEntry, Upstream, load, load_str,
 };

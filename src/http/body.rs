@@ -24,7 +24,7 @@ pub enum GateBody {
     Streamed(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
-        body: crate::http::h1::client::UpBody<tokio::net::TcpStream>,
+        body: crate::http::h1::client::UpBody<crate::http::h1::stream::Stream>,
         deadline: Option<crate::runtime::deadline::Deadline>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),

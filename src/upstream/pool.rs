@@ -18,16 +18,18 @@
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
 
+use crate::config::Address;
 use crate::http::h1::client::{self, Conn, Failure, Home, Stage};
+use crate::http::h1::stream::Stream;
 use http::{Method, Response};
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 /// The body of an upstream's answer, as this pool's connections read it.
-pub type UpBody = client::UpBody<TcpStream>;
+pub type UpBody = client::UpBody<Stream>;
 
 /// How often a pool counts a sweep and closes the connections unused for [`IDLE_SWEEPS`].
 const SWEEP: Duration = Duration::from_secs(30);
@@ -40,13 +42,12 @@ pub const MAX_KEPT: usize = 256;
 
 /// A kept connection and the pool's sweep count when it was put back (or made).
 struct Kept {
-    conn: Conn<TcpStream>,
+    conn: Conn<Stream>,
     used: u32,
 }
 
 pub struct Pool {
-    host: String,
-    port: u16,
+    address: Address,
     connect_timeout: Duration,
     kept: Mutex<Vec<Kept>>,
     /// Sweeps so far: the clock kept connections' ages are counted by.
@@ -79,8 +80,8 @@ impl std::error::Error for PoolError {
     }
 }
 
-impl Home<TcpStream> for Pool {
-    fn put(&self, conn: Conn<TcpStream>) {
+impl Home<Stream> for Pool {
+    fn put(&self, conn: Conn<Stream>) {
         let used = self.sweeps.load(Ordering::Relaxed);
         let mut kept = self.lock();
         if kept.len() < MAX_KEPT {
@@ -90,12 +91,11 @@ impl Home<TcpStream> for Pool {
 }
 
 impl Pool {
-    /// A pool for `host:port`. When made inside a runtime, it sweeps idle connections on
+    /// A pool for `address`. When made inside a runtime, it sweeps idle connections on
     /// that runtime until the pool is dropped.
-    pub fn new(host: &str, port: u16, connect_timeout: Duration) -> Arc<Pool> {
+    pub fn new(address: Address, connect_timeout: Duration) -> Arc<Pool> {
         let pool = Arc::new(Pool {
-            host: host.to_string(),
-            port,
+            address,
             connect_timeout,
             kept: Mutex::new(Vec::new()),
             sweeps: AtomicU32::new(0),
@@ -116,7 +116,7 @@ impl Pool {
         request: &[u8],
         written: &mut (dyn FnMut() + Send),
     ) -> Result<Response<UpBody>, PoolError> {
-        let home = || Arc::downgrade(self) as Weak<dyn Home<TcpStream>>;
+        let home = || Arc::downgrade(self) as Weak<dyn Home<Stream>>;
         if let Some(conn) = self.take_alive() {
             match conn.exchange(method, request, home(), written).await {
                 Ok(response) => return Ok(response),
@@ -143,7 +143,7 @@ impl Pool {
 
     /// The most recently used connection that is still usable. Closed and long-unused
     /// connections met on the way are dropped.
-    fn take_alive(&self) -> Option<Conn<TcpStream>> {
+    fn take_alive(&self) -> Option<Conn<Stream>> {
         let sweeps = self.sweeps.load(Ordering::Relaxed);
         let mut kept = self.lock();
         while let Some(Kept { mut conn, used }) = kept.pop() {
@@ -154,8 +154,8 @@ impl Pool {
         None
     }
 
-    async fn connect(&self) -> Result<Conn<TcpStream>, PoolError> {
-        let io = tokio::time::timeout(self.connect_timeout, self.tcp())
+    async fn connect(&self) -> Result<Conn<Stream>, PoolError> {
+        let io = tokio::time::timeout(self.connect_timeout, self.open())
             .await
             .map_err(|_| {
                 PoolError::Connect(io::Error::new(
@@ -164,26 +164,21 @@ impl Pool {
                 ))
             })?
             .map_err(PoolError::Connect)?;
-        let _ = io.set_nodelay(true);
         Ok(Conn::new(io))
     }
 
-    /// A TCP connection to the first of the host's addresses that accepts one.
-    async fn tcp(&self) -> io::Result<TcpStream> {
-        let mut last = None;
-        for addr in tokio::net::lookup_host((self.host.as_str(), self.port)).await? {
-            match TcpStream::connect(addr).await {
-                Ok(s) => return Ok(s),
-                Err(e) => last = Some((addr, e)),
+    async fn open(&self) -> io::Result<Stream> {
+        match &self.address {
+            Address::Tcp { host, port } => {
+                let io = tcp(host, *port).await?;
+                let _ = io.set_nodelay(true);
+                Ok(Stream::Tcp(io))
             }
+            Address::Unix(path) => UnixStream::connect(path)
+                .await
+                .map(Stream::Unix)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         }
-        Err(match last {
-            Some((addr, e)) => io::Error::new(e.kind(), format!("{addr}: {e}")),
-            None => io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} has no address", self.host),
-            ),
-        })
     }
 
     /// Counts a sweep and closes the connections unused for [`IDLE_SWEEPS`] of them.
@@ -191,6 +186,21 @@ impl Pool {
         let sweeps = self.sweeps.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         self.lock().retain(|c| fresh(sweeps, c.used));
     }
+}
+
+/// A TCP connection to the first of the host's addresses that accepts one.
+async fn tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        match TcpStream::connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some((addr, e)),
+        }
+    }
+    Err(match last {
+        Some((addr, e)) => io::Error::new(e.kind(), format!("{addr}: {e}")),
+        None => io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address")),
+    })
 }
 
 /// Methods a client may repeat without a different effect (RFC 9110 §9.2.2).
@@ -247,7 +257,11 @@ mod tests {
                 });
             }
         });
-        let pool = Pool::new("127.0.0.1", port, Duration::from_secs(5));
+        let address = Address::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let pool = Pool::new(address, Duration::from_secs(5));
         let request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
         let call = || async {
             use http_body_util::BodyExt;

@@ -1,12 +1,12 @@
 //! The gateway's upstream connection pools, kept across reloads. A pool is keyed by what
-//! its connections depend on (host, port, connect timeout): a reload that keeps those
+//! its connections depend on (host and port or socket path, connect timeout): a reload that keeps those
 //! (a token rotation, a new profile, a changed timeout) keeps the pool and its open
 //! connections; a changed address gets a new pool, and the old one closes once the last
 //! request of the old configuration is done with it.
 
 use super::order::Order;
 use super::pool::Pool;
-use crate::config::Upstream;
+use crate::config::{Address, Upstream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -14,17 +14,14 @@ use std::time::Duration;
 /// What an upstream's connections are made with; equal keys share pools.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
-    host: String,
-    port: u16,
+    address: Address,
     connect_timeout: Duration,
 }
 
 impl Key {
     fn of(upstream: &Upstream) -> Key {
-        let (host, port) = upstream.address();
         Key {
-            host: host.to_string(),
-            port,
+            address: upstream.address.clone(),
             connect_timeout: upstream.connect_timeout,
         }
     }
@@ -54,7 +51,7 @@ impl WorkerPools {
     pub fn here(&self) -> &Arc<Pool> {
         let slot = crate::runtime::workers::slot() % self.pools.len();
         self.pools[slot]
-            .get_or_init(|| Pool::new(&self.key.host, self.key.port, self.key.connect_timeout))
+            .get_or_init(|| Pool::new(self.key.address.clone(), self.key.connect_timeout))
     }
 }
 

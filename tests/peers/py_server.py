@@ -1,7 +1,9 @@
 """A Python MCP server (the SDK's MCPServer, formerly FastMCP) used as an upstream in
 mcpgate's tests: a tiny document store with the same tool names as the sample server.
 
-usage: py_server.py PORT [json|sse]
+usage: py_server.py PORT|unix:/path/to/socket [json|sse]
+
+On a unix socket it takes the Host a gateway sends there (`localhost`, as nginx does).
 """
 
 import sys
@@ -39,6 +41,14 @@ def move_document(id: str, new_id: str) -> str:
 
 
 if __name__ == "__main__":
-    port = int(sys.argv[1])
+    where = sys.argv[1]
     json_response = len(sys.argv) > 2 and sys.argv[2] == "json"
-    server.run("streamable-http", host="127.0.0.1", port=port, json_response=json_response)
+    if where.startswith("unix:"):
+        import uvicorn
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        security = TransportSecuritySettings(allowed_hosts=["localhost"], allowed_origins=[])
+        app = server.streamable_http_app(json_response=json_response, transport_security=security)
+        uvicorn.run(app, uds=where.removeprefix("unix:"), log_level="warning")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(where), json_response=json_response)

@@ -18,7 +18,7 @@ pub use snapshot::{
     DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
-pub use upstreams::{Profile, Upstream};
+pub use upstreams::{Address, Profile, Upstream};
 
 use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
@@ -372,6 +372,51 @@ profiles = ["gpt"]
 
     fn err(text: &str) -> String {
         load_str(text, "f.toml").unwrap_err().to_string()
+    }
+
+    /// Upstream URLs: `http://host:port/path` and `unix:/socket:/path`, whose requests go
+    /// to `localhost` with the path; anything else is refused, naming the form.
+    #[test]
+    fn upstream_urls_name_a_host_or_a_socket() {
+        let with = |url: &str| BASE.replace("http://127.0.0.1:9/mcp", url);
+        let s = load_str(&with("unix:/run/kb/mcp.sock:/mcp?x=1"), "f.toml").unwrap();
+        let up = &s.upstreams["docs"];
+        assert_eq!(up.address, Address::Unix("/run/kb/mcp.sock".into()));
+        assert_eq!(up.url.path_and_query().unwrap().as_str(), "/mcp?x=1");
+        assert_eq!(up.host, "localhost");
+        assert!(s.describe().contains("unix:/run/kb/mcp.sock:/mcp "));
+        let s = load_str(&with("http://[::1]:8000/mcp"), "f.toml").unwrap();
+        let up = &s.upstreams["docs"];
+        assert_eq!(
+            up.address,
+            Address::Tcp {
+                host: "::1".into(),
+                port: 8000
+            }
+        );
+        assert_eq!(up.host, "[::1]:8000");
+        for (url, says) in [
+            (
+                "unix:/run/kb/mcp.sock",
+                "unix:/path/to/socket:/request/path",
+            ),
+            (
+                "unix:run/mcp.sock:/mcp",
+                "unix:/path/to/socket:/request/path",
+            ),
+            (
+                "unix:/run/mcp.sock:mcp",
+                "unix:/path/to/socket:/request/path",
+            ),
+            ("ftp://127.0.0.1/mcp", "must start with http:// or unix:"),
+            (
+                "https://127.0.0.1/mcp",
+                "https upstreams are not supported yet",
+            ),
+        ] {
+            let e = err(&with(url));
+            assert!(e.contains(says), "{url}: {e}");
+        }
     }
 
     #[test]

@@ -198,7 +198,11 @@ impl Snapshot {
                 out,
                 "  {:<12} {} connect_timeout={} timeout={} stream_idle_timeout={} headers=[{}]",
                 u.name,
-                u.url,
+                match &u.address {
+                    super::Address::Unix(socket) =>
+                        format!("unix:{}:{}", socket.display(), u.url.path()),
+                    super::Address::Tcp { .. } => u.url.to_string(),
+                },
                 humantime::format_duration(u.connect_timeout),
                 humantime::format_duration(u.timeout),
                 humantime::format_duration(u.stream_idle_timeout),

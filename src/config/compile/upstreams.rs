@@ -15,6 +15,10 @@ use std::time::Duration;
 
 pub struct Upstream {
     pub name: Arc<str>,
+    /// Where connections are made.
+    pub address: Address,
+    /// The request target's path (and query) and the `Host` come from this; for a unix
+    /// socket it is `http://localhost` with the configured path, as nginx sends it.
     pub url: Uri,
     pub connect_timeout: Duration,
     pub timeout: Duration,
@@ -28,14 +32,57 @@ pub struct Upstream {
     pub index: usize,
 }
 
-impl Upstream {
-    /// The host and port connections are made to: the URL's host (a bracketed IPv6
-    /// literal without its brackets) and port, 80 by default.
-    pub fn address(&self) -> (&str, u16) {
-        let host = self.url.host().unwrap_or_default();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        (host, self.url.port_u16().unwrap_or(80))
+/// Where an upstream's connections go.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// A host name or IP address (an IPv6 literal without its brackets) and a port.
+    Tcp { host: String, port: u16 },
+    /// The path of a unix socket (`unix:/path:/mcp`).
+    Unix(std::path::PathBuf),
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Address::Tcp { host, port } => write!(f, "{host}:{port}"),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
     }
+}
+
+/// The URL as written: `http://host:port/path`, or `unix:/socket:/path` for a unix socket.
+fn parse_url(text: &str) -> Result<(Address, Uri), String> {
+    if let Some(rest) = text.strip_prefix("unix:") {
+        const FORM: &str = "a unix socket upstream is written unix:/path/to/socket:/request/path";
+        let (socket, path) = rest.split_once(':').ok_or(FORM)?;
+        if !socket.starts_with('/') || !path.starts_with('/') {
+            return Err(FORM.to_string());
+        }
+        let url: Uri = format!("http://localhost{path}")
+            .parse()
+            .map_err(|e| format!("bad request path {path:?}: {e}"))?;
+        return Ok((Address::Unix(socket.into()), url));
+    }
+    let url: Uri = text.parse().map_err(|e| format!("bad upstream url: {e}"))?;
+    match url.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("https upstreams are not supported yet in this version of mcpgate".into());
+        }
+        _ => return Err("upstream url must start with http:// or unix:".into()),
+    }
+    let Some(host) = url.host() else {
+        return Err("upstream url needs a host and port".into());
+    };
+    let address = Address::Tcp {
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port: url.port_u16().unwrap_or(80),
+    };
+    Ok((address, url))
 }
 
 /// `Host` for an upstream URL: the host as written, with the port unless it is 80.
@@ -52,6 +99,7 @@ impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
             .field("name", &self.name)
+            .field("address", &self.address)
             .field("url", &self.url)
             .field("headers", &"<redacted>")
             .finish()
@@ -111,26 +159,7 @@ impl Compiler<'_> {
         let mut out = BTreeMap::new();
         for (name, u) in raw {
             let u = u.get_ref();
-            let url: Uri = at(
-                &u.url,
-                u.url
-                    .get_ref()
-                    .parse()
-                    .map_err(|e| format!("bad upstream url: {e}")),
-            )?;
-            match url.scheme_str() {
-                Some("http") => {}
-                Some("https") => {
-                    return fail(
-                        u.url.span(),
-                        "https upstreams are not supported yet in this version of mcpgate",
-                    );
-                }
-                _ => return fail(u.url.span(), "upstream url must start with http://"),
-            }
-            if url.authority().is_none() {
-                return fail(u.url.span(), "upstream url needs a host and port");
-            }
+            let (address, url) = at(&u.url, parse_url(u.url.get_ref()))?;
             let connect_timeout = match &u.connect_timeout {
                 Some(v) => at(v, parse_duration(v.get_ref()))?,
                 None => DEFAULT_CONNECT_TIMEOUT,
@@ -170,6 +199,7 @@ impl Compiler<'_> {
                 Arc::new(Upstream {
                     name: name.as_str().into(),
                     host: host_header(&url),
+                    address,
                     url,
                     connect_timeout,
                     timeout,

@@ -5,6 +5,7 @@ mod support;
 
 use http::Method;
 use mcpgate::cli::sample;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
@@ -308,7 +309,6 @@ struct KeepAliveUpstream {
 
 impl KeepAliveUpstream {
     fn start(path_and_query: &str) -> KeepAliveUpstream {
-        use std::io::Write;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}{path_and_query}", listener.local_addr().unwrap());
         let up = KeepAliveUpstream {
@@ -508,34 +508,49 @@ async fn answers_framed_every_way_arrive_whole_and_broken_ones_are_502() {
 /// reads it and closes without a word: what an upstream restarting, or timing out a kept
 /// connection just as a request arrives, looks like. It keeps every request line and body.
 fn one_answer_per_connection_upstream() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
     let log = seen.clone();
+    serve_requests(
+        move || listener.accept().map(|(s, _)| s),
+        move |_, answered, head, body, conn| {
+            let line = head.lines().next().unwrap_or_default().to_string();
+            log.lock().unwrap().push(format!("{line} {body}"));
+            // The second request on a connection: closed without an answer.
+            answered == 0 && conn.write_all(small_answer().as_bytes()).is_ok()
+        },
+    );
+    (url, seen)
+}
+
+/// Serves every connection `accept` takes on a thread of its own, reading its requests
+/// one after another. `answer` gets the connection's number, the request's number on it,
+/// its head and body, and the connection to write to; `false` closes the connection.
+fn serve_requests<S>(
+    mut accept: impl FnMut() -> std::io::Result<S> + Send + 'static,
+    answer: impl Fn(usize, usize, &str, &str, &mut S) -> bool + Send + Sync + 'static,
+) where
+    S: std::io::Read + std::io::Write + Send + 'static,
+{
+    let answer = Arc::new(answer);
     std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { break };
-            let log = log.clone();
+        for n in 0.. {
+            let Ok(mut conn) = accept() else { break };
+            let answer = answer.clone();
             std::thread::spawn(move || {
                 let mut got = Vec::new();
-                for answered in 0.. {
+                for k in 0.. {
                     let Some((head, body)) = next_request(&mut conn, &mut got) else {
                         return;
                     };
-                    let line = head.lines().next().unwrap_or_default().to_string();
-                    log.lock().unwrap().push(format!("{line} {body}"));
-                    if answered > 0 {
-                        return; // closes without answering
-                    }
-                    if conn.write_all(small_answer().as_bytes()).is_err() {
+                    if !answer(n, k, &head, &body, &mut conn) {
                         return;
                     }
                 }
             });
         }
     });
-    (url, seen)
 }
 
 /// A request lost on a kept connection (the upstream read it and closed) goes out again
@@ -814,40 +829,33 @@ async fn an_accepted_notification_stays_bodiless() {
 /// small JSON answer on a kept connection. It keeps, in order, each stream it opened and
 /// each POST with whether its session's stream was open when the POST was read.
 fn slow_streams_upstream(opening: Duration) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
     let log = seen.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { break };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                while let Some((head, _)) = next_request(&mut conn, &mut got) {
-                    let lower = head.to_ascii_lowercase();
-                    let session = lower
-                        .lines()
-                        .find_map(|l| l.strip_prefix("mcp-session-id:"))
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string();
-                    let answer = if lower.starts_with("get ") {
-                        std::thread::sleep(opening);
-                        log.lock().unwrap().push(format!("stream {session}"));
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_string()
-                    } else {
-                        let mut log = log.lock().unwrap();
-                        let open = log.contains(&format!("stream {session}"));
-                        log.push(format!("POST {session} stream open: {open}"));
-                        small_answer()
-                    };
-                    let _ = conn.write_all(answer.as_bytes());
-                }
-            });
-        }
-    });
+    serve_requests(
+        move || listener.accept().map(|(s, _)| s),
+        move |_, _, head, _, conn| {
+            let lower = head.to_ascii_lowercase();
+            let session = lower
+                .lines()
+                .find_map(|l| l.strip_prefix("mcp-session-id:"))
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            let answer = if lower.starts_with("get ") {
+                std::thread::sleep(opening);
+                log.lock().unwrap().push(format!("stream {session}"));
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_string()
+            } else {
+                let mut log = log.lock().unwrap();
+                let open = log.contains(&format!("stream {session}"));
+                log.push(format!("POST {session} stream open: {open}"));
+                small_answer()
+            };
+            conn.write_all(answer.as_bytes()).is_ok()
+        },
+    );
     (url, seen)
 }
 
@@ -938,38 +946,29 @@ async fn a_session_s_call_waits_for_the_stream_it_opened_before() {
 /// reused like TCP ones, and a socket nobody listens on is a 502 naming no path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unix_socket_upstream_is_served_and_its_connections_kept() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("up.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let seen: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
     let log = seen.clone();
-    std::thread::spawn(move || {
-        for (n, conn) in listener.incoming().enumerate() {
-            let Ok(mut conn) = conn else { break };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                while let Some((head, _)) = next_request(&mut conn, &mut got) {
-                    let host = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("host:")
-                                .map(|h| h.trim().to_string())
-                        })
-                        .unwrap_or_default();
-                    let line = head.lines().next().unwrap_or_default().to_string();
-                    log.lock()
-                        .unwrap()
-                        .push(format!("conn {n}: {line} host={host}"));
-                    if conn.write_all(small_answer().as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    serve_requests(
+        move || listener.accept().map(|(s, _)| s),
+        move |n, _, head, _, conn| {
+            let host = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("host:")
+                        .map(|h| h.trim().to_string())
+                })
+                .unwrap_or_default();
+            let line = head.lines().next().unwrap_or_default();
+            log.lock()
+                .unwrap()
+                .push(format!("conn {n}: {line} host={host}"));
+            conn.write_all(small_answer().as_bytes()).is_ok()
+        },
+    );
     let url = format!("unix:{}:/mcp?via=socket", socket.display());
     let gw = Gateway::start(&config(&url, "10s"));
     for id in 1..=3 {

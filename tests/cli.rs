@@ -175,10 +175,10 @@ fn check_points_at_the_error() {
         (
             base.replace(
                 "url = \"http://127.0.0.1:9/mcp\"",
-                "url = \"https://127.0.0.1:9/mcp\"",
+                "url = \"https://127.0.0.1:9/mcp\"\ntls = { ca = \"missing-ca.pem\" }",
             ),
-            "https upstreams are not supported yet",
-            "\"https://",
+            "missing-ca.pem",
+            "\"missing-ca.pem\"",
         ),
         ("[listen\n".to_string(), "invalid table header", ""),
     ];

@@ -74,6 +74,23 @@ pub struct RawUpstream {
     /// Headers added to every upstream request; values may hold `${env:NAME}` / `${file:PATH}`.
     #[serde(default)]
     pub headers: BTreeMap<String, S<String>>,
+    /// For an `https://` url: an extra CA, the name to verify, a client certificate.
+    pub tls: Option<S<RawUpstreamTls>>,
+}
+
+/// Each of `ca`, `cert` and `key` is a file's path or PEM text (from `${file:…}` or
+/// `${env:…}`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    /// CA certificates (PEM) trusted beside the built-in roots.
+    pub ca: Option<S<String>>,
+    /// The name sent as SNI and checked against the certificate; default the url's host.
+    pub server_name: Option<S<String>>,
+    /// Client certificate chain (PEM), for upstreams that ask for one (mTLS).
+    pub cert: Option<S<String>>,
+    /// Its private key (PEM).
+    pub key: Option<S<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -19,6 +19,7 @@
 //!   serves its one request and closes.
 
 use crate::config::Address;
+use crate::config::tls::UpstreamTls;
 use crate::http::h1::client::{self, Conn, Failure, Home, Stage};
 use crate::http::h1::stream::Stream;
 use http::{Method, Response};
@@ -48,6 +49,8 @@ struct Kept {
 
 pub struct Pool {
     address: Address,
+    /// For an https upstream: the handshake every new connection makes first.
+    tls: Option<Arc<UpstreamTls>>,
     connect_timeout: Duration,
     kept: Mutex<Vec<Kept>>,
     /// Sweeps so far: the clock kept connections' ages are counted by.
@@ -91,11 +94,16 @@ impl Home<Stream> for Pool {
 }
 
 impl Pool {
-    /// A pool for `address`. When made inside a runtime, it sweeps idle connections on
+    /// A pool for `address`, over TLS when `tls` is given. When made inside a runtime, it sweeps idle connections on
     /// that runtime until the pool is dropped.
-    pub fn new(address: Address, connect_timeout: Duration) -> Arc<Pool> {
+    pub fn new(
+        address: Address,
+        tls: Option<Arc<UpstreamTls>>,
+        connect_timeout: Duration,
+    ) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             address,
+            tls,
             connect_timeout,
             kept: Mutex::new(Vec::new()),
             sweeps: AtomicU32::new(0),
@@ -172,7 +180,15 @@ impl Pool {
             Address::Tcp { host, port } => {
                 let io = tcp(host, *port).await?;
                 let _ = io.set_nodelay(true);
-                Ok(Stream::Tcp(io))
+                let Some(tls) = &self.tls else {
+                    return Ok(Stream::Tcp(io));
+                };
+                // A failed handshake (an unknown CA, a wrong name, an expired certificate,
+                // a client certificate refused) is a failed connect: the error names the
+                // cause for the log, and nothing is sent in the clear.
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let io = connector.connect(tls.server_name.clone(), io).await?;
+                Ok(Stream::Tls(Box::new(io)))
             }
             Address::Unix(path) => UnixStream::connect(path)
                 .await
@@ -261,7 +277,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port,
         };
-        let pool = Pool::new(address, Duration::from_secs(5));
+        let pool = Pool::new(address, None, Duration::from_secs(5));
         let request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
         let call = || async {
             use http_body_util::BodyExt;

@@ -1,11 +1,12 @@
 //! The gateway's upstream connection pools, kept across reloads. A pool is keyed by what
-//! its connections depend on (host and port or socket path, connect timeout): a reload that keeps those
+//! its connections depend on (host and port or socket path, connect timeout, TLS settings): a reload that keeps those
 //! (a token rotation, a new profile, a changed timeout) keeps the pool and its open
 //! connections; a changed address gets a new pool, and the old one closes once the last
 //! request of the old configuration is done with it.
 
 use super::order::Order;
 use super::pool::Pool;
+use crate::config::tls::UpstreamTls;
 use crate::config::{Address, Upstream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -16,6 +17,8 @@ use std::time::Duration;
 struct Key {
     address: Address,
     connect_timeout: Duration,
+    /// The TLS settings' digest (`UpstreamTls::identity`), for an https upstream.
+    tls: Option<[u8; 32]>,
 }
 
 impl Key {
@@ -23,6 +26,7 @@ impl Key {
         Key {
             address: upstream.address.clone(),
             connect_timeout: upstream.connect_timeout,
+            tls: upstream.tls.as_ref().map(|t| t.identity),
         }
     }
 }
@@ -32,14 +36,16 @@ impl Key {
 /// and the order of its sessions' requests, which every worker shares.
 pub struct WorkerPools {
     key: Key,
+    tls: Option<Arc<UpstreamTls>>,
     pools: Box<[OnceLock<Arc<Pool>>]>,
     pub order: Order,
 }
 
 impl WorkerPools {
-    fn new(key: Key) -> WorkerPools {
+    fn new(key: Key, tls: Option<Arc<UpstreamTls>>) -> WorkerPools {
         WorkerPools {
             key,
+            tls,
             pools: (0..=crate::runtime::workers::count())
                 .map(|_| OnceLock::new())
                 .collect(),
@@ -50,8 +56,13 @@ impl WorkerPools {
     /// This thread's pool.
     pub fn here(&self) -> &Arc<Pool> {
         let slot = crate::runtime::workers::slot() % self.pools.len();
-        self.pools[slot]
-            .get_or_init(|| Pool::new(self.key.address.clone(), self.key.connect_timeout))
+        self.pools[slot].get_or_init(|| {
+            Pool::new(
+                self.key.address.clone(),
+                self.tls.clone(),
+                self.key.connect_timeout,
+            )
+        })
     }
 }
 
@@ -78,7 +89,7 @@ impl Registry {
                     .get(&key)
                     .or_else(|| current.get(&key))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(WorkerPools::new(key.clone())));
+                    .unwrap_or_else(|| Arc::new(WorkerPools::new(key.clone(), u.tls.clone())));
                 next.insert(key, pools.clone());
                 pools
             })

@@ -408,14 +408,77 @@ profiles = ["gpt"]
                 "unix:/run/mcp.sock:mcp",
                 "unix:/path/to/socket:/request/path",
             ),
-            ("ftp://127.0.0.1/mcp", "must start with http:// or unix:"),
             (
-                "https://127.0.0.1/mcp",
-                "https upstreams are not supported yet",
+                "ftp://127.0.0.1/mcp",
+                "must start with http://, https:// or unix:",
             ),
         ] {
             let e = err(&with(url));
             assert!(e.contains(says), "{url}: {e}");
+        }
+        // https: port 443 by default, and TLS to the url's host unless a name is given.
+        let s = load_str(&with("https://mcp.example.com/mcp"), "f.toml").unwrap();
+        let up = &s.upstreams["docs"];
+        assert_eq!(
+            up.address,
+            Address::Tcp {
+                host: "mcp.example.com".into(),
+                port: 443
+            }
+        );
+        assert_eq!(up.host, "mcp.example.com");
+        let tls = up.tls.as_ref().expect("https is TLS");
+        assert_eq!(
+            tls.server_name,
+            rustls_pki_types::ServerName::try_from("mcp.example.com").unwrap()
+        );
+        // The url is the last key of its table: what follows it lands in the same table.
+        let with_tls = |url: &str, tls: &str| with(&format!("{url}\"\ntls = {tls}\n#\""));
+        let s = load_str(
+            &with_tls(
+                "https://10.0.0.5:8443/mcp",
+                r#"{ server_name = "mcp.internal" }"#,
+            ),
+            "f.toml",
+        )
+        .unwrap();
+        let up = &s.upstreams["docs"];
+        assert_eq!(up.host, "10.0.0.5:8443");
+        let other = up.tls.as_ref().unwrap();
+        assert_eq!(
+            other.server_name,
+            rustls_pki_types::ServerName::try_from("mcp.internal").unwrap()
+        );
+        assert_ne!(other.identity, tls.identity);
+        for (url, tls, says) in [
+            (
+                "http://127.0.0.1/mcp",
+                r#"{ server_name = "x" }"#,
+                "tls applies to https:// upstreams only",
+            ),
+            (
+                "https://127.0.0.1/mcp",
+                r#"{ cert = "/nonexistent/c.pem" }"#,
+                "cert and key go together",
+            ),
+            (
+                "https://127.0.0.1/mcp",
+                r#"{ ca = "/nonexistent/ca.pem" }"#,
+                "cannot read /nonexistent/ca.pem",
+            ),
+            (
+                "https://127.0.0.1/mcp",
+                r#"{ ca = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n" }"#,
+                "bad certificate PEM",
+            ),
+            (
+                "https://127.0.0.1/mcp",
+                r#"{ server_name = "not a name" }"#,
+                "not a valid TLS server name",
+            ),
+        ] {
+            let e = err(&with_tls(url, tls));
+            assert!(e.contains(says), "{url} {tls}: {e}");
         }
     }
 

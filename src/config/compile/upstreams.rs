@@ -6,6 +6,7 @@ use super::{
 };
 use crate::config::glob::Matcher;
 use crate::config::raw::{self, S};
+use crate::config::tls::Pem;
 use crate::config::units::{parse_duration, resolve_secrets_noting};
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use std::collections::BTreeMap;
@@ -17,6 +18,8 @@ pub struct Upstream {
     pub name: Arc<str>,
     /// Where connections are made.
     pub address: Address,
+    /// For an `https://` url: how its connections are secured. Never plaintext then.
+    pub tls: Option<Arc<crate::config::tls::UpstreamTls>>,
     /// The request target's path (and query) and the `Host` come from this; for a unix
     /// socket it is `http://localhost` with the configured path, as nginx sends it.
     pub url: Uri,
@@ -51,8 +54,9 @@ impl fmt::Display for Address {
     }
 }
 
-/// The URL as written: `http://host:port/path`, or `unix:/socket:/path` for a unix socket.
-fn parse_url(text: &str) -> Result<(Address, Uri), String> {
+/// The URL as written: `http://host:port/path`, `https://…`, or `unix:/socket:/path` for a
+/// unix socket. Also whether it is https.
+fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     if let Some(rest) = text.strip_prefix("unix:") {
         const FORM: &str = "a unix socket upstream is written unix:/path/to/socket:/request/path";
         let (socket, path) = rest.split_once(':').ok_or(FORM)?;
@@ -62,16 +66,14 @@ fn parse_url(text: &str) -> Result<(Address, Uri), String> {
         let url: Uri = format!("http://localhost{path}")
             .parse()
             .map_err(|e| format!("bad request path {path:?}: {e}"))?;
-        return Ok((Address::Unix(socket.into()), url));
+        return Ok((Address::Unix(socket.into()), url, false));
     }
     let url: Uri = text.parse().map_err(|e| format!("bad upstream url: {e}"))?;
-    match url.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err("https upstreams are not supported yet in this version of mcpgate".into());
-        }
-        _ => return Err("upstream url must start with http:// or unix:".into()),
-    }
+    let https = match url.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => return Err("upstream url must start with http://, https:// or unix:".into()),
+    };
     let Some(host) = url.host() else {
         return Err("upstream url needs a host and port".into());
     };
@@ -80,16 +82,22 @@ fn parse_url(text: &str) -> Result<(Address, Uri), String> {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string(),
-        port: url.port_u16().unwrap_or(80),
+        port: url.port_u16().unwrap_or(if https { 443 } else { 80 }),
     };
-    Ok((address, url))
+    Ok((address, url, https))
 }
 
-/// `Host` for an upstream URL: the host as written, with the port unless it is 80.
+/// `Host` for an upstream URL: the host as written, with the port unless it is the
+/// scheme's own (80, or 443 for https).
 fn host_header(url: &Uri) -> HeaderValue {
     let host = url.host().unwrap_or_default();
+    let default = if url.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
     let text = match url.port_u16() {
-        Some(port) if port != 80 => format!("{host}:{port}"),
+        Some(port) if port != default => format!("{host}:{port}"),
         _ => host.to_string(),
     };
     HeaderValue::from_str(&text).expect("a URI's host and port make a valid header value")
@@ -100,6 +108,7 @@ impl fmt::Debug for Upstream {
         f.debug_struct("Upstream")
             .field("name", &self.name)
             .field("address", &self.address)
+            .field("tls", &self.tls)
             .field("url", &self.url)
             .field("headers", &"<redacted>")
             .finish()
@@ -159,7 +168,18 @@ impl Compiler<'_> {
         let mut out = BTreeMap::new();
         for (name, u) in raw {
             let u = u.get_ref();
-            let (address, url) = at(&u.url, parse_url(u.url.get_ref()))?;
+            let (address, url, https) = at(&u.url, parse_url(u.url.get_ref()))?;
+            let tls = match (&u.tls, https) {
+                (Some(t), false) => {
+                    return fail(t.span(), "tls applies to https:// upstreams only");
+                }
+                (t, true) => Some(Arc::new(self.upstream_tls(
+                    &url,
+                    u.url.span(),
+                    t.as_ref(),
+                )?)),
+                (None, false) => None,
+            };
             let connect_timeout = match &u.connect_timeout {
                 Some(v) => at(v, parse_duration(v.get_ref()))?,
                 None => DEFAULT_CONNECT_TIMEOUT,
@@ -200,6 +220,7 @@ impl Compiler<'_> {
                     name: name.as_str().into(),
                     host: host_header(&url),
                     address,
+                    tls,
                     url,
                     connect_timeout,
                     timeout,
@@ -210,6 +231,54 @@ impl Compiler<'_> {
             );
         }
         Ok(out)
+    }
+
+    /// The TLS client for an https upstream, its material read now: a bad file or name is
+    /// an error of the configuration, not of the first request.
+    fn upstream_tls(
+        &self,
+        url: &Uri,
+        url_span: std::ops::Range<usize>,
+        raw: Option<&S<raw::RawUpstreamTls>>,
+    ) -> Result<crate::config::tls::UpstreamTls, Fail> {
+        let host = url.host().unwrap_or_default();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let Some(raw) = raw else {
+            return crate::config::tls::upstream_client(host, None, None)
+                .map_err(|e| (url_span, e));
+        };
+        let t = raw.get_ref();
+        let pem = |v: &Option<S<String>>| -> Result<Option<Pem>, Fail> {
+            let Some(v) = v else { return Ok(None) };
+            let text = at(
+                v,
+                resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+            )?;
+            if text.trim_start().starts_with("-----BEGIN") {
+                return Ok(Some(Pem {
+                    text: text.into_bytes(),
+                    what: "the PEM text given".to_string(),
+                }));
+            }
+            let path = self.path(&text);
+            let bytes = std::fs::read(&path)
+                .map_err(|e| (v.span(), format!("cannot read {}: {e}", path.display())))?;
+            Ok(Some(Pem {
+                text: bytes,
+                what: path.display().to_string(),
+            }))
+        };
+        if t.cert.is_some() != t.key.is_some() {
+            return fail(raw.span(), "tls: cert and key go together");
+        }
+        let ca = pem(&t.ca)?;
+        let client = pem(&t.cert)?.zip(pem(&t.key)?);
+        let name = t
+            .server_name
+            .as_ref()
+            .map_or(host, |n| n.get_ref().as_str());
+        crate::config::tls::upstream_client(name, ca.as_ref(), client.as_ref().map(|(c, k)| (c, k)))
+            .map_err(|e| (raw.span(), e))
     }
 
     pub(super) fn profiles(

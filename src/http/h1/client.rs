@@ -1,7 +1,7 @@
 //! The HTTP/1.1 client side: one request written whole on a connection, the answer's
 //! head read with httparse, and a body ([`UpBody`]) that reads the rest from the same
-//! connection as it is polled. It is generic over the stream (TCP today; TLS and unix
-//! sockets plug in the same way) and knows nothing of pools: a finished connection goes
+//! connection as it is polled. It is generic over the stream (`stream::Stream`: TCP, TLS
+//! over TCP, a unix socket) and knows nothing of pools: a finished connection goes
 //! back to its [`Home`], which decides whether to keep it.
 //!
 //! - Answer heads drop hop-by-hop fields (read for the framing first), with those a

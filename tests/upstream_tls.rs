@@ -175,3 +175,46 @@ async fn upstream_certificate_problems_are_502_and_named_in_the_log() {
     assert_eq!(r.status, 502, "{}", r.body);
     assert!(up.received().is_empty(), "no request in the clear");
 }
+
+/// The upstream's CA file is watched like the listener's certificates: replacing it
+/// reloads the configuration, and the next call makes its connection with the new roots
+/// (the pool is keyed by the TLS settings, so none made with the old ones is reused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_ca_file_is_used_without_a_restart() {
+    let up = json_upstream().await;
+    let pki = Pki::new();
+    let stranger = Pki::new();
+    pki.issue("mcp", &["mcp.internal"], false);
+    let (front, _) = tls_front(&pki, "mcp", false, up.addr).await;
+    let ca = pki.dir.path().join("trusted.pem");
+    std::fs::write(&ca, stranger.ca_cert.pem()).unwrap();
+    let tls = format!(
+        r#"{{ ca = "{}", server_name = "mcp.internal" }}"#,
+        ca.display()
+    );
+    let gw = Gateway::start(&https_config(
+        &format!("https://127.0.0.1:{}/mcp", front.port()),
+        &tls,
+    ));
+    let r = post(&gw.url("/mcp-gpt-full"), &[], &call(1, "get_document")).await;
+    assert_eq!(r.status, 502, "a CA that did not sign it: {}", r.body);
+
+    let tmp = pki.dir.path().join(".trusted.pem");
+    std::fs::write(&tmp, pki.ca_cert.pem()).unwrap();
+    std::fs::rename(&tmp, &ca).unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let r = post(&gw.url("/mcp-gpt-full"), &[], &call(2, "get_document")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "still {} after the CA file was replaced: {}",
+            r.status,
+            gw.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(gw.log().contains("reload"), "{}", gw.log());
+}

@@ -92,6 +92,9 @@ pub struct UpstreamTls {
     /// SHA-256 over the name and the PEM material: equal for equal settings, so a reload
     /// that keeps them keeps the upstream's pools.
     pub identity: [u8; 32],
+    /// What `mcpgate check` says of it: an extra CA, a client certificate.
+    pub extra_ca: bool,
+    pub client_cert: bool,
 }
 
 impl fmt::Debug for UpstreamTls {
@@ -160,6 +163,8 @@ pub fn upstream_client(
         config: Arc::new(config),
         server_name: name,
         identity: identity.finalize().into(),
+        extra_ca: ca.is_some(),
+        client_cert: client.is_some(),
     })
 }
 

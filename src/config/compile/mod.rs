@@ -450,6 +450,10 @@ profiles = ["gpt"]
             rustls_pki_types::ServerName::try_from("mcp.internal").unwrap()
         );
         assert_ne!(other.identity, tls.identity);
+        assert!(
+            s.describe()
+                .contains("    tls: server_name=mcp.internal roots=mozilla client_cert=no\n")
+        );
         for (url, tls, says) in [
             (
                 "http://127.0.0.1/mcp",

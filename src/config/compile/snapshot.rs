@@ -208,6 +208,15 @@ impl Snapshot {
                 humantime::format_duration(u.stream_idle_timeout),
                 names.join(", ")
             );
+            if let Some(tls) = &u.tls {
+                let _ = writeln!(
+                    out,
+                    "    tls: server_name={} roots=mozilla{} client_cert={}",
+                    tls.server_name.to_str(),
+                    if tls.extra_ca { "+ca" } else { "" },
+                    if tls.client_cert { "yes" } else { "no" },
+                );
+            }
         }
         let _ = writeln!(out, "\nprofiles:");
         for p in self.profiles.values() {

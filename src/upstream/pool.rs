@@ -17,6 +17,8 @@
 //!   Ages are counted in sweeps, so using a connection reads no clock.
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
+//! - A new connection goes to the upstream's `Address`: TCP, with the TLS handshake
+//!   first for https (a failed handshake is a failed connect), or a unix socket.
 
 use crate::config::Address;
 use crate::config::tls::UpstreamTls;

@@ -30,8 +30,6 @@ pub async fn send(
     // One reading of the clock for the deadline and the upstream's time.
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
-    // The answer first: once it is in, the deadline is not looked at again (nor a random
-    // branch order drawn), and an answer that comes as the deadline passes is used.
     // Waiting for the session's earlier requests counts in the deadline.
     let sent = async {
         let session = out.fields.get(Kind::McpSessionId);
@@ -51,6 +49,8 @@ pub async fn send(
         drop(turn);
         sent
     };
+    // The answer first: once it is in, the deadline is not looked at again (nor a random
+    // branch order drawn), and an answer that comes as the deadline passes is used.
     let response = tokio::select! {
         biased;
         r = sent => r.map_err(|e| upstream_error(&upstream.name, e))?,

@@ -44,16 +44,6 @@ pub enum Address {
     Unix(std::path::PathBuf),
 }
 
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Address::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
-            Address::Tcp { host, port } => write!(f, "{host}:{port}"),
-            Address::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
 /// The URL as written: `http://host:port/path`, `https://…`, or `unix:/socket:/path` for a
 /// unix socket. Also whether it is https.
 fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
@@ -173,11 +163,17 @@ impl Compiler<'_> {
                 (Some(t), false) => {
                     return fail(t.span(), "tls applies to https:// upstreams only");
                 }
-                (t, true) => Some(Arc::new(self.upstream_tls(
-                    &url,
-                    u.url.span(),
-                    t.as_ref(),
-                )?)),
+                (t, true) => {
+                    // https urls are TCP addresses; their host is the default name to verify.
+                    let Address::Tcp { host, .. } = &address else {
+                        return fail(u.url.span(), "https needs a host");
+                    };
+                    Some(Arc::new(self.upstream_tls(
+                        host,
+                        u.url.span(),
+                        t.as_ref(),
+                    )?))
+                }
                 (None, false) => None,
             };
             let connect_timeout = match &u.connect_timeout {
@@ -237,12 +233,10 @@ impl Compiler<'_> {
     /// an error of the configuration, not of the first request.
     fn upstream_tls(
         &self,
-        url: &Uri,
+        host: &str,
         url_span: std::ops::Range<usize>,
         raw: Option<&S<raw::RawUpstreamTls>>,
     ) -> Result<crate::config::tls::UpstreamTls, Fail> {
-        let host = url.host().unwrap_or_default();
-        let host = host.trim_start_matches('[').trim_end_matches(']');
         let Some(raw) = raw else {
             return crate::config::tls::upstream_client(host, None, None)
                 .map_err(|e| (url_span, e));

@@ -82,13 +82,19 @@ pub enum GateError {
     UpstreamBadResponse(String),
     #[error("Upstream timeout: no complete answer within the deadline")]
     UpstreamTimeout,
+    /// A session id that does not open with the upstream's keys, names an endpoint that
+    /// left the set, or whose endpoint cannot be reached: the MCP signal to initialize anew.
+    #[error("Session not found: initialize a new session")]
+    SessionNotFound,
+    #[error("Service unavailable: no healthy endpoint for this upstream")]
+    NoHealthyEndpoint,
 }
 
 impl GateError {
     pub fn status(&self) -> StatusCode {
         use GateError::*;
         match self {
-            NoRoute | BadPathToken => StatusCode::NOT_FOUND,
+            NoRoute | BadPathToken | SessionNotFound => StatusCode::NOT_FOUND,
             Unauthorized => StatusCode::UNAUTHORIZED,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HostRefused | OriginRefused => StatusCode::FORBIDDEN,
@@ -100,7 +106,7 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AuditUnavailable | NoHealthyEndpoint => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -108,9 +114,8 @@ impl GateError {
     pub fn rpc_code(&self) -> i64 {
         use GateError::*;
         match self {
-            NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused => {
-                code::UNAUTHORIZED
-            }
+            NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused
+            | SessionNotFound => code::UNAUTHORIZED,
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             MethodNotAllowed
@@ -121,14 +126,18 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => code::RATE_LIMITED,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
-            AuditUnavailable => code::UNAVAILABLE,
+            AuditUnavailable | NoHealthyEndpoint => code::UNAVAILABLE,
         }
     }
 
     pub fn side(&self) -> Side {
         use GateError::*;
         match self {
-            UpstreamUnreachable(_) | UpstreamBadResponse(_) | UpstreamTimeout => Side::Upstream,
+            UpstreamUnreachable(_)
+            | UpstreamBadResponse(_)
+            | UpstreamTimeout
+            | SessionNotFound
+            | NoHealthyEndpoint => Side::Upstream,
             AuditUnavailable => Side::Gateway,
             _ => Side::Downstream,
         }
@@ -166,6 +175,8 @@ impl GateError {
             UpstreamBadResponse(_) => "upstream_bad_response",
             UpstreamTimeout => "upstream_timeout",
             AuditUnavailable => "audit_unavailable",
+            SessionNotFound => "session_not_found",
+            NoHealthyEndpoint => "no_healthy_endpoint",
         }
     }
 }

@@ -8,12 +8,12 @@
 use crate::config::{self, Snapshot, Upstream};
 use crate::http::tls::CertStore;
 use crate::observe::audit::{Audit, AuditError};
+use crate::observe::metrics::EndpointLabels;
 use crate::observe::metrics::{Metrics, ResultLabels};
 use crate::runtime::limiter::Limits;
 use crate::runtime::streams::StreamRegistry;
-use crate::upstream::order::Order;
-use crate::upstream::pool::Pool;
-use crate::upstream::registry::{Registry, WorkerPools};
+use crate::upstream::endpoint::EndpointMetrics;
+use crate::upstream::registry::{EndpointSeries, Registry, UpstreamState};
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,26 +29,26 @@ pub struct Live {
     pub config: Arc<Snapshot>,
     /// The state of `config.limits`.
     pub limiter: Limits,
-    pools: Box<[Arc<WorkerPools>]>,
+    upstreams: Box<[UpstreamState]>,
 }
 
 impl Live {
-    fn build(config: Snapshot, registry: &Registry, previous: Option<&Live>) -> Live {
+    fn build(
+        config: Snapshot,
+        registry: &Registry,
+        metrics: &Metrics,
+        previous: Option<&Live>,
+    ) -> Live {
         Live {
-            pools: registry.table(&config.upstreams),
+            upstreams: registry.table(&config.upstreams, metrics),
             limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter)),
             config: Arc::new(config),
         }
     }
 
-    /// This thread's pool of keep-alive connections to `upstream`.
-    pub fn pool(&self, upstream: &Upstream) -> &Arc<Pool> {
-        self.pools[upstream.index].here()
-    }
-
-    /// The order of the requests of each session on `upstream`, shared by all workers.
-    pub fn order(&self, upstream: &Upstream) -> &Order {
-        &self.pools[upstream.index].order
+    /// The runtime state of `upstream`: its endpoints (pools, order, health) and sealer.
+    pub fn upstream(&self, upstream: &Upstream) -> &UpstreamState {
+        &self.upstreams[upstream.index]
     }
 }
 
@@ -78,7 +78,7 @@ impl std::ops::Deref for Here {
 
 pub struct Gateway {
     snapshot: ArcSwap<Live>,
-    /// Upstream pools, kept across reloads that keep an upstream's address.
+    /// Endpoint state (pools, health), kept across reloads that keep an endpoint's settings.
     pools: Registry,
     /// Which gateway this is, for the per-thread cache of [`Gateway::snapshot_here`].
     id: u64,
@@ -120,7 +120,7 @@ impl Gateway {
         };
         static IDS: AtomicU64 = AtomicU64::new(0);
         let pools = Registry::default();
-        let live = Live::build(snapshot, &pools, None);
+        let live = Live::build(snapshot, &pools, &metrics, None);
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(live),
             pools,
@@ -232,7 +232,12 @@ impl Gateway {
         for w in &next.warnings {
             tracing::warn!("{w}");
         }
-        let next = Arc::new(Live::build(next, &self.pools, Some(&current)));
+        let next = Arc::new(Live::build(
+            next,
+            &self.pools,
+            &self.metrics,
+            Some(&current),
+        ));
         self.snapshot.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
         // Streams of tokens that are gone or expired end now (SPEC §8).
@@ -240,6 +245,33 @@ impl Gateway {
         Ok(self
             .streams
             .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+    }
+}
+
+/// Each endpoint counts into series of its own, by upstream and endpoint.
+impl EndpointSeries for Metrics {
+    fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics {
+        let labels = EndpointLabels {
+            upstream: upstream.into(),
+            endpoint: endpoint.into(),
+        };
+        EndpointMetrics {
+            healthy: self.endpoint_healthy.get_or_create(&labels).clone(),
+            ejections: self.endpoint_ejections.get_or_create(&labels).clone(),
+            requests: self.endpoint_requests.get_or_create(&labels).clone(),
+            open_sessions: self.endpoint_open_sessions.get_or_create(&labels).clone(),
+        }
+    }
+
+    fn forget(&self, upstream: &str, endpoint: &str) {
+        let labels = EndpointLabels {
+            upstream: upstream.into(),
+            endpoint: endpoint.into(),
+        };
+        self.endpoint_healthy.remove(&labels);
+        self.endpoint_ejections.remove(&labels);
+        self.endpoint_requests.remove(&labels);
+        self.endpoint_open_sessions.remove(&labels);
     }
 }
 

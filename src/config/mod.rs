@@ -10,6 +10,7 @@ pub mod units;
 pub mod watch;
 
 pub use compile::{
-    Address, Auth, ConfigError, Listener, LogFormat, LogSettings, Profile, Route, RouteMatch,
-    ServerSettings, Snapshot, TokenEntry, Upstream, load, load_str,
+    Address, Auth, Balance, ConfigError, Endpoint, HealthCheck, Listener, LogFormat, LogSettings,
+    Outlier, Profile, Route, RouteMatch, ServerSettings, SessionKey, Snapshot, TokenEntry,
+    Upstream, load, load_str,
 };

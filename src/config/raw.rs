@@ -62,8 +62,19 @@ pub struct RawListen {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
-    /// `http://host:port/path` of the MCP endpoint.
-    pub url: S<String>,
+    /// `http://host:port/path` of the MCP endpoint (or `https://…`, `unix:/socket:/path`).
+    pub url: Option<S<String>>,
+    /// Replicas, each written as `url` is; instead of `url`.
+    pub endpoints: Option<S<Vec<S<String>>>>,
+    /// How requests without a session pick an endpoint: `least_requests` (default) or
+    /// `round_robin`.
+    pub balance: Option<S<String>>,
+    /// Active health checks: a JSON-RPC ping to each endpoint.
+    pub health: Option<S<RawHealth>>,
+    /// Passive checks: an endpoint that fails this often in a row is left out for a while.
+    pub outlier: Option<S<RawOutlier>>,
+    /// The key (or keys, newest first) that seal session ids: 32 bytes, base64.
+    pub session_key: Option<S<toml::Value>>,
     /// Default `5s`.
     pub connect_timeout: Option<S<String>>,
     /// Deadline of one request; default `60s`.
@@ -76,6 +87,28 @@ pub struct RawUpstream {
     pub headers: BTreeMap<String, S<String>>,
     /// For an `https://` url: an extra CA, the name to verify, a client certificate.
     pub tls: Option<S<RawUpstreamTls>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    /// Default `5s`.
+    pub interval: Option<S<String>>,
+    /// Default `1s`.
+    pub timeout: Option<S<String>>,
+    /// Failed pings in a row that make an endpoint unhealthy; default 2.
+    pub unhealthy_after: Option<S<u32>>,
+    /// Answered pings in a row that make it healthy again; default 2.
+    pub healthy_after: Option<S<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutlier {
+    /// Failures in a row (connect errors, 5xx, timeouts) that eject; default 3.
+    pub consecutive_failures: Option<S<u32>>,
+    /// How long an ejected endpoint gets no requests; default `30s`.
+    pub eject_for: Option<S<String>>,
 }
 
 /// Each of `ca`, `cert` and `key` is a file's path or PEM text (from `${file:…}` or

@@ -71,6 +71,13 @@ pub struct UpstreamLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub upstream: Label,
+    /// The endpoint's url as configured.
+    pub endpoint: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -373,6 +380,10 @@ pub struct Metrics {
     pub upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
     pub audit_dropped: Counter,
+    pub endpoint_healthy: Family<EndpointLabels, Gauge>,
+    pub endpoint_ejections: Family<EndpointLabels, Counter>,
+    pub endpoint_requests: Family<EndpointLabels, Counter>,
+    pub endpoint_open_sessions: Family<EndpointLabels, Gauge>,
     tool_names: Mutex<HashSet<Arc<str>>>,
 }
 
@@ -394,6 +405,10 @@ impl Metrics {
             upstream_errors: Family::default(),
             sse_dropped: Counter::default(),
             audit_dropped: Counter::default(),
+            endpoint_healthy: Family::default(),
+            endpoint_ejections: Family::default(),
+            endpoint_requests: Family::default(),
+            endpoint_open_sessions: Family::default(),
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -432,6 +447,26 @@ impl Metrics {
             "audit_dropped",
             "Audit records lost (queue full or write failed)",
             m.audit_dropped.clone(),
+        );
+        registry.register(
+            "endpoint_healthy",
+            "1 while an upstream endpoint takes requests (healthy and not ejected)",
+            m.endpoint_healthy.clone(),
+        );
+        registry.register(
+            "endpoint_ejections",
+            "Times an endpoint was ejected for failing too often in a row",
+            m.endpoint_ejections.clone(),
+        );
+        registry.register(
+            "endpoint_requests",
+            "Requests sent to an endpoint (each try counts)",
+            m.endpoint_requests.clone(),
+        );
+        registry.register(
+            "endpoint_open_sessions",
+            "Sessions this process sealed for an endpoint and has not seen end",
+            m.endpoint_open_sessions.clone(),
         );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }

@@ -1,7 +1,19 @@
-//! The forward stage: an admitted request goes to its upstream over this worker's pool,
-//! within its deadline, in its session's order (`upstream::order`): after the session's
-//! requests that were ready before it have been written, and a GET has been answered.
-//! It returns the upstream's answer head; `respond` streams the body.
+//! The forward stage: an admitted request goes to an endpoint of its upstream over this
+//! worker's pool, within its deadline, in its session's order (`upstream::order`): after
+//! the session's requests that were ready before it have been written, and a GET has been
+//! answered. It returns the upstream's answer head; `respond` streams the body.
+//!
+//! - A request with a sealed session id (the upstream has `session_key`) goes to the
+//!   endpoint the id names, carrying the upstream's own id. An id that does not open, an
+//!   endpoint that left the set, is out (unhealthy, ejected) or cannot be reached: 404,
+//!   the MCP signal to initialize anew.
+//! - Any other request goes to the endpoint the balancer picks; if no connection could
+//!   be made or the request could not be written, to another one (each at most once).
+//!   A request that may have reached an endpoint is never sent again. None available:
+//!   503.
+//! - A session id in the answer is sealed before the client sees it.
+//! - Connect errors, broken answers, 5xx and passed deadlines count against the endpoint
+//!   (`upstream::endpoint`); any other answer clears its count.
 
 use crate::config::Upstream;
 use crate::error::GateError;
@@ -9,8 +21,12 @@ use crate::gateway::Live;
 use crate::http::fields::Kind;
 use crate::runtime::deadline::Deadline;
 use crate::upstream::encode::{Outgoing, encode};
+use crate::upstream::endpoint::EndpointState;
 use crate::upstream::pool::{PoolError, UpBody};
-use http::{Method, Response};
+use crate::upstream::registry::UpstreamState;
+use http::header::HeaderValue;
+use http::{Method, Response, StatusCode};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The upstream's response head and, when the deadline bounds the body too, what is left
 /// of it.
@@ -21,41 +37,96 @@ pub struct Answer {
     pub took: std::time::Duration,
 }
 
+const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
+
 pub async fn send(
     live: &Live,
     upstream: &Upstream,
     out: Outgoing<'_>,
 ) -> Result<Answer, GateError> {
-    let request = encode(upstream, &out)?;
     // One reading of the clock for the deadline and the upstream's time.
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
+    let state = live.upstream(upstream);
+    let outlier = upstream.outlier.as_ref();
+    let session = out.fields.get(Kind::McpSessionId);
+    // The endpoint being tried, so a passed deadline counts against it.
+    let trying = AtomicUsize::new(usize::MAX);
     // Waiting for the session's earlier requests counts in the deadline.
     let sent = async {
-        let session = out.fields.get(Kind::McpSessionId);
-        let mut turn = live.order(upstream).turn(session).await;
-        // A GET opens the stream on which the server sends what later requests of the
-        // session make it ask: the next one goes once the upstream has answered the GET
-        // (its head, which servers send at once), not merely once it is written.
-        let opens_stream = out.method == Method::GET;
-        let sent = live
-            .pool(upstream)
-            .send(&out.method, &request, &mut || {
-                if !opens_stream {
-                    turn.written();
+        if let (Some(sealer), Some(sealed)) = (&state.sealer, session) {
+            let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
+            let i = state
+                .endpoints
+                .iter()
+                .position(|e| e.id == id)
+                .filter(|&i| state.endpoints[i].available(outlier))
+                .ok_or(GateError::SessionNotFound)?;
+            trying.store(i, Ordering::Relaxed);
+            let request = encode(upstream, &upstream.endpoints[i], &out, Some(&inner))?;
+            let endpoint = &state.endpoints[i];
+            return match exchange(endpoint, &out, &request, session).await {
+                Ok(r) => Ok((r, i)),
+                Err(e) => {
+                    endpoint.failed(outlier);
+                    let unsent = unsent(&e);
+                    let error = upstream_error(upstream, endpoint, e);
+                    // An endpoint that cannot be reached took the session's state with
+                    // it: a new session is the way on.
+                    Err(if unsent {
+                        GateError::SessionNotFound
+                    } else {
+                        error
+                    })
                 }
-            })
-            .await;
-        drop(turn);
-        sent
+            };
+        }
+        let mut tried = smallvec::SmallVec::<[usize; 4]>::new();
+        let mut last = None;
+        loop {
+            let Some(i) = state.pick(upstream, &tried) else {
+                return Err(last.unwrap_or(GateError::NoHealthyEndpoint));
+            };
+            trying.store(i, Ordering::Relaxed);
+            let endpoint = &state.endpoints[i];
+            let request = encode(upstream, &upstream.endpoints[i], &out, None)?;
+            match exchange(endpoint, &out, &request, session).await {
+                Ok(r) => return Ok((r, i)),
+                Err(e) => {
+                    endpoint.failed(outlier);
+                    let unsent = unsent(&e);
+                    let error = upstream_error(upstream, endpoint, e);
+                    if !unsent {
+                        return Err(error);
+                    }
+                    // It cannot have acted: another endpoint may take it.
+                    tried.push(i);
+                    last = Some(error);
+                }
+            }
+        }
     };
     // The answer first: once it is in, the deadline is not looked at again (nor a random
     // branch order drawn), and an answer that comes as the deadline passes is used.
-    let response = tokio::select! {
+    let (mut response, i) = tokio::select! {
         biased;
-        r = sent => r.map_err(|e| upstream_error(&upstream.name, e))?,
-        _ = &mut deadline => return Err(GateError::UpstreamTimeout),
+        r = sent => r?,
+        _ = &mut deadline => {
+            if let Some(e) = state.endpoints.get(trying.load(Ordering::Relaxed)) {
+                e.failed(outlier);
+            }
+            return Err(GateError::UpstreamTimeout);
+        }
     };
+    let endpoint = &state.endpoints[i];
+    if response.status().is_server_error() {
+        endpoint.failed(outlier);
+    } else {
+        endpoint.succeeded();
+    }
+    if state.sealer.is_some() {
+        seal_answer(state, endpoint, &out.method, session, &mut response)?;
+    }
     Ok(Answer {
         response,
         deadline: out.body_deadline.then_some(deadline),
@@ -63,12 +134,80 @@ pub async fn send(
     })
 }
 
+/// One try on `endpoint`, in the session's order.
+async fn exchange(
+    endpoint: &EndpointState,
+    out: &Outgoing<'_>,
+    request: &[u8],
+    session: Option<&[u8]>,
+) -> Result<Response<UpBody>, PoolError> {
+    endpoint.metrics.requests.inc();
+    let mut turn = endpoint.order.turn(session).await;
+    // A GET opens the stream on which the server sends what later requests of the
+    // session make it ask: the next one goes once the upstream has answered the GET
+    // (its head, which servers send at once), not merely once it is written.
+    let opens_stream = out.method == Method::GET;
+    let sent = endpoint
+        .here()
+        .send(&out.method, request, &mut || {
+            if !opens_stream {
+                turn.written();
+            }
+        })
+        .await;
+    drop(turn);
+    sent
+}
+
+/// The client gets the session id sealed, never the upstream's own; the sessions the
+/// endpoint holds are counted as they are made and ended here.
+fn seal_answer(
+    state: &UpstreamState,
+    endpoint: &EndpointState,
+    method: &Method,
+    session: Option<&[u8]>,
+    response: &mut Response<UpBody>,
+) -> Result<(), GateError> {
+    let sessions = &endpoint.metrics.open_sessions;
+    let status = response.status();
+    if session.is_some()
+        && (status == StatusCode::NOT_FOUND || (*method == Method::DELETE && status.is_success()))
+        && sessions.get() > 0
+    {
+        sessions.dec();
+    }
+    let Some(inner) = response.headers().get(MCP_SESSION_ID) else {
+        return Ok(());
+    };
+    let sealer = state.sealer.as_ref().expect("checked by the caller");
+    let sealed = sealer.seal(&endpoint.id, inner.as_bytes()).ok_or_else(|| {
+        GateError::UpstreamBadResponse("the upstream's session id is too long to seal".into())
+    })?;
+    if session != Some(sealed.as_bytes()) && status.is_success() {
+        sessions.inc();
+    }
+    let value = HeaderValue::try_from(sealed).expect("base64url is a valid header value");
+    response.headers_mut().insert(MCP_SESSION_ID, value);
+    Ok(())
+}
+
+/// Whether a failure happened before the endpoint can have acted on the request.
+fn unsent(e: &PoolError) -> bool {
+    matches!(e, PoolError::Connect(_) | PoolError::Unsent(_))
+}
+
 /// Names the kind of failure for the client; the detail goes to the log only.
-fn upstream_error(upstream: &str, e: PoolError) -> GateError {
+fn upstream_error(upstream: &Upstream, endpoint: &EndpointState, e: PoolError) -> GateError {
     let kind = match e {
-        PoolError::Connect(_) => "connection failed",
+        PoolError::Connect(_) | PoolError::Unsent(_) => "connection failed",
         PoolError::Http(_) => "connection closed before a complete answer",
     };
-    tracing::warn!(upstream, error = %e, detail = ?std::error::Error::source(&e), "upstream request failed");
+    tracing::warn!(
+        upstream = %upstream.name,
+        endpoint = %endpoint.label,
+        error = %e,
+        detail = ?std::error::Error::source(&e),
+        "upstream request failed"
+    );
     GateError::UpstreamUnreachable(kind.to_string())
 }

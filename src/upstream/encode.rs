@@ -4,7 +4,7 @@
 //! everything else (all `Mcp-*` headers included) passes, in the client's order and
 //! spelling.
 
-use crate::config::Upstream;
+use crate::config::{Endpoint, Upstream};
 use crate::error::GateError;
 use crate::http::fields::{Fields, Kind};
 use crate::http::h1::framing::named_by_connection;
@@ -72,8 +72,16 @@ pub struct Outgoing<'a> {
 /// the client's headers: those that stay here are left out, the ones mcpgate sets are
 /// added. Header values cannot hold CR or LF (`HeaderValue` refuses them), so nothing a
 /// client sends can end a line early.
-pub fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateError> {
-    let target = origin_form(&upstream.url, out.query)?;
+///
+/// `session` replaces the client's `Mcp-Session-Id` (the upstream's own id, opened from a
+/// sealed one).
+pub fn encode(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    out: &Outgoing<'_>,
+    session: Option<&[u8]>,
+) -> Result<Vec<u8>, GateError> {
+    let target = origin_form(&endpoint.url, out.query)?;
     let listed = listed_by_connection(out.fields);
     let post = out.method == Method::POST;
     let mut buf = Vec::with_capacity(512 + out.body.len());
@@ -87,11 +95,15 @@ pub fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateEr
         buf.extend_from_slice(value);
         buf.extend_from_slice(b"\r\n");
     };
-    line(b"host", upstream.host.as_bytes());
+    line(b"host", endpoint.host.as_bytes());
+    if let Some(id) = session {
+        line(b"mcp-session-id", id);
+    }
     // Names are sent as the client wrote them, as nginx sends them.
     for (kind, name, value) in out.fields.iter() {
         if stays_here(kind)
             || (post && kind == Kind::Accept)
+            || (session.is_some() && kind == Kind::McpSessionId)
             || (!out.underscores && name.contains(&b'_'))
             || listed
                 .iter()
@@ -137,6 +149,32 @@ pub fn encode(upstream: &Upstream, out: &Outgoing<'_>) -> Result<Vec<u8>, GateEr
     buf.extend_from_slice(b"\r\n");
     buf.extend_from_slice(&out.body);
     Ok(buf)
+}
+
+/// The health check's request to `endpoint` (`upstream::health`): a JSON-RPC `ping`, with
+/// the upstream's configured headers (an upstream that wants an API key wants it here too).
+pub fn ping(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
+    const PING: &[u8] = br#"{"jsonrpc":"2.0","id":"mcpgate-health","method":"ping"}"#;
+    let target = endpoint.url.path_and_query().map_or("/", |p| p.as_str());
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"POST ");
+    buf.extend_from_slice(target.as_bytes());
+    buf.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    buf.extend_from_slice(endpoint.host.as_bytes());
+    buf.extend_from_slice(
+        b"\r\nuser-agent: mcpgate-health\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n",
+    );
+    for (name, value) in &upstream.headers {
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"content-length: ");
+    buf.extend_from_slice(itoa::Buffer::new().format(PING.len()).as_bytes());
+    buf.extend_from_slice(b"\r\n\r\n");
+    buf.extend_from_slice(PING);
+    buf
 }
 
 /// The request target sent upstream (`/path?query`): the upstream URL's path and query,
@@ -236,7 +274,8 @@ auth = "none"
             request_id: "rid-1",
             underscores: false,
         };
-        let sent = String::from_utf8(encode(upstream, &out).unwrap()).unwrap();
+        let sent =
+            String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
         assert_eq!(
             sent,
             concat!(
@@ -257,7 +296,8 @@ auth = "none"
         );
         // With `underscores_in_headers`, such names pass as written (nginx's switch).
         out.underscores = true;
-        let sent = String::from_utf8(encode(upstream, &out).unwrap()).unwrap();
+        let sent =
+            String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
         for kept in [
             "X_Forwarded_For: 6.6.6.6\r\n",
             "Transfer_Encoding: chunked\r\n",

@@ -1,8 +1,12 @@
 //! How a request reaches an MCP server: the request as it is sent (`encode`), per-worker
-//! pools of kept connections (`pool`), the order of one session's requests (`order`),
-//! kept across reloads by the gateway's `registry`.
+//! pools of kept connections (`pool`), the order of one session's requests (`order`), an
+//! upstream's endpoints with their health (`endpoint`, `health`), sealed session ids
+//! (`session`), all kept across reloads by the gateway's `registry`.
 
 pub mod encode;
+pub mod endpoint;
+pub mod health;
 pub mod order;
 pub mod pool;
 pub mod registry;
+pub mod session;

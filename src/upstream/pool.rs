@@ -17,6 +17,11 @@
 //!   Ages are counted in sweeps, so using a connection reads no clock.
 //! - At most [`MAX_KEPT`] connections are kept per worker; beyond that a connection
 //!   serves its one request and closes.
+//! - A request that fails on a new connection before the upstream can have acted on it
+//!   (no connection, or the write failed) says so (`PoolError::Connect`, `Unsent`): the
+//!   caller may send it to another endpoint.
+//! - Each pool counts its requests in flight (`busy`) until their answers are done with,
+//!   for `least_requests` balancing.
 //! - A new connection goes to the upstream's `Address`: TCP, with the TLS handshake
 //!   first for https (a failed handshake is a failed connect), or a unix socket.
 
@@ -26,7 +31,7 @@ use crate::http::h1::client::{self, Conn, Failure, Home, Stage};
 use crate::http::h1::stream::Stream;
 use http::{Method, Response};
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::net::{TcpStream, UnixStream};
@@ -57,12 +62,18 @@ pub struct Pool {
     kept: Mutex<Vec<Kept>>,
     /// Sweeps so far: the clock kept connections' ages are counted by.
     sweeps: AtomicU32,
+    /// Requests sent on this pool whose answers are not done with: what `least_requests`
+    /// compares. Only this pool's worker writes it.
+    busy: AtomicUsize,
 }
 
 #[derive(Debug)]
 pub enum PoolError {
     /// No connection could be made within the connect timeout.
     Connect(io::Error),
+    /// A new connection failed while the request was being written: the upstream cannot
+    /// have had all of it, so it cannot have acted on it.
+    Unsent(io::Error),
     /// The connection failed or closed before a complete answer head, or the head was
     /// not HTTP/1.1 this client can read.
     Http(io::Error),
@@ -72,6 +83,7 @@ impl std::fmt::Display for PoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PoolError::Connect(e) => write!(f, "connect: {e}"),
+            PoolError::Unsent(e) => write!(f, "writing the request: {e}"),
             PoolError::Http(e) => e.fmt(f),
         }
     }
@@ -80,7 +92,7 @@ impl std::fmt::Display for PoolError {
 impl std::error::Error for PoolError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PoolError::Connect(e) | PoolError::Http(e) => Some(e),
+            PoolError::Connect(e) | PoolError::Unsent(e) | PoolError::Http(e) => Some(e),
         }
     }
 }
@@ -92,6 +104,10 @@ impl Home<Stream> for Pool {
         if kept.len() < MAX_KEPT {
             kept.push(Kept { conn, used });
         }
+    }
+
+    fn finished(&self) {
+        self.busy.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -109,6 +125,7 @@ impl Pool {
             connect_timeout,
             kept: Mutex::new(Vec::new()),
             sweeps: AtomicU32::new(0),
+            busy: AtomicUsize::new(0),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&pool)));
@@ -121,6 +138,25 @@ impl Pool {
     /// rest. `written` is called once the request is written (not when a write fails and
     /// the request goes again on a fresh connection).
     pub async fn send(
+        self: &Arc<Self>,
+        method: &Method,
+        request: &[u8],
+        written: &mut (dyn FnMut() + Send),
+    ) -> Result<Response<UpBody>, PoolError> {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        let sent = self.exchange(method, request, written).await;
+        if sent.is_err() {
+            self.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// Requests in flight on this pool (sent, and their answers not done with).
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    async fn exchange(
         self: &Arc<Self>,
         method: &Method,
         request: &[u8],
@@ -143,7 +179,10 @@ impl Pool {
         let conn = self.connect().await?;
         conn.exchange(method, request, home(), written)
             .await
-            .map_err(|f| PoolError::Http(f.error))
+            .map_err(|f| match f.stage {
+                Stage::Write => PoolError::Unsent(f.error),
+                _ => PoolError::Http(f.error),
+            })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Kept>> {

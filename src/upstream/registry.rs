@@ -1,99 +1,158 @@
-//! The gateway's upstream connection pools, kept across reloads. A pool is keyed by what
-//! its connections depend on (host and port or socket path, connect timeout, TLS settings): a reload that keeps those
-//! (a token rotation, a new profile, a changed timeout) keeps the pool and its open
-//! connections; a changed address gets a new pool, and the old one closes once the last
-//! request of the old configuration is done with it.
+//! The gateway's per-endpoint state (pools, session order, health, metrics), kept across
+//! reloads. An endpoint's state is keyed by its upstream's name and what its connections
+//! depend on (host and port or socket path, connect timeout, TLS settings): a reload that
+//! keeps those (a token rotation, a new profile, a changed timeout) keeps its pools, their
+//! open connections, its health and ejection; a changed address gets new state, and the
+//! old one closes once the last request of the old configuration is done with it.
+//! Each table also carries per-upstream state made anew with the configuration: the
+//! session sealer and the round-robin position.
 
-use super::order::Order;
-use super::pool::Pool;
-use crate::config::tls::UpstreamTls;
-use crate::config::{Address, Upstream};
+use super::endpoint::{EndpointMetrics, EndpointState};
+use super::session::{EndpointId, Sealer};
+use crate::config::{Address, Balance, Endpoint, Upstream};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What an upstream's connections are made with; equal keys share pools.
+/// What an endpoint's state is kept by; equal keys share it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
+    upstream: Arc<str>,
     address: Address,
     connect_timeout: Duration,
-    /// The TLS settings' digest (`UpstreamTls::identity`), for an https upstream.
+    /// The TLS settings' digest (`UpstreamTls::identity`), for an https endpoint.
     tls: Option<[u8; 32]>,
 }
 
 impl Key {
-    fn of(upstream: &Upstream) -> Key {
+    fn of(upstream: &Upstream, endpoint: &Endpoint) -> Key {
         Key {
-            address: upstream.address.clone(),
+            upstream: upstream.name.clone(),
+            address: endpoint.address.clone(),
             connect_timeout: upstream.connect_timeout,
-            tls: upstream.tls.as_ref().map(|t| t.identity),
+            tls: endpoint.tls.as_ref().map(|t| t.identity),
         }
     }
 }
 
-/// One upstream's pools: one per worker thread (see `runtime::workers::slot`), made on
-/// first use, so a connection is only ever driven by the worker whose requests use it;
-/// and the order of its sessions' requests, which every worker shares.
-pub struct WorkerPools {
-    key: Key,
-    tls: Option<Arc<UpstreamTls>>,
-    pools: Box<[OnceLock<Arc<Pool>>]>,
-    pub order: Order,
+/// One upstream's runtime state for one configuration.
+pub struct UpstreamState {
+    /// In the order of `Upstream::endpoints`.
+    pub endpoints: Box<[Arc<EndpointState>]>,
+    /// With `session_key`: seals and opens the session ids clients hold.
+    pub sealer: Option<Sealer>,
+    /// The next endpoint `round_robin` tries first.
+    next: AtomicUsize,
 }
 
-impl WorkerPools {
-    fn new(key: Key, tls: Option<Arc<UpstreamTls>>) -> WorkerPools {
-        WorkerPools {
-            key,
-            tls,
-            pools: (0..=crate::runtime::workers::count())
-                .map(|_| OnceLock::new())
-                .collect(),
-            order: Order::default(),
+impl UpstreamState {
+    /// The endpoint a sealed session names, if it is still in the set.
+    pub fn named(&self, id: &EndpointId) -> Option<&Arc<EndpointState>> {
+        self.endpoints.iter().find(|e| e.id == *id)
+    }
+
+    /// The endpoint a request without a session goes to: an available one not in
+    /// `tried`, picked by the upstream's `balance`. `None` when there is none.
+    pub fn pick(&self, upstream: &Upstream, tried: &[usize]) -> Option<usize> {
+        let outlier = upstream.outlier.as_ref();
+        let usable = |i: usize| !tried.contains(&i) && self.endpoints[i].available(outlier);
+        let n = self.endpoints.len();
+        if n == 1 {
+            return usable(0).then_some(0);
+        }
+        match upstream.balance {
+            Balance::RoundRobin => {
+                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                (0..n).map(|k| (start + k) % n).find(|&i| usable(i))
+            }
+            Balance::LeastRequests => {
+                let candidates: smallvec::SmallVec<[usize; 8]> =
+                    (0..n).filter(|&i| usable(i)).collect();
+                match candidates.len() {
+                    0 => None,
+                    1 => Some(candidates[0]),
+                    len => {
+                        // Two distinct draws; the one with fewer requests in flight here.
+                        let a = fastrand::usize(..len);
+                        let b = (a + 1 + fastrand::usize(..len - 1)) % len;
+                        let (a, b) = (candidates[a], candidates[b]);
+                        let busy = |i: usize| self.endpoints[i].here().busy();
+                        Some(if busy(b) < busy(a) { b } else { a })
+                    }
+                }
+            }
         }
     }
-
-    /// This thread's pool.
-    pub fn here(&self) -> &Arc<Pool> {
-        let slot = crate::runtime::workers::slot() % self.pools.len();
-        self.pools[slot].get_or_init(|| {
-            Pool::new(
-                self.key.address.clone(),
-                self.tls.clone(),
-                self.key.connect_timeout,
-            )
-        })
-    }
 }
 
-/// The pools of the configuration in force, by key.
+/// The endpoint state of the configuration in force, by key.
 #[derive(Default)]
 pub struct Registry {
-    current: Mutex<HashMap<Key, Arc<WorkerPools>>>,
+    current: Mutex<HashMap<Key, Arc<EndpointState>>>,
+}
+
+/// How the gateway's metrics are reached from here: the series of an endpoint (made or
+/// found), and the removal of those of an endpoint that left.
+pub trait EndpointSeries {
+    fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics;
+    fn forget(&self, upstream: &str, endpoint: &str);
 }
 
 impl Registry {
-    /// The pools for `upstreams`, in their order (an upstream's `index`): those whose key
-    /// the current configuration has too are kept, the others made. Pools no upstream
-    /// names any more are let go.
-    pub fn table(&self, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Box<[Arc<WorkerPools>]> {
+    /// The state for `upstreams`, in their order (an upstream's `index`): endpoints whose
+    /// key the current configuration has too are kept, the others made. State no endpoint
+    /// names any more is let go, and its series removed. Health checks are started,
+    /// restarted with new settings, or stopped, so this runs inside a runtime.
+    pub fn table(
+        &self,
+        upstreams: &BTreeMap<String, Arc<Upstream>>,
+        metrics: &dyn EndpointSeries,
+    ) -> Box<[UpstreamState]> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = HashMap::new();
+        let mut next: HashMap<Key, Arc<EndpointState>> = HashMap::new();
         let mut ordered: Vec<&Arc<Upstream>> = upstreams.values().collect();
         ordered.sort_by_key(|u| u.index);
         let table = ordered
             .into_iter()
             .map(|u| {
-                let key = Key::of(u);
-                let pools = next
-                    .get(&key)
-                    .or_else(|| current.get(&key))
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(WorkerPools::new(key.clone(), u.tls.clone())));
-                next.insert(key, pools.clone());
-                pools
+                let endpoints = u
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let key = Key::of(u, e);
+                        let state = next
+                            .get(&key)
+                            .or_else(|| current.get(&key))
+                            .cloned()
+                            .unwrap_or_else(|| {
+                                Arc::new(EndpointState::new(
+                                    e,
+                                    u.connect_timeout,
+                                    metrics.series(&u.name, &e.label),
+                                ))
+                            });
+                        if tokio::runtime::Handle::try_current().is_ok() {
+                            super::health::ensure(&state, u.health, super::encode::ping(u, e));
+                        }
+                        next.insert(key, state.clone());
+                        state
+                    })
+                    .collect();
+                UpstreamState {
+                    endpoints,
+                    sealer: (!u.session_keys.is_empty())
+                        .then(|| Sealer::new(&u.name, &u.session_keys)),
+                    next: AtomicUsize::new(0),
+                }
             })
             .collect();
+        for (key, gone) in current.iter() {
+            if !next.contains_key(key) {
+                metrics.forget(&key.upstream, &gone.label);
+                gone.stop_checking();
+            }
+        }
         *current = next;
         table
     }
@@ -110,28 +169,44 @@ mod tests {
         crate::config::load_str(&text, "f.toml").unwrap().upstreams
     }
 
-    /// Pools are matched by address and connect timeout: the same ones are kept, a
+    struct NoSeries;
+
+    impl EndpointSeries for NoSeries {
+        fn series(&self, _: &str, _: &str) -> EndpointMetrics {
+            EndpointMetrics::default()
+        }
+        fn forget(&self, _: &str, _: &str) {}
+    }
+
+    /// Endpoint state is matched by address and connect timeout: the same ones are kept, a
     /// changed one is made anew, and the table follows the upstreams' order.
     #[test]
     fn pools_are_kept_by_their_settings() {
         let registry = Registry::default();
-        let first = registry.table(&upstreams("http://127.0.0.1:8000/mcp", "5s"));
-        let again = registry.table(&upstreams("http://127.0.0.1:8000/other", "5s"));
+        let table = |url: &str, timeout: &str| {
+            registry
+                .table(&upstreams(url, timeout), &NoSeries)
+                .iter()
+                .map(|u| u.endpoints[0].clone())
+                .collect::<Vec<_>>()
+        };
+        let first = table("http://127.0.0.1:8000/mcp", "5s");
+        let again = table("http://127.0.0.1:8000/other", "5s");
         assert!(
             Arc::ptr_eq(&first[0], &again[0]),
             "the path is not a connection setting"
         );
         assert!(Arc::ptr_eq(&first[1], &again[1]));
-        let moved = registry.table(&upstreams("http://127.0.0.1:8001/mcp", "5s"));
+        let moved = table("http://127.0.0.1:8001/mcp", "5s");
         assert!(!Arc::ptr_eq(&again[0], &moved[0]), "another port");
         assert!(Arc::ptr_eq(&again[1], &moved[1]));
-        let slower = registry.table(&upstreams("http://127.0.0.1:8001/mcp", "9s"));
+        let slower = table("http://127.0.0.1:8001/mcp", "9s");
         assert!(
             !Arc::ptr_eq(&moved[0], &slower[0]),
             "another connect timeout"
         );
         // A pool no configuration names any more is let go, not kept for later.
-        let back = registry.table(&upstreams("http://127.0.0.1:8000/mcp", "5s"));
+        let back = table("http://127.0.0.1:8000/mcp", "5s");
         assert!(!Arc::ptr_eq(&first[0], &back[0]));
     }
 }

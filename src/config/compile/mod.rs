@@ -18,7 +18,9 @@ pub use snapshot::{
     DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
-pub use upstreams::{Address, Profile, Upstream};
+pub use upstreams::{
+    Address, Balance, Endpoint, HealthCheck, Outlier, Profile, SessionKey, Upstream,
+};
 
 use super::glob::Matcher;
 use super::raw::{self, RawConfig, S};
@@ -380,13 +382,13 @@ profiles = ["gpt"]
     fn upstream_urls_name_a_host_or_a_socket() {
         let with = |url: &str| BASE.replace("http://127.0.0.1:9/mcp", url);
         let s = load_str(&with("unix:/run/kb/mcp.sock:/mcp?x=1"), "f.toml").unwrap();
-        let up = &s.upstreams["docs"];
+        let up = s.upstreams["docs"].first();
         assert_eq!(up.address, Address::Unix("/run/kb/mcp.sock".into()));
         assert_eq!(up.url.path_and_query().unwrap().as_str(), "/mcp?x=1");
         assert_eq!(up.host, "localhost");
-        assert!(s.describe().contains("unix:/run/kb/mcp.sock:/mcp "));
+        assert!(s.describe().contains("unix:/run/kb/mcp.sock:/mcp?x=1 "));
         let s = load_str(&with("http://[::1]:8000/mcp"), "f.toml").unwrap();
-        let up = &s.upstreams["docs"];
+        let up = s.upstreams["docs"].first();
         assert_eq!(
             up.address,
             Address::Tcp {
@@ -418,7 +420,7 @@ profiles = ["gpt"]
         }
         // https: port 443 by default, and TLS to the url's host unless a name is given.
         let s = load_str(&with("https://mcp.example.com/mcp"), "f.toml").unwrap();
-        let up = &s.upstreams["docs"];
+        let up = s.upstreams["docs"].first();
         assert_eq!(
             up.address,
             Address::Tcp {
@@ -442,7 +444,7 @@ profiles = ["gpt"]
             "f.toml",
         )
         .unwrap();
-        let up = &s.upstreams["docs"];
+        let up = s.upstreams["docs"].first();
         assert_eq!(up.host, "10.0.0.5:8443");
         let other = up.tls.as_ref().unwrap();
         assert_eq!(

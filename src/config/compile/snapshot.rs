@@ -194,21 +194,60 @@ impl Snapshot {
         for u in self.upstreams.values() {
             let mut names: Vec<&str> = u.headers.keys().map(http::HeaderName::as_str).collect();
             names.dedup();
+            let url = match &*u.endpoints {
+                [one] => one.label.to_string(),
+                _ => format!("{} endpoints", u.endpoints.len()),
+            };
             let _ = writeln!(
                 out,
-                "  {:<12} {} connect_timeout={} timeout={} stream_idle_timeout={} headers=[{}]",
+                "  {:<12} {url} connect_timeout={} timeout={} stream_idle_timeout={} headers=[{}]",
                 u.name,
-                match &u.address {
-                    super::Address::Unix(socket) =>
-                        format!("unix:{}:{}", socket.display(), u.url.path()),
-                    super::Address::Tcp { .. } => u.url.to_string(),
-                },
                 humantime::format_duration(u.connect_timeout),
                 humantime::format_duration(u.timeout),
                 humantime::format_duration(u.stream_idle_timeout),
                 names.join(", ")
             );
-            if let Some(tls) = &u.tls {
+            if u.endpoints.len() > 1 {
+                for e in &u.endpoints {
+                    let _ = writeln!(out, "    endpoint: {}", e.label);
+                }
+                let _ = writeln!(
+                    out,
+                    "    balance: {}",
+                    match u.balance {
+                        super::upstreams::Balance::LeastRequests => "least_requests",
+                        super::upstreams::Balance::RoundRobin => "round_robin",
+                    }
+                );
+            }
+            if let Some(h) = &u.health {
+                let _ = writeln!(
+                    out,
+                    "    health: ping every {} (timeout {}), unhealthy after {}, healthy after {}",
+                    humantime::format_duration(h.interval),
+                    humantime::format_duration(h.timeout),
+                    h.unhealthy_after,
+                    h.healthy_after
+                );
+            }
+            if let Some(o) = &u.outlier {
+                let _ = writeln!(
+                    out,
+                    "    outlier: eject for {} after {} failures in a row",
+                    humantime::format_duration(o.eject_for),
+                    o.consecutive_failures
+                );
+            }
+            if !u.session_keys.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "    sessions: sealed ({} key{})",
+                    u.session_keys.len(),
+                    if u.session_keys.len() == 1 { "" } else { "s" }
+                );
+            }
+            // The TLS settings are one table for all of an upstream's https endpoints.
+            if let Some(tls) = u.endpoints.iter().find_map(|e| e.tls.as_ref()) {
                 let _ = writeln!(
                     out,
                     "    tls: server_name={} roots=mozilla{} client_cert={}",

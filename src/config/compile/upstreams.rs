@@ -16,6 +16,31 @@ use std::time::Duration;
 
 pub struct Upstream {
     pub name: Arc<str>,
+    /// Where its requests go: the one `url`, or the `endpoints` (replicas), in the order
+    /// written.
+    pub endpoints: Box<[Arc<Endpoint>]>,
+    /// How a request without a session picks among several endpoints.
+    pub balance: Balance,
+    /// Active checks, when configured.
+    pub health: Option<HealthCheck>,
+    /// Passive checks: with several endpoints only (one endpoint is never left out, as
+    /// nginx never marks down the only server of a group).
+    pub outlier: Option<Outlier>,
+    /// The keys that seal the session ids clients receive, newest first: the first seals,
+    /// each opens. Empty: session ids pass through as the upstream made them.
+    pub session_keys: Box<[SessionKey]>,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    /// Configured headers with secrets resolved. Never printed.
+    pub headers: HeaderMap,
+    /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
+    /// upstream's runtime state (pools, health) for this snapshot.
+    pub index: usize,
+}
+
+/// One MCP server an upstream's requests may go to.
+pub struct Endpoint {
     /// Where connections are made.
     pub address: Address,
     /// For an `https://` url: how its connections are secured. Never plaintext then.
@@ -23,16 +48,52 @@ pub struct Upstream {
     /// The request target's path (and query) and the `Host` come from this; for a unix
     /// socket it is `http://localhost` with the configured path, as nginx sends it.
     pub url: Uri,
-    pub connect_timeout: Duration,
-    pub timeout: Duration,
-    pub stream_idle_timeout: Duration,
-    /// Configured headers with secrets resolved. Never printed.
-    pub headers: HeaderMap,
-    /// The `Host` header the upstream is sent: its URL's host, and port unless 80.
+    /// The `Host` header the upstream is sent: its URL's host, and port unless 80 (443).
     pub host: HeaderValue,
-    /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
-    /// upstream's connection pools for this snapshot.
-    pub index: usize,
+    /// The url as written: what metrics and logs call it, and (hashed) what a sealed
+    /// session id names. Upstream urls cannot carry credentials (see `parse_url`).
+    pub label: Arc<str>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Power of two choices: of two endpoints drawn at random, the one with fewer requests
+    /// in flight.
+    LeastRequests,
+    RoundRobin,
+}
+
+/// `health = { … }`: a JSON-RPC ping to each endpoint every `interval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_after: u32,
+    pub healthy_after: u32,
+}
+
+/// `outlier = { … }`: failures in a row that leave an endpoint out, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outlier {
+    pub consecutive_failures: u32,
+    pub eject_for: Duration,
+}
+
+/// A 32-byte session key. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionKey(pub [u8; 32]);
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionKey(<redacted>)")
+    }
+}
+
+impl Upstream {
+    /// The only endpoint of an upstream configured with `url` (the first otherwise).
+    pub fn first(&self) -> &Endpoint {
+        &self.endpoints[0]
+    }
 }
 
 /// Where an upstream's connections go.
@@ -67,6 +128,12 @@ fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     let Some(host) = url.host() else {
         return Err("upstream url needs a host and port".into());
     };
+    if url.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(
+            "an upstream url cannot carry credentials; send them with headers (see upstreams.*.headers)"
+                .into(),
+        );
+    }
     let address = Address::Tcp {
         host: host
             .trim_start_matches('[')
@@ -75,6 +142,65 @@ fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
         port: url.port_u16().unwrap_or(if https { 443 } else { 80 }),
     };
     Ok((address, url, https))
+}
+
+fn health_check(raw: &S<raw::RawHealth>) -> Result<HealthCheck, Fail> {
+    let h = raw.get_ref();
+    let duration = |v: &Option<S<String>>, default: u64| match v {
+        Some(v) => at(v, parse_duration(v.get_ref())),
+        None => Ok(Duration::from_secs(default)),
+    };
+    let count = |v: &Option<S<u32>>| match v {
+        Some(n) if *n.get_ref() == 0 => fail(n.span(), "a count of pings is at least 1"),
+        Some(n) => Ok(*n.get_ref()),
+        None => Ok(2),
+    };
+    let check = HealthCheck {
+        interval: duration(&h.interval, 5)?,
+        timeout: duration(&h.timeout, 1)?,
+        unhealthy_after: count(&h.unhealthy_after)?,
+        healthy_after: count(&h.healthy_after)?,
+    };
+    if check.interval.is_zero() || check.timeout.is_zero() {
+        return fail(raw.span(), "health: interval and timeout are more than 0s");
+    }
+    if check.timeout > check.interval {
+        return fail(raw.span(), "health: timeout is at most the interval");
+    }
+    Ok(check)
+}
+
+fn outlier(raw: &S<raw::RawOutlier>) -> Result<Outlier, Fail> {
+    let o = raw.get_ref();
+    let consecutive_failures = match &o.consecutive_failures {
+        Some(n) if *n.get_ref() == 0 => {
+            return fail(n.span(), "consecutive_failures is at least 1");
+        }
+        Some(n) => *n.get_ref(),
+        None => 3,
+    };
+    let eject_for = match &o.eject_for {
+        Some(v) => at(v, parse_duration(v.get_ref()))?,
+        None => Duration::from_secs(30),
+    };
+    Ok(Outlier {
+        consecutive_failures,
+        eject_for,
+    })
+}
+
+/// A session key from its base64 text (standard or URL-safe alphabet, padded or not).
+fn session_key(text: &str) -> Result<SessionKey, String> {
+    use base64::Engine;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    let bytes = [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|e| e.decode(text).ok())
+        .ok_or("not base64 (make one with `openssl rand -base64 32`)")?;
+    let key: [u8; 32] = bytes
+        .try_into()
+        .map_err(|b: Vec<u8>| format!("{} bytes; a key is 32", b.len()))?;
+    Ok(SessionKey(key))
 }
 
 /// `Host` for an upstream URL: the host as written, with the port unless it is the
@@ -97,10 +223,19 @@ impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
             .field("name", &self.name)
+            .field("endpoints", &self.endpoints)
+            .field("balance", &self.balance)
+            .field("headers", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
             .field("address", &self.address)
             .field("tls", &self.tls)
             .field("url", &self.url)
-            .field("headers", &"<redacted>")
             .finish()
     }
 }
@@ -156,26 +291,64 @@ impl Compiler<'_> {
         raw: &BTreeMap<String, S<raw::RawUpstream>>,
     ) -> Result<BTreeMap<String, Arc<Upstream>>, Fail> {
         let mut out = BTreeMap::new();
-        for (name, u) in raw {
-            let u = u.get_ref();
-            let (address, url, https) = at(&u.url, parse_url(u.url.get_ref()))?;
-            let tls = match (&u.tls, https) {
-                (Some(t), false) => {
-                    return fail(t.span(), "tls applies to https:// upstreams only");
+        for (name, whole) in raw {
+            let u = whole.get_ref();
+            let urls: Vec<&S<String>> = match (&u.url, &u.endpoints) {
+                (Some(url), None) => vec![url],
+                (None, Some(list)) if list.get_ref().is_empty() => {
+                    return fail(list.span(), "endpoints lists no url");
                 }
-                (t, true) => {
-                    // https urls are TCP addresses; their host is the default name to verify.
-                    let Address::Tcp { host, .. } = &address else {
-                        return fail(u.url.span(), "https needs a host");
-                    };
-                    Some(Arc::new(self.upstream_tls(
-                        host,
-                        u.url.span(),
-                        t.as_ref(),
-                    )?))
+                (None, Some(list)) => list.get_ref().iter().collect(),
+                (Some(url), Some(_)) => {
+                    return fail(url.span(), "give url or endpoints, not both");
                 }
-                (None, false) => None,
+                (None, None) => {
+                    return fail(
+                        whole.span(),
+                        format!("upstream {name:?} needs url or endpoints"),
+                    );
+                }
             };
+            let mut endpoints: Vec<Arc<Endpoint>> = Vec::with_capacity(urls.len());
+            for text in urls {
+                let endpoint = self.endpoint(text, u.tls.as_ref())?;
+                if endpoints.iter().any(|e| e.label == endpoint.label) {
+                    return fail(text.span(), "this endpoint is listed twice");
+                }
+                endpoints.push(Arc::new(endpoint));
+            }
+            if let Some(t) = &u.tls
+                && endpoints.iter().all(|e| e.tls.is_none())
+            {
+                return fail(t.span(), "tls applies to https:// upstreams only");
+            }
+            let balance = match &u.balance {
+                None => Balance::LeastRequests,
+                Some(v) => match v.get_ref().as_str() {
+                    "least_requests" => Balance::LeastRequests,
+                    "round_robin" => Balance::RoundRobin,
+                    _ => return fail(v.span(), "balance is \"least_requests\" or \"round_robin\""),
+                },
+            };
+            let health = u.health.as_ref().map(health_check).transpose()?;
+            let outlier = match &u.outlier {
+                Some(o) => Some(outlier(o)?),
+                None => Some(Outlier {
+                    consecutive_failures: 3,
+                    eject_for: Duration::from_secs(30),
+                }),
+            }
+            .filter(|_| endpoints.len() > 1);
+            let session_keys = match &u.session_key {
+                Some(v) => self.session_keys(v)?,
+                None => Box::default(),
+            };
+            if endpoints.len() > 1 && session_keys.is_empty() {
+                return fail(
+                    u.endpoints.as_ref().map_or(whole.span(), S::span),
+                    "several endpoints need session_key (32 bytes, base64): session ids are sealed with it so that any mcpgate routes a session to its endpoint",
+                );
+            }
             let connect_timeout = match &u.connect_timeout {
                 Some(v) => at(v, parse_duration(v.get_ref()))?,
                 None => DEFAULT_CONNECT_TIMEOUT,
@@ -214,10 +387,11 @@ impl Compiler<'_> {
                 name.clone(),
                 Arc::new(Upstream {
                     name: name.as_str().into(),
-                    host: host_header(&url),
-                    address,
-                    tls,
-                    url,
+                    endpoints: endpoints.into(),
+                    balance,
+                    health,
+                    outlier,
+                    session_keys,
                     connect_timeout,
                     timeout,
                     stream_idle_timeout,
@@ -227,6 +401,68 @@ impl Compiler<'_> {
             );
         }
         Ok(out)
+    }
+
+    /// One url of `url` or `endpoints`, with its TLS settings if it is https.
+    fn endpoint(
+        &self,
+        text: &S<String>,
+        tls: Option<&S<raw::RawUpstreamTls>>,
+    ) -> Result<Endpoint, Fail> {
+        let (address, url, https) = at(text, parse_url(text.get_ref()))?;
+        let tls = match &address {
+            // https urls are TCP addresses; their host is the default name to verify.
+            Address::Tcp { host, .. } if https => {
+                Some(Arc::new(self.upstream_tls(host, text.span(), tls)?))
+            }
+            _ => None,
+        };
+        Ok(Endpoint {
+            host: host_header(&url),
+            address,
+            tls,
+            url,
+            label: text.get_ref().as_str().into(),
+        })
+    }
+
+    /// `session_key`: one key or a list, newest first; each 32 bytes in base64.
+    fn session_keys(&self, v: &S<toml::Value>) -> Result<Box<[SessionKey]>, Fail> {
+        let texts: Vec<&str> = match v.get_ref() {
+            toml::Value::String(s) => vec![s],
+            toml::Value::Array(list) => list
+                .iter()
+                .map(|k| k.as_str().ok_or(()))
+                .collect::<Result<_, ()>>()
+                .map_err(|()| {
+                    (
+                        v.span(),
+                        "session_key is a string or a list of strings".to_string(),
+                    )
+                })?,
+            _ => return fail(v.span(), "session_key is a string or a list of strings"),
+        };
+        if texts.is_empty() {
+            return fail(v.span(), "session_key lists no key");
+        }
+        let mut keys: Vec<SessionKey> = Vec::with_capacity(texts.len());
+        for (i, text) in texts.into_iter().enumerate() {
+            let text = at(
+                v,
+                resolve_secrets_noting(text, &mut self.files.borrow_mut()),
+            )?;
+            // The key's text is never part of an error.
+            let key = session_key(text.trim())
+                .map_err(|why| (v.span(), format!("session_key (key {}): {why}", i + 1)))?;
+            if keys.contains(&key) {
+                return fail(
+                    v.span(),
+                    format!("session_key (key {}) is listed twice", i + 1),
+                );
+            }
+            keys.push(key);
+        }
+        Ok(keys.into())
     }
 
     /// The TLS client for an https upstream, its material read now: a bad file or name is

@@ -36,6 +36,9 @@ const READ_CHUNK: usize = 8 << 10;
 /// again (a pool).
 pub trait Home<IO>: Send + Sync {
     fn put(&self, conn: Conn<IO>);
+    /// An answer's body is done with: read to its end (before `put`), broken off, or
+    /// dropped. Called once per answer an exchange returned.
+    fn finished(&self) {}
 }
 
 /// One connection to an upstream and the bytes read from it and not yet used.
@@ -139,6 +142,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
                     overhead: Overhead::new(framing::DEFAULT_CHUNK_OVERHEAD),
                     keep: head.keep,
                     home,
+                    open: true,
                 };
                 body.finish_if_done();
                 return Ok(response.map(|()| body));
@@ -175,6 +179,8 @@ pub struct UpBody<IO> {
     /// Whether the connection may take another request once the body has been read.
     keep: bool,
     home: Weak<dyn Home<IO>>,
+    /// Until its home has been told it is done with (`Home::finished`).
+    open: bool,
 }
 
 /// The upstream broke off its answer, or sent one this client cannot read.
@@ -191,12 +197,19 @@ impl From<framing::ChunkError> for BodyError {
 impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> UpBody<IO> {
     /// At the end of the body, the connection goes back to the pool if it may be kept.
     fn finish_if_done(&mut self) {
-        if self.framing == Framing::Done
-            && let Some(conn) = self.conn.take()
-            && self.keep
-            && let Some(home) = self.home.upgrade()
-        {
-            home.put(conn);
+        if self.framing != Framing::Done {
+            return;
+        }
+        let conn = self.conn.take();
+        if let Some(home) = self.home.upgrade() {
+            if std::mem::take(&mut self.open) {
+                home.finished();
+            }
+            if let Some(conn) = conn
+                && self.keep
+            {
+                home.put(conn);
+            }
         }
     }
 
@@ -267,6 +280,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> UpBody<IO> {
                 Ok(_) => return Poll::Ready(Some(Err(BodyError("connection closed mid-answer")))),
                 Err(_) => return Poll::Ready(Some(Err(BodyError("connection failed mid-answer")))),
             }
+        }
+    }
+}
+
+impl<IO> Drop for UpBody<IO> {
+    fn drop(&mut self) {
+        if self.open
+            && let Some(home) = self.home.upgrade()
+        {
+            home.finished();
         }
     }
 }

@@ -1,0 +1,172 @@
+//! Active health checks (SPEC §9): every `interval`, each endpoint of an upstream with
+//! `health` set is sent a JSON-RPC `ping` on a connection of the check's own.
+//!
+//! - A ping passes when an answer head comes within `timeout` with a status below 500 and
+//!   its body holds a JSON-RPC message (a JSON body, or the first `data:` of an event
+//!   stream). A server that wants a session answers a ping without one with a 400 and a
+//!   JSON-RPC error: that passes too, as it shows the MCP server is up and reading.
+//! - `unhealthy_after` failed pings in a row take the endpoint out; `healthy_after`
+//!   passed ones in a row bring it back. It starts healthy, and the first ping goes at
+//!   once.
+//! - The check runs on the control thread's runtime, for as long as its endpoint lives
+//!   with the same settings (`registry` restarts it when they change).
+
+use super::endpoint::{Checker, EndpointState};
+use crate::config::HealthCheck;
+use bytes::BytesMut;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use std::sync::{Arc, Weak};
+
+/// The most of a ping's answer read to find a JSON-RPC message in it.
+const MAX_PING_ANSWER: usize = 64 << 10;
+
+/// Makes `endpoint`'s check run with `settings` and the ping `request` (none when
+/// `settings` is `None`): a check already running with both is left alone.
+pub fn ensure(endpoint: &Arc<EndpointState>, settings: Option<HealthCheck>, request: Vec<u8>) {
+    let mut running = endpoint.checker.lock().unwrap_or_else(|p| p.into_inner());
+    if let (Some(c), Some(s)) = (&*running, &settings)
+        && c.settings == *s
+        && *c.request == *request
+    {
+        return;
+    }
+    if let Some(c) = running.take() {
+        c.task.abort();
+    }
+    let Some(settings) = settings else {
+        // Without active checks, only ejections take it out.
+        endpoint.set_healthy(true);
+        return;
+    };
+    let request: Arc<[u8]> = request.into();
+    let task = tokio::spawn(run(Arc::downgrade(endpoint), settings, request.clone()));
+    *running = Some(Checker {
+        settings,
+        request,
+        task: task.abort_handle(),
+    });
+}
+
+async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<[u8]>) {
+    let pool = match endpoint.upgrade() {
+        Some(e) => e.new_pool(),
+        None => return,
+    };
+    let (mut passed, mut failed) = (0u32, 0u32);
+    loop {
+        let verdict = tokio::time::timeout(settings.timeout, ping(&pool, &request))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", settings.timeout)));
+        let Some(endpoint) = endpoint.upgrade() else {
+            return;
+        };
+        match verdict {
+            Ok(()) => {
+                failed = 0;
+                passed = passed.saturating_add(1);
+                if passed >= settings.healthy_after {
+                    endpoint.set_healthy(true);
+                }
+            }
+            Err(why) => {
+                passed = 0;
+                failed = failed.saturating_add(1);
+                tracing::debug!(endpoint = %endpoint.label, failed, why, "health ping failed");
+                if failed >= settings.unhealthy_after {
+                    endpoint.set_healthy(false);
+                }
+            }
+        }
+        drop(endpoint);
+        tokio::time::sleep(settings.interval).await;
+    }
+}
+
+/// One ping: `Ok` when it passes, else why not.
+async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), String> {
+    let answer = pool
+        .send(&Method::POST, request, &mut || {})
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = answer.status();
+    if status.is_server_error() {
+        return Err(format!("status {status}"));
+    }
+    let sse = answer
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            crate::http::headval::media_type(ct).eq_ignore_ascii_case("text/event-stream")
+        });
+    let mut body = answer.into_body();
+    let mut seen = BytesMut::new();
+    loop {
+        let frame = match body.frame().await {
+            Some(Ok(f)) => f,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => break,
+        };
+        if let Ok(data) = frame.into_data() {
+            seen.extend_from_slice(&data);
+        }
+        if sse && holds_message(&seen, true) {
+            return Ok(());
+        }
+        if seen.len() > MAX_PING_ANSWER {
+            break;
+        }
+    }
+    if holds_message(&seen, sse) {
+        Ok(())
+    } else if status == StatusCode::OK || status.is_client_error() {
+        Err(format!("status {status} without a JSON-RPC message"))
+    } else {
+        Err(format!("status {status}"))
+    }
+}
+
+/// Whether `text` holds a JSON-RPC message: the whole body, or (`sse`) the data of an
+/// event.
+fn holds_message(text: &[u8], sse: bool) -> bool {
+    let is_message = |bytes: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| match v {
+            serde_json::Value::Array(items) => items.iter().any(|m| m["jsonrpc"] == "2.0"),
+            m => m["jsonrpc"] == "2.0",
+        })
+    };
+    if !sse {
+        return is_message(text);
+    }
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .any(|data| is_message(data.trim_ascii()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holds_message;
+
+    #[test]
+    fn a_ping_answer_is_a_json_rpc_message() {
+        assert!(holds_message(
+            br#"{"jsonrpc":"2.0","id":"h","result":{}}"#,
+            false
+        ));
+        assert!(holds_message(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Missing session ID"}}"#,
+            false
+        ));
+        assert!(holds_message(
+            b"id: 1\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"h\",\"result\":{}}\n\n",
+            true
+        ));
+        assert!(!holds_message(b"<html>Bad Gateway</html>", false));
+        assert!(!holds_message(b"{\"ok\":true}", false));
+        assert!(!holds_message(
+            b"event: message\ndata: {\"jsonrpc\":\"2.0\"",
+            true
+        ));
+    }
+}

@@ -63,7 +63,11 @@ impl UpstreamState {
         }
         match upstream.balance {
             Balance::RoundRobin => {
-                let start = self.next.fetch_add(1, Ordering::Relaxed);
+                // A retry goes on from the endpoint that failed, not from the next turn.
+                let start = match tried.last() {
+                    Some(&failed) => failed + 1,
+                    None => self.next.fetch_add(1, Ordering::Relaxed),
+                };
                 (0..n).map(|k| (start + k) % n).find(|&i| usable(i))
             }
             Balance::LeastRequests => {

@@ -127,6 +127,11 @@ fn run_client(cmd: &mut Command) -> String {
 /// The gateway in front of server-everything (on `ev_port`) and the Python server (at
 /// `py_url`: `http://…` or `unix:/socket:/mcp`).
 fn gateway_for(ev_port: u16, py_url: &str) -> Gateway {
+    gateway_with(ev_port, &format!("url = \"{py_url}\""))
+}
+
+/// The same, with the Python upstream's `url` or `endpoints` (and more keys) given.
+fn gateway_with(ev_port: u16, py_upstream: &str) -> Gateway {
     Gateway::start(&format!(
         r#"
 [[listen]]
@@ -136,7 +141,7 @@ addr = "127.0.0.1:0"
 [upstreams.everything]
 url = "http://127.0.0.1:{ev_port}/mcp"
 [upstreams.pydocs]
-url = "{py_url}"
+{py_upstream}
 headers = {{ "X-API-Key" = "${{env:MCPGATE_TEST_API_KEY}}" }}
 
 [tools]
@@ -663,4 +668,90 @@ fn a_python_sdk_server_on_a_unix_socket_is_served() {
             );
         }
     }
+}
+
+/// Two Python SDK servers as replicas of one upstream. Each knows only the sessions it
+/// made, so a session's request that reached the other would fail: the Python and
+/// TypeScript SDK clients, again and again, through two gateways sharing the session key,
+/// all succeed. A session made through one gateway goes on through the other. With one
+/// server killed, its sessions are 404 (the clients' signal to start again), the other's
+/// go on, and new clients are served.
+#[test]
+fn python_sdk_servers_as_replicas_keep_every_session_whole() {
+    let (_ev, ev_port) = everything();
+    let (_py1, p1) = python_server("sse");
+    let (mut py2, p2) = python_server("sse");
+    let upstream = format!(
+        "endpoints = [\"http://127.0.0.1:{p1}/mcp\", \"http://127.0.0.1:{p2}/mcp\"]\nbalance = \"round_robin\"\nsession_key = \"q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=\""
+    );
+    let one = gateway_with(ev_port, &upstream);
+    let two = gateway_with(ev_port, &upstream);
+    let clients = |gw: &Gateway| {
+        for case in cases(gw, "pydocs") {
+            let out = run_client(
+                Command::new(python())
+                    .arg(peers().join("py_client.py"))
+                    .args([
+                        &case.url,
+                        "legacy",
+                        case.bearer,
+                        case.tool,
+                        case.args,
+                        case.hidden,
+                    ]),
+            );
+            check_client_output(&out, &case, "python via replicas");
+            let out = run_client(
+                Command::new(node22())
+                    .arg(peers().join("ts_client.mjs"))
+                    .args([&case.url, case.bearer, case.tool, case.args, case.hidden]),
+            );
+            check_client_output(&out, &case, "typescript via replicas");
+        }
+    };
+    clients(&one);
+    clients(&two);
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let bearer = support::bearer(T_PY);
+    let auth = [("authorization", bearer.as_str())];
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_document","arguments":{"id":"welcome"}}}"#;
+    // Made through one gateway, used through the other: round robin puts two on each
+    // server.
+    let sessions: Vec<String> = (0..4)
+        .map(|_| {
+            let r = rt.block_on(support::post(&one.url("/py-bearer"), &auth, init));
+            assert_eq!(r.status, 200, "{}", r.body);
+            let id = r.header("mcp-session-id").to_string();
+            let with = [auth[0], ("mcp-session-id", id.as_str())];
+            let r = rt.block_on(support::post(&two.url("/py-bearer"), &with, initialized));
+            assert_eq!(r.status, 202, "{}", r.body);
+            let r = rt.block_on(support::post(&two.url("/py-bearer"), &with, call));
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert!(r.body.contains("This store holds"), "{}", r.body);
+            id
+        })
+        .collect();
+
+    let _ = py2.0.kill();
+    let _ = py2.0.wait();
+    let statuses: Vec<u16> = sessions
+        .iter()
+        .map(|id| {
+            let with = [auth[0], ("mcp-session-id", id.as_str())];
+            let r = rt.block_on(support::post(&one.url("/py-bearer"), &with, call));
+            if r.status == 404 {
+                assert!(r.body.contains("-32001"), "{}", r.body);
+            } else {
+                assert!(r.body.contains("This store holds"), "{}", r.body);
+            }
+            r.status.as_u16()
+        })
+        .collect();
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    assert_eq!(sorted, [200, 200, 404, 404], "{statuses:?}");
+    clients(&one);
 }

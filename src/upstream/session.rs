@@ -213,4 +213,13 @@ mod tests {
                 .is_some()
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a client sends as a session id opens to nothing, without a panic.
+        #[test]
+        fn any_text_a_client_makes_up_opens_to_nothing(text in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2000)) {
+            let s = Sealer::new("kb", &[key(1)]);
+            proptest::prop_assert_eq!(s.open(&text), None);
+        }
+    }
 }

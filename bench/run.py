@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("MCPGATE_BIN", "target/release/mcpgate"))
 TOKEN = "bench-token-0123456789abcdefghijklmnopqrstuvw"
 TICK = os.sysconf("SC_CLK_TCK")
-PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "UPSTREAM_STREAMS": 18903, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929, "DEMO": 18930}
+PORTS = {"UPSTREAM": 18901, "UPSTREAM_BIG": 18902, "UPSTREAM_STREAMS": 18903, "UPSTREAM_TLS": 18904,
+         "REPLICA_A": 18905, "REPLICA_B": 18906, "NGINX": 18910, "MCPGATE": 18920, "ADMIN": 18929, "DEMO": 18930}
 
 
 def free(port):
@@ -64,13 +65,20 @@ def parse_ms(text):
     return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
 
 
-def wrk(url, script, extra_env=None, connections=CONNECTIONS):
+def wrk_start(url, script, extra_env=None, connections=CONNECTIONS, duration=None):
     env = dict(os.environ, **(extra_env or {}))
     threads = min(2, connections)
-    out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{DURATION}s", "--latency", "-s", os.path.join(ROOT, "bench", script), url],
-        capture_output=True, text=True, env=env, check=True,
-    ).stdout
+    return subprocess.Popen(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration or DURATION}s", "--latency", "-s", os.path.join(ROOT, "bench", script), url],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def wrk(url, script, extra_env=None, connections=CONNECTIONS):
+    return wrk_result(url, wrk_start(url, script, extra_env, connections).communicate()[0])
+
+
+def wrk_result(url, out):
     if "Latency Distribution" not in out:
         raise SystemExit(f"wrk printed no latencies for {url}:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
@@ -101,12 +109,28 @@ def main():
         open(path, "w").write(text)
         return path
 
-    tokens = f'[[tokens]]\nid = "bench"\nsha256 = "{token_hash}"\nprofiles = ["gpt", "big", "streams"]\n'
+    tokens = f'[[tokens]]\nid = "bench"\nsha256 = "{token_hash}"\nprofiles = ["gpt", "big", "streams", "tls", "replicas"]\n'
     procs = []
 
     def start(args, **kw):
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, os.path.basename(args[0]) + f"-{len(procs)}.log"), "w"), **kw)
+        log = os.path.join(work, os.path.basename(args[0]) + f"-{len(procs)}.log")
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log, "w"), **kw)
+        p.log = log
         procs.append(p)
+        return p
+
+    # A private CA and a certificate for localhost, for the https upstream.
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=work, check=True, capture_output=True)
+    open(os.path.join(work, "leaf.ext"), "w").write(
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n")
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=mcpgate bench CA")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "tls.pem", "-days", "2", "-extfile", "leaf.ext")
+
+    def replica(port):
+        p = start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{port}", "--tools", "500", "--result-bytes", "200"])
+        wait_port(port)
         return p
 
     try:
@@ -116,11 +140,16 @@ def main():
         wait_port(PORTS["UPSTREAM"]); wait_port(PORTS["UPSTREAM_BIG"]); wait_port(PORTS["UPSTREAM_STREAMS"])
         for d in ("client_body", "proxy"):
             os.makedirs(os.path.join(work, d), exist_ok=True)
-        conf = render("nginx.conf")
         user = "user root root;\n" if os.getuid() == 0 else ""
-        text = open(conf).read()
-        open(conf, "w").write(user + text)
-        nginx = start(["nginx", "-c", conf, "-p", work, "-g", "daemon off;"])
+        def nginx_conf(name):
+            conf = render(name)
+            text = open(conf).read()
+            open(conf, "w").write(user + text)
+            return conf
+        tls_front = start(["nginx", "-c", nginx_conf("tls-front.conf"), "-p", work, "-g", "daemon off;"])
+        wait_port(PORTS["UPSTREAM_TLS"])
+        replicas = {"a": replica(PORTS["REPLICA_A"]), "b": replica(PORTS["REPLICA_B"])}
+        nginx = start(["nginx", "-c", nginx_conf("nginx.conf"), "-p", work, "-g", "daemon off;"])
         gate_conf = render("mcpgate.toml", {"TOKENS": tokens})
         gate = start([BIN, "run", "-c", gate_conf])
         wait_port(PORTS["NGINX"]); wait_port(PORTS["MCPGATE"])
@@ -131,11 +160,16 @@ def main():
             "nginx": (f"http://127.0.0.1:{PORTS['NGINX']}/gpt-mcp/{TOKEN}/mcp", nginx_pids),
             "mcpgate": (f"http://127.0.0.1:{PORTS['MCPGATE']}/gpt-mcp/{TOKEN}/mcp", [gate.pid]),
         }
+        tls_targets = {
+            "direct": (f"https://127.0.0.1:{PORTS['UPSTREAM_TLS']}/mcp", [tls_front.pid] + children(tls_front.pid)),
+            "nginx": (f"http://127.0.0.1:{PORTS['NGINX']}/tls-mcp/{TOKEN}/mcp", nginx_pids),
+            "mcpgate": (f"http://127.0.0.1:{PORTS['MCPGATE']}/tls-mcp/{TOKEN}/mcp", [gate.pid]),
+        }
         idle_rss = {"nginx": rss_kib(nginx_pids), "mcpgate": rss_kib([gate.pid])}
         results = {}
 
-        def measure(scenario, target, script, env=None, connections=CONNECTIONS):
-            url, pids = targets[target]
+        def measure(scenario, target, script, env=None, connections=CONNECTIONS, where=targets):
+            url, pids = where[target]
             before = cpu_ticks(pids)
             r = wrk(url, script, env, connections)
             r["cpu_us_per_req"] = (cpu_ticks(pids) - before) * 1e6 / TICK / max(r["requests"], 1)
@@ -150,9 +184,32 @@ def main():
                 measure("call_json_1conn", target, "call.lua", connections=1)
             for target in ("nginx", "mcpgate"):
                 measure("list_500", target, "list.lua")
+            # An https upstream: each proxy's own TLS client, connections kept.
+            for target in ("direct", "nginx", "mcpgate"):
+                measure("call_https", target, "call.lua", where=tls_targets)
             # SSE conversion: mcpgate converts the JSON answer; nginx can only pass it on.
             measure("call_sse", "nginx", "call.lua")
             measure("call_sse", "mcpgate", "call.lua", {"BENCH_ACCEPT": "text/event-stream"})
+
+        # One of two replicas killed (SIGKILL) a third into a run under load, then brought
+        # back: what the clients saw, through nginx and through mcpgate. mcpgate's log
+        # says, for each request that failed, whether it had reached the killed replica
+        # ("before a complete answer") or not ("connection failed": a failure it owes).
+        kills = {}
+        for target, port in (("nginx", PORTS["NGINX"]), ("mcpgate", PORTS["MCPGATE"])):
+            url = f"http://127.0.0.1:{port}/replicas/{TOKEN}/mcp"
+            seconds = max(DURATION, 3)
+            load = wrk_start(url, "call.lua", duration=seconds)
+            time.sleep(seconds / 3)
+            replicas["a"].kill()
+            replicas["a"].wait()
+            out = load.communicate()[0]
+            kills[target] = wrk_result(url, out)
+            replicas["a"] = replica(PORTS["REPLICA_A"])
+            time.sleep(1.5)
+        failed_lines = [json.loads(l) for l in open(gate.log) if '"request failed"' in l and "Upstream unreachable" in l]
+        kills["mcpgate"]["reached"] = sum("before a complete answer" in l.get("error", "") for l in failed_lines)
+        kills["mcpgate"]["unreached"] = sum("connection failed" in l.get("error", "") for l in failed_lines)
 
         # A 10 MiB tool result through mcpgate: RSS growth while it streams.
         base = rss_kib([gate.pid]); peak = base
@@ -256,6 +313,18 @@ def main():
     cn, cg = med("call_json", "nginx", "cpu_us_per_req"), med("call_json", "mcpgate", "cpu_us_per_req")
     compared("CPU/request, small tools/call, full policy", 1.0, cn, cg, "µs", 1)
     compared("added p50 latency vs direct", 1.0, added_n, added_g, "ms", 3)
+    tn, tg = med("call_https", "nginx", "cpu_us_per_req"), med("call_https", "mcpgate", "cpu_us_per_req")
+    compared("CPU/request, small tools/call to an https upstream", 1.0, tn, tg, "µs", 1)
+    # Added over the plain upstream (call_json direct): both paths also cross the TLS
+    # front, the same hop for both. (wrk's own TLS client is slower than either proxy's, so
+    # wrk straight to the front is no baseline.)
+    compared("added p50 latency vs direct, https upstream", 1.0, med("call_https", "nginx", "p50") - d50,
+             med("call_https", "mcpgate", "p50") - d50, "ms", 3)
+    kn, kg = kills["nginx"], kills["mcpgate"]
+    row("one of two replicas SIGKILLed under load: failed requests not yet written to it", "0",
+        f"{kn['failed']} failed of {kn['requests']}",
+        f"{kg['failed']} failed of {kg['requests']} ({kg['reached']} had reached it, {kg['unreached']} had not)", "-",
+        kg["unreached"] == 0 and kg["failed"] == kg["reached"])
     ln, lg = med("list_500", "nginx", "cpu_us_per_req"), med("list_500", "mcpgate", "cpu_us_per_req")
     compared("tools/list 500→100: CPU/request vs nginx pass-through", 2.0, ln, lg, "µs", 1)
     row("RSS growth streaming a 10 MiB result", "< 2 MiB", "-", f"{big['rss_growth_kib']} KiB ({big['bytes']} bytes)", "-", big["rss_growth_kib"] < 2048)

@@ -43,6 +43,14 @@ fn check(text: &str, what: &str) {
         .arg("-c")
         .arg(&path)
         .env("AGENT_DATA_API_KEY", "doc-test")
+        .env(
+            "MCPGATE_SESSION_KEY",
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        )
+        .env(
+            "MCPGATE_SESSION_KEY_OLD",
+            "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=",
+        )
         .output()
         .unwrap();
     assert!(

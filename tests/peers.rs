@@ -682,7 +682,7 @@ fn python_sdk_servers_as_replicas_keep_every_session_whole() {
     let (_py1, p1) = python_server("sse");
     let (mut py2, p2) = python_server("sse");
     let upstream = format!(
-        "endpoints = [\"http://127.0.0.1:{p1}/mcp\", \"http://127.0.0.1:{p2}/mcp\"]\nbalance = \"round_robin\"\nsession_key = \"q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=\""
+        "endpoints = [\"http://127.0.0.1:{p1}/mcp\", \"http://127.0.0.1:{p2}/mcp\"]\nbalance = \"round_robin\"\nhealth = {{ interval = \"300ms\", timeout = \"250ms\", unhealthy_after = 1 }}\nsession_key = \"q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=\""
     );
     let one = gateway_with(ev_port, &upstream);
     let two = gateway_with(ev_port, &upstream);
@@ -735,6 +735,11 @@ fn python_sdk_servers_as_replicas_keep_every_session_whole() {
         })
         .collect();
 
+    // Their pings (without a session: a stateful SDK server answers 400 with a JSON-RPC
+    // error) kept both in all along.
+    for gw in [&one, &two] {
+        assert!(!gw.log().contains("endpoint unhealthy"), "{}", gw.log());
+    }
     let _ = py2.0.kill();
     let _ = py2.0.wait();
     let statuses: Vec<u16> = sessions
@@ -754,4 +759,7 @@ fn python_sdk_servers_as_replicas_keep_every_session_whole() {
     sorted.sort();
     assert_eq!(sorted, [200, 200, 404, 404], "{statuses:?}");
     clients(&one);
+    // The pings saw it go.
+    let log = one.log();
+    assert!(log.contains("endpoint unhealthy"), "{log}");
 }

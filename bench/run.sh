@@ -5,11 +5,11 @@
 #   bench/run.sh --smoke    one short round of each scenario: checks the harness works
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null || ! command -v openssl >/dev/null; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null
+    apt-get update -qq && apt-get install -y -qq nginx wrk openssl >/dev/null
   else
-    echo "bench/run.sh: please install nginx and wrk" >&2
+    echo "bench/run.sh: please install nginx, wrk and openssl" >&2
     exit 1
   fi
 fi

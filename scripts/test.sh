@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)        # the demo test pastes curl commands
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the benchmark smoke makes its https upstream's certificate
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)   # installs the MCP peers
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

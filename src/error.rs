@@ -88,6 +88,9 @@ pub enum GateError {
     SessionNotFound,
     #[error("Service unavailable: no healthy endpoint for this upstream")]
     NoHealthyEndpoint,
+    /// A stdio upstream runs as many processes as it may.
+    #[error("Service unavailable: this server runs its most sessions ({max}); try again later")]
+    TooManyProcesses { max: usize },
 }
 
 impl GateError {
@@ -106,7 +109,9 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            AuditUnavailable | NoHealthyEndpoint => StatusCode::SERVICE_UNAVAILABLE,
+            AuditUnavailable | NoHealthyEndpoint | TooManyProcesses { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -126,7 +131,7 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => code::RATE_LIMITED,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
-            AuditUnavailable | NoHealthyEndpoint => code::UNAVAILABLE,
+            AuditUnavailable | NoHealthyEndpoint | TooManyProcesses { .. } => code::UNAVAILABLE,
         }
     }
 
@@ -137,7 +142,8 @@ impl GateError {
             | UpstreamBadResponse(_)
             | UpstreamTimeout
             | SessionNotFound
-            | NoHealthyEndpoint => Side::Upstream,
+            | NoHealthyEndpoint
+            | TooManyProcesses { .. } => Side::Upstream,
             AuditUnavailable => Side::Gateway,
             _ => Side::Downstream,
         }
@@ -177,6 +183,7 @@ impl GateError {
             AuditUnavailable => "audit_unavailable",
             SessionNotFound => "session_not_found",
             NoHealthyEndpoint => "no_healthy_endpoint",
+            TooManyProcesses { .. } => "too_many_processes",
         }
     }
 }

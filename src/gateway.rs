@@ -137,6 +137,12 @@ impl Gateway {
         }))
     }
 
+    /// Closes the processes of stdio upstreams (stdin, SIGTERM, SIGKILL) and waits for
+    /// them: a step of shutdown, after the listeners drained.
+    pub async fn close_stdio(&self) {
+        self.pools.close_stdio().await;
+    }
+
     /// Writes every queued audit record and syncs the file; the last step of a shutdown.
     pub async fn close_audit(&self) {
         if let Some(a) = &self.audit {

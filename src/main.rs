@@ -79,6 +79,9 @@ enum Command {
         /// Serve GET streams: one notification per second, held open.
         #[arg(long)]
         streams: bool,
+        /// Speak MCP over stdin and stdout instead of listening (a stdio server).
+        #[arg(long)]
+        stdio: bool,
     },
     /// Start a sample MCP server and the gateway in front of it, and print curl commands.
     Demo {
@@ -169,6 +172,7 @@ fn dispatch(command: Command) -> Result<()> {
             tools,
             result_bytes,
             streams,
+            stdio,
         } => {
             let opts = mcpgate::cli::sample::Options {
                 mode: if sse {
@@ -182,6 +186,11 @@ fn dispatch(command: Command) -> Result<()> {
                 record: false,
                 ..Default::default()
             };
+            if stdio {
+                return runtime()?
+                    .block_on(mcpgate::cli::sample::serve_stdio(opts))
+                    .context("serving over stdio");
+            }
             runtime()?.block_on(async {
                 let server = mcpgate::cli::sample::start(listen, opts)
                     .await

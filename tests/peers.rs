@@ -7,32 +7,15 @@ mod support;
 
 use serde_json::Value;
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{Gateway, hash};
+use support::{Gateway, hash, node22, peers, python, run_client};
 
 const T_EV: &str = "tok-everything-4Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0Cd";
 const T_PY: &str = "tok-python-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9Ab";
 const EV_ALLOWED: [&str; 3] = ["echo", "get-sum", "get-tiny-image"];
 const PY_ALLOWED: [&str; 2] = ["search_knowledge", "get_document"];
-
-fn peers() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers");
-    assert!(
-        dir.join("node_modules/node/bin/node").exists() && dir.join(".venv/bin/python").exists(),
-        "the MCP peers are not installed: run scripts/test.sh (it installs them into tests/peers/)"
-    );
-    dir
-}
-
-fn node22() -> PathBuf {
-    peers().join("node_modules/node/bin/node")
-}
-
-fn python() -> PathBuf {
-    peers().join(".venv/bin/python")
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -94,34 +77,6 @@ fn python_server(mode: &str) -> (Peer, u16) {
         port,
     );
     (peer, port)
-}
-
-/// Runs a client to completion (bounded) and returns its stdout.
-fn run_client(cmd: &mut Command) -> String {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "client failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// The gateway in front of server-everything (on `ev_port`) and the Python server (at

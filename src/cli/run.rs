@@ -94,6 +94,7 @@ pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result
     if let Some(r) = reopener {
         r.abort();
     }
+    gw.close_stdio().await;
     gw.close_audit().await;
     Ok(())
 }

@@ -174,11 +174,9 @@ impl Drop for CallGuard {
     }
 }
 
-pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleServer> {
-    let socket = TcpListener::bind(addr).await?;
-    let addr = socket.local_addr()?;
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let docs = BTreeMap::from([
+/// The documents the sample server starts with.
+fn store() -> BTreeMap<String, (String, String)> {
+    BTreeMap::from([
         (
             "welcome".to_string(),
             (
@@ -200,11 +198,46 @@ pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleSer
                 "Superseded; kept for history.".to_string(),
             ),
         ),
-    ]);
+    ])
+}
+
+/// The sample server over stdio: one JSON-RPC message per line on stdin, each answer one
+/// line on stdout, until stdin ends (what `mcpgate sample-upstream --stdio` runs). Tools
+/// are the same as over HTTP.
+pub async fn serve_stdio(opts: Options) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let state = State {
+        opts,
+        docs: Mutex::new(store()),
+        received: Arc::new(Mutex::new(Vec::new())),
+        counter: AtomicU64::new(0),
+        cancelled: Arc::new(AtomicU64::new(0)),
+    };
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut out = tokio::io::BufWriter::new(tokio::io::stdout());
+    while let Some(line) = lines.next_line().await? {
+        let Ok(m) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let (Some(id), Some(method)) = (m.get("id"), m["method"].as_str()) else {
+            continue;
+        };
+        let mut text = answer(&state, id.clone(), method, &m["params"]).to_string();
+        text.push('\n');
+        out.write_all(text.as_bytes()).await?;
+        out.flush().await?;
+    }
+    Ok(())
+}
+
+pub async fn start(addr: SocketAddr, opts: Options) -> std::io::Result<SampleServer> {
+    let socket = TcpListener::bind(addr).await?;
+    let addr = socket.local_addr()?;
+    let received = Arc::new(Mutex::new(Vec::new()));
     let cancelled = Arc::new(AtomicU64::new(0));
     let state = Arc::new(State {
         opts,
-        docs: Mutex::new(docs),
+        docs: Mutex::new(store()),
         received: received.clone(),
         counter: AtomicU64::new(0),
         cancelled: cancelled.clone(),

@@ -11,6 +11,6 @@ pub mod watch;
 
 pub use compile::{
     Address, Auth, Balance, ConfigError, Endpoint, HealthCheck, Listener, LogFormat, LogSettings,
-    Outlier, Profile, Route, RouteMatch, ServerSettings, SessionKey, Snapshot, TokenEntry,
-    Upstream, load, load_str,
+    Outlier, Profile, Route, RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot,
+    StdioCommand, TokenEntry, Upstream, load, load_str,
 };

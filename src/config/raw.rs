@@ -75,6 +75,19 @@ pub struct RawUpstream {
     pub outlier: Option<S<RawOutlier>>,
     /// The key (or keys, newest first) that seal session ids: 32 bytes, base64.
     pub session_key: Option<S<toml::Value>>,
+    /// A stdio MCP server: the program and its arguments; instead of `url`.
+    pub command: Option<S<Vec<S<String>>>>,
+    /// The child's environment beyond PATH, HOME and LANG; values may hold secrets.
+    #[serde(default)]
+    pub env: BTreeMap<String, S<String>>,
+    /// The child's working folder; default the configuration's folder.
+    pub cwd: Option<S<String>>,
+    /// `per_client` (default): a process per MCP session; `shared`: one for all.
+    pub sessions: Option<S<String>>,
+    /// Processes at most (per_client); default 16.
+    pub max_processes: Option<S<u32>>,
+    /// A session with no request for this long ends; default `10m`.
+    pub idle_timeout: Option<S<String>>,
     /// Default `5s`.
     pub connect_timeout: Option<S<String>>,
     /// Deadline of one request; default `60s`.

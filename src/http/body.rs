@@ -2,6 +2,8 @@
 //! streamed through untouched, or a rewriting stream (tools/list over SSE). An enum rather
 //! than a boxed trait object so the common pass-through case costs no allocation.
 
+use crate::http::h1::client::{BodyError, UpBody};
+use crate::http::h1::stream::Stream;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -24,7 +26,7 @@ pub enum GateBody {
     Streamed(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
-        body: crate::http::h1::client::UpBody<crate::http::h1::stream::Stream>,
+        body: UpstreamBody,
         deadline: Option<crate::runtime::deadline::Deadline>,
     },
     Stream(UnsyncBoxBody<Bytes, BoxError>),
@@ -35,6 +37,54 @@ pub enum GateBody {
     },
     /// A body that holds concurrency permits until it is done or dropped.
     Held(Box<GateBody>, Vec<tokio::sync::OwnedSemaphorePermit>),
+}
+
+/// What an upstream's answer is read from: its HTTP/1.1 connection, or, for a stdio
+/// upstream, the bytes its bridge makes of the messages the process sends for the request.
+pub enum UpstreamBody {
+    H1(UpBody<Stream>),
+    /// `first`, then what comes on `rx` until every sender is gone.
+    Messages {
+        first: Option<Bytes>,
+        rx: tokio::sync::mpsc::Receiver<Result<Bytes, BodyError>>,
+    },
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            UpstreamBody::H1(body) => Pin::new(body).poll_frame(cx),
+            UpstreamBody::Messages { first, rx } => match first.take() {
+                Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                None => rx.poll_recv(cx).map(|m| m.map(|r| r.map(Frame::data))),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::H1(body) => body.is_end_stream(),
+            UpstreamBody::Messages { first, rx } => {
+                first.is_none() && rx.is_closed() && rx.is_empty()
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::H1(body) => body.size_hint(),
+            UpstreamBody::Messages { first, rx } if rx.is_closed() && rx.is_empty() => {
+                SizeHint::with_exact(first.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            UpstreamBody::Messages { .. } => SizeHint::default(),
+        }
+    }
 }
 
 impl GateBody {

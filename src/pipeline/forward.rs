@@ -18,6 +18,7 @@
 use crate::config::Upstream;
 use crate::error::GateError;
 use crate::gateway::Live;
+use crate::http::body::UpstreamBody;
 use crate::http::fields::Kind;
 use crate::runtime::deadline::Deadline;
 use crate::upstream::encode::{Outgoing, encode};
@@ -31,7 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The upstream's response head and, when the deadline bounds the body too, what is left
 /// of it.
 pub struct Answer {
-    pub response: Response<UpBody>,
+    pub response: Response<UpstreamBody>,
     pub deadline: Option<Deadline>,
     /// How long the upstream took to send the head.
     pub took: std::time::Duration,
@@ -48,6 +49,19 @@ pub async fn send(
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
+    if let Some(stdio) = &state.stdio {
+        // A stdio server: the bridge answers as its HTTP server would.
+        let response = tokio::select! {
+            biased;
+            r = stdio.send(&out.method, out.fields, &out.body) => r?,
+            _ = &mut deadline => return Err(GateError::UpstreamTimeout),
+        };
+        return Ok(Answer {
+            response,
+            deadline: out.body_deadline.then_some(deadline),
+            took: started.elapsed(),
+        });
+    }
     let outlier = upstream.outlier.as_ref();
     let session = out.fields.get(Kind::McpSessionId);
     // The endpoint being tried, so a passed deadline counts against it.
@@ -128,7 +142,7 @@ pub async fn send(
         seal_answer(state, endpoint, &out.method, session, &mut response)?;
     }
     Ok(Answer {
-        response,
+        response: response.map(UpstreamBody::H1),
         deadline: out.body_deadline.then_some(deadline),
         took: started.elapsed(),
     })

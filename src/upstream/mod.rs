@@ -1,7 +1,8 @@
 //! How a request reaches an MCP server: the request as it is sent (`encode`), per-worker
 //! pools of kept connections (`pool`), the order of one session's requests (`order`), an
 //! upstream's endpoints with their health (`endpoint`, `health`), sealed session ids
-//! (`session`), all kept across reloads by the gateway's `registry`.
+//! (`session`), stdio servers run as processes (`stdio`), all kept across reloads by the
+//! gateway's `registry`.
 
 pub mod encode;
 pub mod endpoint;
@@ -10,3 +11,4 @@ pub mod order;
 pub mod pool;
 pub mod registry;
 pub mod session;
+pub mod stdio;

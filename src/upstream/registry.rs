@@ -9,7 +9,8 @@
 
 use super::endpoint::{EndpointMetrics, EndpointState};
 use super::session::{EndpointId, Sealer};
-use crate::config::{Address, Balance, Endpoint, Upstream};
+use super::stdio::StdioUpstream;
+use crate::config::{Address, Balance, Endpoint, StdioCommand, Upstream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,8 @@ pub struct UpstreamState {
     pub endpoints: Box<[Arc<EndpointState>]>,
     /// With `session_key`: seals and opens the session ids clients hold.
     pub sealer: Option<Sealer>,
+    /// A stdio upstream (`command`): its sessions and processes.
+    pub stdio: Option<Arc<StdioUpstream>>,
     /// The next endpoint `round_robin` tries first.
     next: AtomicUsize,
 }
@@ -94,6 +97,8 @@ impl UpstreamState {
 #[derive(Default)]
 pub struct Registry {
     current: Mutex<HashMap<Key, Arc<EndpointState>>>,
+    /// stdio upstreams by name and settings.
+    stdio: Mutex<HashMap<(Arc<str>, Arc<StdioCommand>), Arc<StdioUpstream>>>,
 }
 
 /// How the gateway's metrics are reached from here: the series of an endpoint (made or
@@ -115,6 +120,8 @@ impl Registry {
     ) -> Box<[UpstreamState]> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let mut next: HashMap<Key, Arc<EndpointState>> = HashMap::new();
+        let mut stdio_current = self.stdio.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stdio_next = HashMap::new();
         let mut ordered: Vec<&Arc<Upstream>> = upstreams.values().collect();
         ordered.sort_by_key(|u| u.index);
         let table = ordered
@@ -143,10 +150,20 @@ impl Registry {
                         state
                     })
                     .collect();
+                let stdio = u.stdio.as_ref().map(|command| {
+                    let key = (u.name.clone(), command.clone());
+                    let up = stdio_current
+                        .get(&key)
+                        .cloned()
+                        .unwrap_or_else(|| StdioUpstream::new(u.name.clone(), command.clone()));
+                    stdio_next.insert(key, up.clone());
+                    up
+                });
                 UpstreamState {
                     endpoints,
                     sealer: (!u.session_keys.is_empty())
                         .then(|| Sealer::new(&u.name, &u.session_keys)),
+                    stdio,
                     next: AtomicUsize::new(0),
                 }
             })
@@ -158,7 +175,27 @@ impl Registry {
             }
         }
         *current = next;
+        // stdio upstreams removed or changed: their sessions end, their processes close.
+        for (key, gone) in stdio_current.drain() {
+            if !stdio_next.contains_key(&key) {
+                tracing::info!(upstream = %key.0, "stdio upstream removed or changed; closing its processes");
+                tokio::spawn(async move { gone.close_all().await });
+            }
+        }
+        *stdio_current = stdio_next;
         table
+    }
+
+    /// Closes every stdio upstream's processes and waits for them: the end of a shutdown.
+    pub async fn close_stdio(&self) {
+        let all: Vec<Arc<StdioUpstream>> = self
+            .stdio
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, u)| u)
+            .collect();
+        futures_util::future::join_all(all.iter().map(|u| u.close_all())).await;
     }
 }
 

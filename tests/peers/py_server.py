@@ -1,7 +1,7 @@
 """A Python MCP server (the SDK's MCPServer, formerly FastMCP) used as an upstream in
 mcpgate's tests: a tiny document store with the same tool names as the sample server.
 
-usage: py_server.py PORT|unix:/path/to/socket [json|sse]
+usage: py_server.py PORT|unix:/path/to/socket|stdio [json|sse]
 
 On a unix socket it takes the Host a gateway sends there (`localhost`, as nginx does).
 """
@@ -43,7 +43,9 @@ def move_document(id: str, new_id: str) -> str:
 if __name__ == "__main__":
     where = sys.argv[1]
     json_response = len(sys.argv) > 2 and sys.argv[2] == "json"
-    if where.startswith("unix:"):
+    if where == "stdio":
+        server.run("stdio")
+    elif where.startswith("unix:"):
         import uvicorn
         from mcp.server.transport_security import TransportSecuritySettings
 

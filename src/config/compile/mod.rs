@@ -19,7 +19,8 @@ pub use snapshot::{
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
-    Address, Balance, Endpoint, HealthCheck, Outlier, Profile, SessionKey, Upstream,
+    Address, Balance, Endpoint, HealthCheck, Outlier, Profile, SessionKey, Sharing, StdioCommand,
+    Upstream,
 };
 
 use super::glob::Matcher;

@@ -194,9 +194,10 @@ impl Snapshot {
         for u in self.upstreams.values() {
             let mut names: Vec<&str> = u.headers.keys().map(http::HeaderName::as_str).collect();
             names.dedup();
-            let url = match &*u.endpoints {
-                [one] => one.label.to_string(),
-                _ => format!("{} endpoints", u.endpoints.len()),
+            let url = match (&*u.endpoints, &u.stdio) {
+                (_, Some(c)) => format!("command={}", c.program),
+                ([one], None) => one.label.to_string(),
+                (_, None) => format!("{} endpoints", u.endpoints.len()),
             };
             let _ = writeln!(
                 out,
@@ -207,6 +208,23 @@ impl Snapshot {
                 humantime::format_duration(u.stream_idle_timeout),
                 names.join(", ")
             );
+            if let Some(c) = &u.stdio {
+                let mut names: Vec<&str> = c.env.iter().map(|(k, _)| k.as_str()).collect();
+                names.sort_unstable();
+                let _ = writeln!(
+                    out,
+                    "    stdio: args={:?} cwd={} sessions={} max_processes={} idle_timeout={} env=[{}]",
+                    c.args,
+                    c.cwd.display(),
+                    match c.sessions {
+                        super::upstreams::Sharing::PerClient => "per_client",
+                        super::upstreams::Sharing::Shared => "shared",
+                    },
+                    c.max_processes,
+                    humantime::format_duration(c.idle_timeout),
+                    names.join(", ")
+                );
+            }
             if u.endpoints.len() > 1 {
                 for e in &u.endpoints {
                     let _ = writeln!(out, "    endpoint: {}", e.label);

@@ -29,6 +29,9 @@ pub struct Upstream {
     /// The keys that seal the session ids clients receive, newest first: the first seals,
     /// each opens. Empty: session ids pass through as the upstream made them.
     pub session_keys: Box<[SessionKey]>,
+    /// A stdio server (`command`): mcpgate runs it and is its Streamable HTTP front.
+    /// `endpoints` is empty then.
+    pub stdio: Option<Arc<StdioCommand>>,
     pub connect_timeout: Duration,
     pub timeout: Duration,
     pub stream_idle_timeout: Duration,
@@ -53,6 +56,39 @@ pub struct Endpoint {
     /// The url as written: what metrics and logs call it, and (hashed) what a sealed
     /// session id names. Upstream urls cannot carry credentials (see `parse_url`).
     pub label: Arc<str>,
+}
+
+/// `command = [...]`: a local MCP server spoken to over its stdin and stdout.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct StdioCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Given to the child beside PATH, HOME and LANG; secrets resolved. Never printed.
+    pub env: Vec<(String, String)>,
+    pub cwd: std::path::PathBuf,
+    pub sessions: Sharing,
+    pub max_processes: usize,
+    pub idle_timeout: Duration,
+}
+
+impl fmt::Debug for StdioCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StdioCommand")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("sessions", &self.sessions)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// A process per MCP session.
+    PerClient,
+    /// One process for every session, request ids rewritten.
+    Shared,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +129,11 @@ impl Upstream {
     /// The only endpoint of an upstream configured with `url` (the first otherwise).
     pub fn first(&self) -> &Endpoint {
         &self.endpoints[0]
+    }
+
+    fn with_index(mut self, index: usize) -> Upstream {
+        self.index = index;
+        self
     }
 }
 
@@ -293,6 +334,22 @@ impl Compiler<'_> {
         let mut out = BTreeMap::new();
         for (name, whole) in raw {
             let u = whole.get_ref();
+            if let Some(command) = &u.command {
+                let stdio = self.stdio_upstream(name, whole, command)?;
+                out.insert(name.clone(), Arc::new(stdio.with_index(out.len())));
+                continue;
+            }
+            for (key, given) in [
+                ("env", (!u.env.is_empty()).then(|| whole.span())),
+                ("cwd", u.cwd.as_ref().map(S::span)),
+                ("sessions", u.sessions.as_ref().map(S::span)),
+                ("max_processes", u.max_processes.as_ref().map(S::span)),
+                ("idle_timeout", u.idle_timeout.as_ref().map(S::span)),
+            ] {
+                if let Some(span) = given {
+                    return fail(span, format!("{key} applies to stdio upstreams (command) only"));
+                }
+            }
             let urls: Vec<&S<String>> = match (&u.url, &u.endpoints) {
                 (Some(url), None) => vec![url],
                 (None, Some(list)) if list.get_ref().is_empty() => {
@@ -305,7 +362,7 @@ impl Compiler<'_> {
                 (None, None) => {
                     return fail(
                         whole.span(),
-                        format!("upstream {name:?} needs url or endpoints"),
+                        format!("upstream {name:?} needs url, endpoints or command"),
                     );
                 }
             };
@@ -392,6 +449,7 @@ impl Compiler<'_> {
                     health,
                     outlier,
                     session_keys,
+                    stdio: None,
                     connect_timeout,
                     timeout,
                     stream_idle_timeout,
@@ -401,6 +459,101 @@ impl Compiler<'_> {
             );
         }
         Ok(out)
+    }
+
+    /// `command = [...]`: a stdio upstream. Keys of HTTP upstreams are refused with it.
+    fn stdio_upstream(
+        &self,
+        name: &str,
+        whole: &S<raw::RawUpstream>,
+        command: &S<Vec<S<String>>>,
+    ) -> Result<Upstream, Fail> {
+        let u = whole.get_ref();
+        for (key, given) in [
+            ("url", u.url.as_ref().map(S::span)),
+            ("endpoints", u.endpoints.as_ref().map(S::span)),
+            ("balance", u.balance.as_ref().map(S::span)),
+            ("health", u.health.as_ref().map(S::span)),
+            ("outlier", u.outlier.as_ref().map(S::span)),
+            ("session_key", u.session_key.as_ref().map(S::span)),
+            ("tls", u.tls.as_ref().map(S::span)),
+            ("connect_timeout", u.connect_timeout.as_ref().map(S::span)),
+            ("headers", (!u.headers.is_empty()).then(|| whole.span())),
+        ] {
+            if let Some(span) = given {
+                return fail(span, format!("{key} does not apply to a stdio upstream (command)"));
+            }
+        }
+        let mut words = command.get_ref().iter();
+        let Some(program) = words.next() else {
+            return fail(command.span(), "command names no program");
+        };
+        if program.get_ref().is_empty() {
+            return fail(program.span(), "command names no program");
+        }
+        let args = words.map(|w| w.get_ref().clone()).collect();
+        let mut env = Vec::new();
+        for (k, v) in &u.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return fail(v.span(), format!("env: {k:?} is not a variable name"));
+            }
+            let value = at(v, resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()))?;
+            if value.contains('\0') {
+                return fail(v.span(), format!("env {k}: a value cannot hold a NUL byte"));
+            }
+            env.push((k.clone(), value));
+        }
+        let cwd = match &u.cwd {
+            Some(c) => self.path(c.get_ref()),
+            None => self.path("."),
+        };
+        let sessions = match &u.sessions {
+            None => Sharing::PerClient,
+            Some(v) => match v.get_ref().as_str() {
+                "per_client" => Sharing::PerClient,
+                "shared" => Sharing::Shared,
+                _ => return fail(v.span(), "sessions is \"per_client\" or \"shared\""),
+            },
+        };
+        let max_processes = match &u.max_processes {
+            Some(n) if *n.get_ref() == 0 => return fail(n.span(), "max_processes is at least 1"),
+            Some(n) => *n.get_ref() as usize,
+            None => 16,
+        };
+        let idle_timeout = match &u.idle_timeout {
+            Some(v) => at(v, parse_duration(v.get_ref()))?,
+            None => Duration::from_secs(600),
+        };
+        let timeout = match &u.timeout {
+            Some(v) => at(v, parse_duration(v.get_ref()))?,
+            None => DEFAULT_TIMEOUT,
+        };
+        let stream_idle_timeout = match &u.stream_idle_timeout {
+            Some(v) => at(v, parse_duration(v.get_ref()))?,
+            None => DEFAULT_STREAM_IDLE_TIMEOUT,
+        };
+        Ok(Upstream {
+            name: name.into(),
+            endpoints: Box::default(),
+            balance: Balance::RoundRobin,
+            health: None,
+            outlier: None,
+            session_keys: Box::default(),
+            stdio: Some(Arc::new(StdioCommand {
+                program: program.get_ref().clone(),
+                args,
+                env,
+                cwd,
+                sessions,
+                max_processes,
+                idle_timeout,
+            })),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            timeout,
+            stream_idle_timeout,
+            headers: HeaderMap::new(),
+            index: 0,
+        })
     }
 
     /// One url of `url` or `endpoints`, with its TLS settings if it is https.

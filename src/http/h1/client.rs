@@ -188,6 +188,13 @@ pub struct UpBody<IO> {
 #[error("upstream answer body: {0}")]
 pub struct BodyError(&'static str);
 
+impl BodyError {
+    /// An answer broken off for the reason given (a stdio upstream's process that exited).
+    pub fn new(why: &'static str) -> BodyError {
+        BodyError(why)
+    }
+}
+
 impl From<framing::ChunkError> for BodyError {
     fn from(e: framing::ChunkError) -> BodyError {
         BodyError(e.0)

@@ -1,0 +1,465 @@
+//! One stdio MCP server process and the traffic on its pipes.
+//!
+//! - It runs in a process group of its own, with only PATH, HOME, LANG and the configured
+//!   `env`. If the gateway is killed outright, its stdin reaches its end, which is how an
+//!   MCP stdio server is told to exit (the SDKs' servers do).
+//! - Requests are written one message per line by a writer task through a bounded queue: a
+//!   child that does not read fills it, and the next call fails at once rather than
+//!   waiting or growing the queue.
+//! - Each request's id is replaced by a number of the child's own counter on the way in,
+//!   and put back on the answer: two clients' equal ids (shared mode) never meet.
+//! - What the child writes is read line by line, bounded (`lines`). A line that is not a
+//!   JSON-RPC message is logged (truncated) and dropped. An answer goes to the call that
+//!   asked; a request or notification of the child's goes to the call it concerns (a
+//!   progress token it was given), else to the newest call in flight, else to the GET
+//!   streams of the sessions it serves; with none of those it is dropped and counted.
+//! - stderr lines go to the log with the upstream's name, at most
+//!   [`STDERR_LINES_PER_SECOND`] a second; the rest are counted in one line.
+//! - When it exits, every call still waiting gets an error and its sessions end.
+//! - `close`: stdin closed, SIGTERM to its group after [`GRACE`], SIGKILL after as long
+//!   again, and the process reaped.
+
+use super::lines::{Line, Lines};
+use crate::config::StdioCommand;
+use crate::http::h1::client::BodyError;
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use nix::sys::signal::Signal;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+
+/// The longest line read from a child's stdout: a larger message is dropped.
+pub const MAX_LINE: usize = 16 << 20;
+/// The longest stderr line logged; longer ones are cut.
+const MAX_STDERR_LINE: usize = 4 << 10;
+const STDERR_LINES_PER_SECOND: u32 = 50;
+/// Messages queued for a child's stdin before calls fail.
+const STDIN_QUEUE: usize = 64;
+/// Events queued for one call's client before the reader waits for it.
+pub const CALL_QUEUE: usize = 64;
+/// How long a closed child has to exit by itself, then after SIGTERM.
+pub const GRACE: Duration = Duration::from_secs(5);
+
+/// Why a message could not be handed to the child.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// It exited (or is being closed).
+    Gone,
+    /// Its stdin queue is full: it is not reading.
+    NotReading,
+}
+
+/// The stream a call's events go to, and what is left of it.
+pub struct Call {
+    tx: mpsc::Sender<Result<Bytes, BodyError>>,
+    /// Answers it still waits for; the call ends (its sender is let go) at 0.
+    left: AtomicUsize,
+}
+
+struct Pending {
+    /// The client's own id, as it wrote it.
+    id: Box<RawValue>,
+    call: Arc<Call>,
+}
+
+#[derive(Default)]
+struct Routing {
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    /// Calls in flight, oldest first.
+    calls: Vec<Arc<Call>>,
+    /// Progress tokens the calls in flight gave, and their call.
+    progress: HashMap<String, Arc<Call>>,
+    /// GET streams of the sessions this child serves.
+    listeners: Vec<mpsc::Sender<Result<Bytes, BodyError>>>,
+}
+
+pub struct Child {
+    upstream: Arc<str>,
+    pid: u32,
+    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
+    routing: Mutex<Routing>,
+    exited: watch::Receiver<bool>,
+    /// Set by `close`: its exit is then not a crash.
+    closing: AtomicBool,
+    /// Shared mode: whether a client's `notifications/initialized` was passed on yet.
+    pub initialized: AtomicBool,
+    /// Messages of the child's that reached no client.
+    pub unrouted: AtomicUsize,
+}
+
+/// What the spawner is told when a child exits: whether it was asked to, and how long it ran.
+pub type OnExit = Box<dyn FnOnce(bool, Duration) + Send>;
+
+impl Child {
+    /// Starts `command`; `on_exit` runs once it has exited and been reaped.
+    pub fn spawn(
+        upstream: Arc<str>,
+        command: &StdioCommand,
+        on_exit: OnExit,
+    ) -> std::io::Result<Arc<Child>> {
+        let mut cmd = tokio::process::Command::new(&command.program);
+        cmd.args(&command.args)
+            .current_dir(&command.cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(false);
+        for name in ["PATH", "HOME", "LANG"] {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        for (k, v) in &command.env {
+            cmd.env(k, v);
+        }
+        let mut process = cmd.spawn()?;
+        let pid = process.id().unwrap_or(0);
+        let stdin = process.stdin.take().expect("piped");
+        let stdout = process.stdout.take().expect("piped");
+        let stderr = process.stderr.take().expect("piped");
+        let (to_stdin, queue) = mpsc::channel(STDIN_QUEUE);
+        let (exited_tx, exited) = watch::channel(false);
+        let child = Arc::new(Child {
+            upstream: upstream.clone(),
+            pid,
+            stdin: Mutex::new(Some(to_stdin)),
+            routing: Mutex::new(Routing::default()),
+            exited,
+            closing: AtomicBool::new(false),
+            initialized: AtomicBool::new(false),
+            unrouted: AtomicUsize::new(0),
+        });
+        tokio::spawn(write_stdin(stdin, queue));
+        tokio::spawn(read_stdout(Arc::downgrade(&child), stdout));
+        tokio::spawn(read_stderr(upstream.clone(), pid, stderr));
+        let weak = Arc::downgrade(&child);
+        let started = Instant::now();
+        tokio::spawn(async move {
+            let status = process.wait().await;
+            let asked = weak
+                .upgrade()
+                .is_none_or(|c| c.closing.load(Ordering::Relaxed));
+            match &status {
+                Ok(s) if asked => tracing::info!(upstream = %upstream, pid, status = %s, "stdio server exited"),
+                Ok(s) => tracing::warn!(upstream = %upstream, pid, status = %s, "stdio server exited by itself"),
+                Err(e) => tracing::warn!(upstream = %upstream, pid, error = %e, "stdio server could not be waited for"),
+            }
+            let _ = exited_tx.send(true);
+            if let Some(c) = weak.upgrade() {
+                c.fail_all();
+            }
+            on_exit(asked, started.elapsed());
+        });
+        tracing::info!(upstream = %child.upstream, pid, program = %command.program, "stdio server started");
+        Ok(child)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn is_gone(&self) -> bool {
+        *self.exited.borrow() || self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Writes `messages` (each one line), the requests among them (those with a method and
+    /// an id) renumbered; returns the stream their answers and the child's messages about
+    /// them arrive on, or `None` when there is no request among them.
+    pub fn send(
+        &self,
+        messages: Vec<Value>,
+    ) -> Result<Option<mpsc::Receiver<Result<Bytes, BodyError>>>, SendError> {
+        if self.is_gone() {
+            return Err(SendError::Gone);
+        }
+        let stdin = self
+            .stdin
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(SendError::Gone)?;
+        let requests = messages.iter().filter(|m| is_request(m)).count();
+        let mut lines = Vec::with_capacity(messages.len());
+        let mut receiver = None;
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut numbered = Vec::new();
+        let call = (requests > 0).then(|| {
+            let (tx, rx) = mpsc::channel(CALL_QUEUE);
+            receiver = Some(rx);
+            Arc::new(Call {
+                tx,
+                left: AtomicUsize::new(requests),
+            })
+        });
+        for mut m in messages {
+            if let (true, Some(call)) = (is_request(&m), &call) {
+                routing.next_id += 1;
+                let ours = routing.next_id;
+                let theirs = serde_json::value::to_raw_value(&m["id"]).expect("a JSON value");
+                m["id"] = Value::from(ours);
+                if let Some(token) = progress_token(&m) {
+                    routing.progress.insert(token, call.clone());
+                }
+                routing.pending.insert(
+                    ours,
+                    Pending {
+                        id: theirs,
+                        call: call.clone(),
+                    },
+                );
+                numbered.push(ours);
+            }
+            let mut line = serde_json::to_vec(&m).expect("a JSON value");
+            line.push(b'\n');
+            lines.push(Bytes::from(line));
+        }
+        // All of it or none: the queue must have room for every line.
+        if stdin.capacity() < lines.len() {
+            for n in numbered {
+                routing.pending.remove(&n);
+            }
+            return Err(SendError::NotReading);
+        }
+        if let Some(call) = call {
+            routing.calls.push(call);
+        }
+        drop(routing);
+        for line in lines {
+            if stdin.try_send(line).is_err() {
+                return Err(SendError::NotReading);
+            }
+        }
+        Ok(receiver)
+    }
+
+    /// Adds a session's GET stream to those that get the child's messages about no call.
+    pub fn listen(&self, tx: mpsc::Sender<Result<Bytes, BodyError>>) {
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        routing.listeners.retain(|l| !l.is_closed());
+        routing.listeners.push(tx);
+    }
+
+    /// Forgets calls whose clients left (their answers would go nowhere).
+    pub fn sweep(&self) {
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        routing.pending.retain(|_, p| !p.call.tx.is_closed());
+        routing.calls.retain(|c| !c.tx.is_closed());
+        routing.progress.retain(|_, c| !c.tx.is_closed());
+        routing.listeners.retain(|l| !l.is_closed());
+    }
+
+    /// Closes stdin, then SIGTERM to the process group after [`GRACE`], then SIGKILL, and
+    /// waits until it has exited.
+    pub async fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut exited = self.exited.clone();
+        for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+            if tokio::time::timeout(GRACE, exited.wait_for(|e| *e))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tracing::info!(upstream = %self.upstream, pid = self.pid, signal = %signal, "stdio server still running; signalling its process group");
+            // Only while it has not been reaped (so the group id is still its own).
+            if !*exited.borrow()
+                && let Ok(pid) = i32::try_from(self.pid)
+                && pid > 0
+            {
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
+            }
+        }
+        let _ = exited.wait_for(|e| *e).await;
+    }
+
+    /// The child has exited: every call still waiting gets an error, and the streams end.
+    fn fail_all(&self) {
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        routing.pending.clear();
+        routing.progress.clear();
+        routing.listeners.clear();
+        for call in routing.calls.drain(..) {
+            let _ = call
+                .tx
+                .try_send(Err(BodyError::new("the stdio server exited before answering")));
+        }
+    }
+
+    /// Routes one message the child wrote.
+    async fn route(&self, message: Value) {
+        if message.get("method").is_none() {
+            return self.answer(message).await;
+        }
+        let target = {
+            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+            let by_token = (message["method"] == "notifications/progress")
+                .then(|| message["params"]["progressToken"].to_string())
+                .and_then(|t| routing.progress.get(&t).cloned());
+            routing.calls.retain(|c| !c.tx.is_closed());
+            match by_token.or_else(|| routing.calls.last().cloned()) {
+                Some(call) => Target::Call(call.tx.clone()),
+                None => {
+                    routing.listeners.retain(|l| !l.is_closed());
+                    Target::Listeners(routing.listeners.clone())
+                }
+            }
+        };
+        let event = event(&message);
+        match target {
+            Target::Call(tx) => {
+                if tx.send(Ok(event)).await.is_err() {
+                    self.unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Target::Listeners(listeners) => {
+                // A request of the child's goes to one client; a notification to each.
+                let one = message.get("id").is_some();
+                let mut sent = false;
+                for l in listeners {
+                    if l.send(Ok(event.clone())).await.is_ok() {
+                        sent = true;
+                        if one {
+                            break;
+                        }
+                    }
+                }
+                if !sent {
+                    self.unrouted.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(upstream = %self.upstream, method = %message["method"], "a message of the stdio server's reached no client");
+                }
+            }
+        }
+    }
+
+    /// An answer: back to its call, with the client's id.
+    async fn answer(&self, mut message: Value) {
+        let found = {
+            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+            let found = message["id"]
+                .as_u64()
+                .and_then(|n| routing.pending.remove(&n));
+            if let Some(p) = &found
+                && p.call.left.fetch_sub(1, Ordering::Relaxed) == 1
+            {
+                // Its last answer: the call leaves the routing, so its stream ends once
+                // this event is sent.
+                routing.calls.retain(|c| !Arc::ptr_eq(c, &p.call));
+                routing.progress.retain(|_, c| !Arc::ptr_eq(c, &p.call));
+            }
+            found
+        };
+        let Some(Pending { id, call }) = found else {
+            self.unrouted.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(upstream = %self.upstream, id = %message["id"], "the stdio server answered an id nobody asked with; dropped");
+            return;
+        };
+        message["id"] = serde_json::from_str(id.get()).expect("it was JSON");
+        let _ = call.tx.send(Ok(event(&message))).await;
+    }
+}
+
+enum Target {
+    Call(mpsc::Sender<Result<Bytes, BodyError>>),
+    Listeners(Vec<mpsc::Sender<Result<Bytes, BodyError>>>),
+}
+
+/// A message as one SSE event.
+pub fn event(message: &Value) -> Bytes {
+    let mut out = b"event: message\ndata: ".to_vec();
+    serde_json::to_writer(&mut out, message).expect("a JSON value");
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// A request: a method and an id.
+pub fn is_request(m: &Value) -> bool {
+    m.get("method").is_some() && m.get("id").is_some_and(|id| !id.is_null())
+}
+
+fn progress_token(m: &Value) -> Option<String> {
+    let token = m.get("params")?.get("_meta")?.get("progressToken")?;
+    Some(token.to_string())
+}
+
+async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut queue: mpsc::Receiver<Bytes>) {
+    while let Some(line) = queue.recv().await {
+        if stdin.write_all(&line).await.is_err() {
+            return;
+        }
+    }
+    // The queue's last sender went (`close`): the child sees the end of its input.
+    let _ = stdin.shutdown().await;
+}
+
+async fn read_stdout(child: Weak<Child>, stdout: tokio::process::ChildStdout) {
+    let mut lines = Lines::new(stdout, MAX_LINE);
+    while let Some(line) = lines.next().await {
+        let Some(child) = child.upgrade() else { return };
+        let text = match line {
+            Line::Text(t) if t.iter().all(u8::is_ascii_whitespace) => continue,
+            Line::Text(t) => t,
+            Line::TooLong(n) => {
+                tracing::warn!(upstream = %child.upstream, pid = child.pid, bytes = n, max = MAX_LINE, "the stdio server wrote a line over the limit; dropped");
+                continue;
+            }
+        };
+        match serde_json::from_slice::<Value>(&text) {
+            Ok(Value::Object(m)) if m.get("jsonrpc").is_some_and(|v| v == "2.0") => {
+                child.route(Value::Object(m)).await;
+            }
+            Ok(Value::Array(items)) if !items.is_empty() => {
+                for m in items {
+                    if m.get("jsonrpc").is_some_and(|v| v == "2.0") {
+                        child.route(m).await;
+                    }
+                }
+            }
+            _ => {
+                let shown = String::from_utf8_lossy(&text[..text.len().min(200)]).into_owned();
+                tracing::warn!(upstream = %child.upstream, pid = child.pid, line = %shown, "the stdio server wrote a line that is not JSON-RPC; dropped");
+            }
+        }
+    }
+}
+
+async fn read_stderr(upstream: Arc<str>, pid: u32, stderr: tokio::process::ChildStderr) {
+    let mut lines = Lines::new(stderr, MAX_STDERR_LINE);
+    let mut second = Instant::now();
+    let (mut logged, mut dropped) = (0u32, 0u64);
+    while let Some(line) = lines.next().await {
+        if second.elapsed() >= Duration::from_secs(1) {
+            if dropped > 0 {
+                tracing::warn!(upstream = %upstream, pid, dropped, "stdio server stderr lines not logged (over {STDERR_LINES_PER_SECOND} a second)");
+            }
+            second = Instant::now();
+            logged = 0;
+            dropped = 0;
+        }
+        if logged >= STDERR_LINES_PER_SECOND {
+            dropped += 1;
+            continue;
+        }
+        logged += 1;
+        match line {
+            Line::Text(t) => {
+                let text = String::from_utf8_lossy(&t);
+                tracing::info!(upstream = %upstream, pid, stderr = %text, "stdio server stderr");
+            }
+            Line::TooLong(n) => {
+                tracing::info!(upstream = %upstream, pid, bytes = n, "stdio server stderr: a line too long to log");
+            }
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(upstream = %upstream, pid, dropped, "stdio server stderr lines not logged (over {STDERR_LINES_PER_SECOND} a second)");
+    }
+}

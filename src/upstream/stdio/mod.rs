@@ -1,0 +1,476 @@
+//! stdio upstreams (SPEC §10): mcpgate runs a local MCP server process and is its
+//! Streamable HTTP server. The rest of the request path (routes, tokens, policy, limits,
+//! audit, JSON↔SSE shaping) is the same as for an HTTP upstream: this bridge answers the
+//! forward stage with what an HTTP server would, an event stream per call.
+//!
+//! - `initialize` (without a session) starts a process (`per_client`) or uses the one
+//!   (`shared`), and the answer carries a new `Mcp-Session-Id`. In shared mode the process
+//!   is initialized once, with the first client's `initialize`; later clients get its
+//!   answer with their own id, and only the first `notifications/initialized` reaches it.
+//! - Every other request needs a session: none is a 400, an unknown or ended one a 404.
+//! - A POST holding requests is answered 200 with an event stream: the answers and what
+//!   the process says about them, each as an event, ending with the last answer. One
+//!   holding only notifications or answers (to the process's own requests) is a 202.
+//! - GET opens the session's stream for the process's messages about no call (one at a
+//!   time: a second is a 409). DELETE ends the session.
+//! - A start failure, a process that exits before its first answer, or one that does not
+//!   read its input: 502 -32002. More sessions than `max_processes`: 503 -32003.
+//! - A session ends with DELETE, after `idle_timeout` without a request, when its process
+//!   dies, when a reload removes or changes the upstream, and at shutdown; its process
+//!   (per_client) is then closed: stdin, SIGTERM, SIGKILL (`child`).
+//! - A process that exits by itself within [`QUICK_EXIT`] of its start makes the next one
+//!   wait: 100 ms, doubling to [`MAX_BACKOFF`]; the wait is only ever paid by an `initialize`.
+
+pub mod child;
+pub mod lines;
+
+use crate::config::{Sharing, StdioCommand};
+use crate::error::GateError;
+use crate::http::body::UpstreamBody;
+use crate::http::fields::Kind;
+use crate::http::h1::client::BodyError;
+use bytes::Bytes;
+use child::{Child, SendError};
+use http::{HeaderValue, Method, Response, StatusCode};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// A process that exits by itself sooner than this after its start counts as a crash.
+const QUICK_EXIT: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+struct Session {
+    child: Arc<Child>,
+    /// Milliseconds since the upstream's start at its last request.
+    used: AtomicU64,
+    /// Its GET stream, while one is open.
+    stream: Mutex<Option<mpsc::Sender<Result<Bytes, BodyError>>>>,
+}
+
+/// One stdio upstream as run: its sessions and processes. Kept across reloads that keep
+/// its settings (`registry`).
+pub struct StdioUpstream {
+    name: Arc<str>,
+    command: Arc<StdioCommand>,
+    started: Instant,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Shared mode: the process, and the answer to its `initialize` (the `result`).
+    shared: tokio::sync::Mutex<Option<(Arc<Child>, Option<Value>)>>,
+    /// Processes running (counted from spawn to reaping).
+    processes: Arc<AtomicUsize>,
+    /// Quick exits in a row, and when the last was.
+    crashes: Arc<Mutex<(u32, Option<Instant>)>>,
+}
+
+impl StdioUpstream {
+    /// Made inside a runtime: it sweeps idle sessions on it.
+    pub fn new(name: Arc<str>, command: Arc<StdioCommand>) -> Arc<StdioUpstream> {
+        let up = Arc::new(StdioUpstream {
+            name,
+            command,
+            started: Instant::now(),
+            sessions: Mutex::new(HashMap::new()),
+            shared: tokio::sync::Mutex::new(None),
+            processes: Arc::new(AtomicUsize::new(0)),
+            crashes: Arc::new(Mutex::new((0, None))),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(sweep(Arc::downgrade(&up)));
+        }
+        up
+    }
+
+    /// Processes running now.
+    pub fn processes(&self) -> usize {
+        self.processes.load(Ordering::Relaxed)
+    }
+
+    /// Answers one request as the process's Streamable HTTP server would.
+    pub async fn send(
+        &self,
+        method: &Method,
+        fields: &crate::http::fields::Fields,
+        body: &Bytes,
+    ) -> Result<Response<UpstreamBody>, GateError> {
+        let session = fields.get(Kind::McpSessionId);
+        match *method {
+            Method::POST => self.post(session, body).await,
+            Method::GET => self.open_stream(session),
+            Method::DELETE => self.delete(session),
+            _ => Err(GateError::MethodNotAllowed),
+        }
+    }
+
+    async fn post(
+        &self,
+        session: Option<&[u8]>,
+        body: &Bytes,
+    ) -> Result<Response<UpstreamBody>, GateError> {
+        // The pipeline has checked the body is JSON-RPC; it is read as values here.
+        let messages = match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Array(items)) => items,
+            Ok(one) => vec![one],
+            Err(_) => return Err(GateError::Parse("not JSON".into())),
+        };
+        let initialize = messages.iter().any(|m| m["method"] == "initialize");
+        if initialize {
+            if messages.len() > 1 {
+                return Err(GateError::InvalidRequest(
+                    "initialize must be sent alone".into(),
+                ));
+            }
+            if session.is_some() {
+                return Err(GateError::InvalidRequest(
+                    "initialize starts a session; send it without Mcp-Session-Id".into(),
+                ));
+            }
+            return self.initialize(messages).await;
+        }
+        let Some(id) = session else {
+            return Err(GateError::InvalidRequest(
+                "Mcp-Session-Id is required (initialize first)".into(),
+            ));
+        };
+        let session = self.session(id)?;
+        session.used.store(self.now_ms(), Ordering::Relaxed);
+        let mut messages = messages;
+        if self.command.sessions == Sharing::Shared {
+            // The process was initialized once, by the first client.
+            messages.retain(|m| {
+                m["method"] != "notifications/initialized"
+                    || !session.child.initialized.swap(true, Ordering::Relaxed)
+            });
+        }
+        let rx = session.child.send(messages).map_err(send_error)?;
+        match rx {
+            Some(rx) => stream(rx).await,
+            None => Ok(empty(StatusCode::ACCEPTED)),
+        }
+    }
+
+    async fn initialize(&self, messages: Vec<Value>) -> Result<Response<UpstreamBody>, GateError> {
+        let client_id = messages[0]["id"].clone();
+        let (child, cached) = match self.command.sessions {
+            Sharing::PerClient => (self.start().await?, None),
+            Sharing::Shared => {
+                let mut shared = self.shared.lock().await;
+                match &*shared {
+                    Some((c, result)) if !c.is_gone() => (c.clone(), result.clone()),
+                    _ => {
+                        let c = self.start().await?;
+                        *shared = Some((c.clone(), None));
+                        (c, None)
+                    }
+                }
+            }
+        };
+        let response = match cached {
+            Some(result) => {
+                let answer =
+                    serde_json::json!({"jsonrpc": "2.0", "id": client_id, "result": result});
+                let r = whole(StatusCode::OK, Bytes::from(answer.to_string()));
+                return self.with_session(child, r);
+            }
+            None => {
+                let rx = match child.send(messages) {
+                    Ok(Some(rx)) => rx,
+                    Ok(None) => unreachable!("an initialize with an id is a request"),
+                    Err(e) => {
+                        if self.command.sessions == Sharing::PerClient {
+                            tokio::spawn(async move { child.close().await });
+                        }
+                        return Err(send_error(e));
+                    }
+                };
+                let r = match stream(rx).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if self.command.sessions == Sharing::PerClient {
+                            let c = child.clone();
+                            tokio::spawn(async move { c.close().await });
+                        }
+                        return Err(e);
+                    }
+                };
+                if self.command.sessions == Sharing::Shared {
+                    self.remember_initialize(&child, &r).await;
+                }
+                r
+            }
+        };
+        self.with_session(child, response)
+    }
+
+    /// Shared mode: keeps the first `initialize` answer's result for the next clients.
+    async fn remember_initialize(&self, child: &Arc<Child>, r: &Response<UpstreamBody>) {
+        let UpstreamBody::Messages {
+            first: Some(first), ..
+        } = r.body()
+        else {
+            return;
+        };
+        let Some(result) = first
+            .strip_prefix(b"event: message\ndata: ")
+            .and_then(|d| serde_json::from_slice::<Value>(d.trim_ascii()).ok())
+            .and_then(|m| m.get("result").cloned())
+        else {
+            return;
+        };
+        let mut shared = self.shared.lock().await;
+        if let Some((c, cached)) = &mut *shared
+            && Arc::ptr_eq(c, child)
+        {
+            *cached = Some(result);
+        }
+    }
+
+    /// A new session on `child`; the answer carries its id.
+    fn with_session(
+        &self,
+        child: Arc<Child>,
+        mut response: Response<UpstreamBody>,
+    ) -> Result<Response<UpstreamBody>, GateError> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            GateError::UpstreamUnreachable(format!("no randomness for a session id: {e}"))
+        })?;
+        let id = crate::config::token::to_hex(&bytes);
+        let session = Arc::new(Session {
+            child,
+            used: AtomicU64::new(self.now_ms()),
+            stream: Mutex::new(None),
+        });
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), session);
+        response.headers_mut().insert(
+            http::HeaderName::from_static("mcp-session-id"),
+            HeaderValue::try_from(id).expect("hex is a valid header value"),
+        );
+        Ok(response)
+    }
+
+    /// A process for a new session, within `max_processes`, after any backoff.
+    async fn start(&self) -> Result<Arc<Child>, GateError> {
+        if self.processes.fetch_add(1, Ordering::Relaxed) >= self.command.max_processes {
+            self.processes.fetch_sub(1, Ordering::Relaxed);
+            return Err(GateError::TooManyProcesses {
+                max: self.command.max_processes,
+            });
+        }
+        let wait = {
+            let crashes = self.crashes.lock().unwrap_or_else(|p| p.into_inner());
+            match *crashes {
+                (n, Some(at)) if n > 0 => {
+                    let backoff = (Duration::from_millis(100) * 2u32.saturating_pow(n - 1))
+                        .min(MAX_BACKOFF);
+                    backoff.saturating_sub(at.elapsed())
+                }
+                _ => Duration::ZERO,
+            }
+        };
+        if !wait.is_zero() {
+            tracing::info!(upstream = %self.name, wait_ms = wait.as_millis() as u64, "stdio server crashed lately; waiting before starting it again");
+            tokio::time::sleep(wait).await;
+        }
+        let processes = self.processes.clone();
+        let crashes = self.crashes.clone();
+        let on_exit: child::OnExit = Box::new(move |asked, ran| {
+            processes.fetch_sub(1, Ordering::Relaxed);
+            let mut crashes = crashes.lock().unwrap_or_else(|p| p.into_inner());
+            if !asked && ran < QUICK_EXIT {
+                *crashes = (crashes.0.saturating_add(1), Some(Instant::now()));
+            } else if !asked {
+                *crashes = (0, None);
+            }
+        });
+        Child::spawn(self.name.clone(), &self.command, on_exit).map_err(|e| {
+            self.processes.fetch_sub(1, Ordering::Relaxed);
+            tracing::error!(upstream = %self.name, program = %self.command.program, error = %e, "stdio server could not be started");
+            GateError::UpstreamUnreachable("the stdio server could not be started".into())
+        })
+    }
+
+    fn session(&self, id: &[u8]) -> Result<Arc<Session>, GateError> {
+        let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let session = sessions.get(id).cloned().ok_or(GateError::SessionNotFound)?;
+        if session.child.is_gone() {
+            // Its process died: so did the session.
+            sessions.remove(id);
+            return Err(GateError::SessionNotFound);
+        }
+        Ok(session)
+    }
+
+    fn open_stream(&self, session: Option<&[u8]>) -> Result<Response<UpstreamBody>, GateError> {
+        let id = session.ok_or_else(|| {
+            GateError::InvalidRequest("Mcp-Session-Id is required (initialize first)".into())
+        })?;
+        let session = self.session(id)?;
+        let mut stream = session.stream.lock().unwrap_or_else(|p| p.into_inner());
+        if stream.as_ref().is_some_and(|s| !s.is_closed()) {
+            return Ok(conflict());
+        }
+        let (tx, rx) = mpsc::channel(child::CALL_QUEUE);
+        session.child.listen(tx.clone());
+        *stream = Some(tx);
+        let mut r = Response::new(UpstreamBody::Messages { first: None, rx });
+        r.headers_mut().insert(http::header::CONTENT_TYPE, SSE);
+        Ok(r)
+    }
+
+    fn delete(&self, session: Option<&[u8]>) -> Result<Response<UpstreamBody>, GateError> {
+        let id = session.ok_or_else(|| {
+            GateError::InvalidRequest("Mcp-Session-Id is required (initialize first)".into())
+        })?;
+        let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
+        let session = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+            .ok_or(GateError::SessionNotFound)?;
+        self.end(session);
+        Ok(empty(StatusCode::OK))
+    }
+
+    /// A session is over: its stream ends and (per_client) its process is closed.
+    fn end(&self, session: Arc<Session>) {
+        session
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if self.command.sessions == Sharing::PerClient {
+            tokio::spawn(async move { session.child.close().await });
+        }
+    }
+
+    /// Ends every session and closes every process, and waits for them to exit: a reload
+    /// that removed or changed the upstream, or shutdown.
+    pub async fn close_all(&self) {
+        let sessions: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        let mut children: Vec<Arc<Child>> = sessions.iter().map(|s| s.child.clone()).collect();
+        if let Some((c, _)) = self.shared.lock().await.take() {
+            children.push(c);
+        }
+        children.sort_by_key(|c| c.pid());
+        children.dedup_by_key(|c| c.pid());
+        drop(sessions);
+        futures_util::future::join_all(children.iter().map(|c| c.close())).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Ends the sessions idle for `idle_timeout` and forgets calls whose clients left.
+    fn sweep_once(&self) {
+        let limit = self.command.idle_timeout.as_millis() as u64;
+        let now = self.now_ms();
+        let idle: Vec<Arc<Session>> = {
+            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<String> = sessions
+                .iter()
+                .filter(|(_, s)| {
+                    now.saturating_sub(s.used.load(Ordering::Relaxed)) >= limit || s.child.is_gone()
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        };
+        for s in idle {
+            tracing::info!(upstream = %self.name, pid = s.child.pid(), "stdio session ended: idle");
+            self.end(s);
+        }
+        for s in self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
+            s.child.sweep();
+        }
+    }
+}
+
+/// Sweeps every quarter of the idle timeout (1 s to 30 s), while the upstream lives.
+async fn sweep(up: Weak<StdioUpstream>) {
+    let every = match up.upgrade() {
+        Some(u) => (u.command.idle_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(up) = up.upgrade() else { return };
+        up.sweep_once();
+    }
+}
+
+/// The answer to a call: an event stream, once its first event is in (so a process that
+/// dies first is a 502, not an empty stream).
+async fn stream(
+    mut rx: mpsc::Receiver<Result<Bytes, BodyError>>,
+) -> Result<Response<UpstreamBody>, GateError> {
+    let first = match rx.recv().await {
+        Some(Ok(first)) => first,
+        Some(Err(_)) | None => {
+            return Err(GateError::UpstreamUnreachable(
+                "the stdio server exited before answering".into(),
+            ));
+        }
+    };
+    let mut r = Response::new(UpstreamBody::Messages {
+        first: Some(first),
+        rx,
+    });
+    r.headers_mut().insert(http::header::CONTENT_TYPE, SSE);
+    Ok(r)
+}
+
+/// An answer made here, whole: `body` is JSON (none when empty).
+fn whole(status: StatusCode, body: Bytes) -> Response<UpstreamBody> {
+    let (_, rx) = mpsc::channel(1);
+    let empty = body.is_empty();
+    let mut r = Response::new(UpstreamBody::Messages {
+        first: (!empty).then_some(body),
+        rx,
+    });
+    *r.status_mut() = status;
+    if !empty {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, JSON);
+    }
+    r
+}
+
+fn empty(status: StatusCode) -> Response<UpstreamBody> {
+    whole(status, Bytes::new())
+}
+
+fn conflict() -> Response<UpstreamBody> {
+    whole(
+        StatusCode::CONFLICT,
+        Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Conflict: this session's stream is already open"}}"#,
+        ),
+    )
+}
+
+fn send_error(e: SendError) -> GateError {
+    match e {
+        SendError::Gone => GateError::SessionNotFound,
+        SendError::NotReading => GateError::UpstreamUnreachable(
+            "the stdio server is not reading its input".into(),
+        ),
+    }
+}

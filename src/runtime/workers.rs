@@ -27,6 +27,15 @@ pub fn count() -> usize {
     *COUNT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// The control thread's runtime, once workers started: what must outlive the workers
+/// (a stdio upstream's processes, which shutdown closes after the workers stopped) runs
+/// there.
+pub fn control() -> Option<Handle> {
+    CONTROL.get().cloned()
+}
+
+static CONTROL: OnceLock<Handle> = OnceLock::new();
+
 /// Which per-thread resource this thread uses: `0` for the control thread and any thread
 /// that is not a worker, `1..=count()` for the workers. Per-worker state is kept in arrays
 /// of `count() + 1` entries indexed by this.
@@ -43,7 +52,11 @@ pub struct Workers {
 
 impl Workers {
     /// Starts `count()` worker threads, each running its runtime until [`Workers::stop`].
+    /// Called on the control thread, whose runtime [`control`] then names.
     pub fn start() -> std::io::Result<Workers> {
+        if let Ok(here) = Handle::try_current() {
+            let _ = CONTROL.set(here);
+        }
         let n = count();
         let mut workers = Workers {
             handles: Vec::with_capacity(n),

@@ -93,12 +93,15 @@ impl UpstreamState {
     }
 }
 
+/// A stdio upstream is kept by its name and all its settings.
+type StdioKey = (Arc<str>, Arc<StdioCommand>);
+
 /// The endpoint state of the configuration in force, by key.
 #[derive(Default)]
 pub struct Registry {
     current: Mutex<HashMap<Key, Arc<EndpointState>>>,
     /// stdio upstreams by name and settings.
-    stdio: Mutex<HashMap<(Arc<str>, Arc<StdioCommand>), Arc<StdioUpstream>>>,
+    stdio: Mutex<HashMap<StdioKey, Arc<StdioUpstream>>>,
 }
 
 /// How the gateway's metrics are reached from here: the series of an endpoint (made or
@@ -179,7 +182,7 @@ impl Registry {
         for (key, gone) in stdio_current.drain() {
             if !stdio_next.contains_key(&key) {
                 tracing::info!(upstream = %key.0, "stdio upstream removed or changed; closing its processes");
-                tokio::spawn(async move { gone.close_all().await });
+                super::stdio::background(async move { gone.close_all().await });
             }
         }
         *stdio_current = stdio_next;

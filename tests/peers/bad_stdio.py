@@ -1,7 +1,7 @@
 """A small stdio MCP server that misbehaves on purpose, for mcpgate's stdio tests. Plain
 Python, no SDK: one JSON-RPC message per line.
 
-usage: bad_stdio.py MODE
+usage: bad_stdio.py MODE [MARKER]   (MARKER: ignored; tests find the process by it)
   garbage   answers, with junk lines (not JSON, JSON but not JSON-RPC, a 20 MiB line)
             written before each answer
   crash     exits (status 3) on tools/call, before answering
@@ -67,6 +67,10 @@ for line in sys.stdin:
     elif method == "tools/call":
         if MODE == "crash":
             sys.exit(3)
+        if m["params"].get("name") == "env":
+            import os
+            result(id, text(json.dumps(sorted(os.environ))))
+            continue
         if MODE == "talk":
             token = m["params"].get("_meta", {}).get("progressToken")
             if token is not None:

@@ -90,7 +90,6 @@ pub fn run_client(cmd: &mut Command) -> String {
     stdout
 }
 
-
 pub fn hash(token: &str) -> String {
     to_hex(&Secret(token).hash())
 }
@@ -423,7 +422,7 @@ impl Reply {
 pub const SDK_ACCEPT: &str = "application/json, text/event-stream";
 
 /// Sends one request on a fresh client and returns the answer's head and body stream.
-async fn request(
+pub async fn request(
     method: Method,
     url: &str,
     headers: &[(&str, &str)],

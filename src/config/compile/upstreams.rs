@@ -347,7 +347,10 @@ impl Compiler<'_> {
                 ("idle_timeout", u.idle_timeout.as_ref().map(S::span)),
             ] {
                 if let Some(span) = given {
-                    return fail(span, format!("{key} applies to stdio upstreams (command) only"));
+                    return fail(
+                        span,
+                        format!("{key} applies to stdio upstreams (command) only"),
+                    );
                 }
             }
             let urls: Vec<&S<String>> = match (&u.url, &u.endpoints) {
@@ -481,7 +484,10 @@ impl Compiler<'_> {
             ("headers", (!u.headers.is_empty()).then(|| whole.span())),
         ] {
             if let Some(span) = given {
-                return fail(span, format!("{key} does not apply to a stdio upstream (command)"));
+                return fail(
+                    span,
+                    format!("{key} does not apply to a stdio upstream (command)"),
+                );
             }
         }
         let mut words = command.get_ref().iter();
@@ -497,7 +503,10 @@ impl Compiler<'_> {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return fail(v.span(), format!("env: {k:?} is not a variable name"));
             }
-            let value = at(v, resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()))?;
+            let value = at(
+                v,
+                resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+            )?;
             if value.contains('\0') {
                 return fail(v.span(), format!("env {k}: a value cannot hold a NUL byte"));
             }

@@ -3,9 +3,10 @@
 //! - It runs in a process group of its own, with only PATH, HOME, LANG and the configured
 //!   `env`. If the gateway is killed outright, its stdin reaches its end, which is how an
 //!   MCP stdio server is told to exit (the SDKs' servers do).
-//! - Requests are written one message per line by a writer task through a bounded queue: a
-//!   child that does not read fills it, and the next call fails at once rather than
-//!   waiting or growing the queue.
+//! - Requests are written one message per line by a writer task. What waits to be written
+//!   is bounded ([`STDIN_BYTES`]): a call that finds no room waits at most [`STALL`] for
+//!   the child to read, then fails, so a child that does not read fails calls quickly and
+//!   holds a bounded amount of memory.
 //! - Each request's id is replaced by a number of the child's own counter on the way in,
 //!   and put back on the answer: two clients' equal ids (shared mode) never meet.
 //! - What the child writes is read line by line, bounded (`lines`). A line that is not a
@@ -23,27 +24,32 @@ use super::lines::{Line, Lines};
 use crate::config::StdioCommand;
 use crate::http::h1::client::BodyError;
 use bytes::Bytes;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use nix::sys::signal::Signal;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 /// The longest line read from a child's stdout: a larger message is dropped.
 pub const MAX_LINE: usize = 16 << 20;
 /// The longest stderr line logged; longer ones are cut.
 const MAX_STDERR_LINE: usize = 4 << 10;
 const STDERR_LINES_PER_SECOND: u32 = 50;
-/// Messages queued for a child's stdin before calls fail.
-const STDIN_QUEUE: usize = 64;
+/// Bytes waiting for a child's stdin at most.
+const STDIN_BYTES: usize = 4 << 20;
+/// How long a call waits for room in that queue before it fails.
+const STALL: Duration = Duration::from_secs(1);
 /// Events queued for one call's client before the reader waits for it.
 pub const CALL_QUEUE: usize = 64;
 /// How long a closed child has to exit by itself, then after SIGTERM.
 pub const GRACE: Duration = Duration::from_secs(5);
+
+/// A line for stdin, and (with the last line of a call) the room it holds in the queue.
+type Queued = (Bytes, Option<OwnedSemaphorePermit>);
 
 /// Why a message could not be handed to the child.
 #[derive(Debug, PartialEq, Eq)]
@@ -82,7 +88,9 @@ struct Routing {
 pub struct Child {
     upstream: Arc<str>,
     pid: u32,
-    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
+    stdin: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
+    /// Room in the stdin queue, in bytes.
+    room: Arc<Semaphore>,
     routing: Mutex<Routing>,
     exited: watch::Receiver<bool>,
     /// Set by `close`: its exit is then not a crash.
@@ -125,32 +133,42 @@ impl Child {
         let stdin = process.stdin.take().expect("piped");
         let stdout = process.stdout.take().expect("piped");
         let stderr = process.stderr.take().expect("piped");
-        let (to_stdin, queue) = mpsc::channel(STDIN_QUEUE);
+        let (to_stdin, queue) = mpsc::unbounded_channel();
         let (exited_tx, exited) = watch::channel(false);
         let child = Arc::new(Child {
             upstream: upstream.clone(),
             pid,
             stdin: Mutex::new(Some(to_stdin)),
+            room: Arc::new(Semaphore::new(STDIN_BYTES)),
             routing: Mutex::new(Routing::default()),
             exited,
             closing: AtomicBool::new(false),
             initialized: AtomicBool::new(false),
             unrouted: AtomicUsize::new(0),
         });
-        tokio::spawn(write_stdin(stdin, queue));
-        tokio::spawn(read_stdout(Arc::downgrade(&child), stdout));
-        tokio::spawn(read_stderr(upstream.clone(), pid, stderr));
+        // On the control thread's runtime: the process is closed at shutdown after the
+        // workers (and anything running on them) are gone.
+        let rt = crate::runtime::workers::control().unwrap_or_else(tokio::runtime::Handle::current);
+        rt.spawn(write_stdin(stdin, queue));
+        rt.spawn(read_stdout(Arc::downgrade(&child), stdout));
+        rt.spawn(read_stderr(upstream.clone(), pid, stderr));
         let weak = Arc::downgrade(&child);
         let started = Instant::now();
-        tokio::spawn(async move {
+        rt.spawn(async move {
             let status = process.wait().await;
             let asked = weak
                 .upgrade()
                 .is_none_or(|c| c.closing.load(Ordering::Relaxed));
             match &status {
-                Ok(s) if asked => tracing::info!(upstream = %upstream, pid, status = %s, "stdio server exited"),
-                Ok(s) => tracing::warn!(upstream = %upstream, pid, status = %s, "stdio server exited by itself"),
-                Err(e) => tracing::warn!(upstream = %upstream, pid, error = %e, "stdio server could not be waited for"),
+                Ok(s) if asked => {
+                    tracing::info!(upstream = %upstream, pid, status = %s, "stdio server exited")
+                }
+                Ok(s) => {
+                    tracing::warn!(upstream = %upstream, pid, status = %s, "stdio server exited by itself")
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %upstream, pid, error = %e, "stdio server could not be waited for")
+                }
             }
             let _ = exited_tx.send(true);
             if let Some(c) = weak.upgrade() {
@@ -173,23 +191,16 @@ impl Child {
     /// Writes `messages` (each one line), the requests among them (those with a method and
     /// an id) renumbered; returns the stream their answers and the child's messages about
     /// them arrive on, or `None` when there is no request among them.
-    pub fn send(
+    pub async fn send(
         &self,
         messages: Vec<Value>,
     ) -> Result<Option<mpsc::Receiver<Result<Bytes, BodyError>>>, SendError> {
         if self.is_gone() {
             return Err(SendError::Gone);
         }
-        let stdin = self
-            .stdin
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or(SendError::Gone)?;
         let requests = messages.iter().filter(|m| is_request(m)).count();
         let mut lines = Vec::with_capacity(messages.len());
         let mut receiver = None;
-        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
         let mut numbered = Vec::new();
         let call = (requests > 0).then(|| {
             let (tx, rx) = mpsc::channel(CALL_QUEUE);
@@ -199,42 +210,70 @@ impl Child {
                 left: AtomicUsize::new(requests),
             })
         });
-        for mut m in messages {
-            if let (true, Some(call)) = (is_request(&m), &call) {
-                routing.next_id += 1;
-                let ours = routing.next_id;
-                let theirs = serde_json::value::to_raw_value(&m["id"]).expect("a JSON value");
-                m["id"] = Value::from(ours);
-                if let Some(token) = progress_token(&m) {
-                    routing.progress.insert(token, call.clone());
+        {
+            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+            for mut m in messages {
+                if let (true, Some(call)) = (is_request(&m), &call) {
+                    routing.next_id += 1;
+                    let ours = routing.next_id;
+                    let theirs = serde_json::value::to_raw_value(&m["id"]).expect("a JSON value");
+                    m["id"] = Value::from(ours);
+                    if let Some(token) = progress_token(&m) {
+                        routing.progress.insert(token, call.clone());
+                    }
+                    routing.pending.insert(
+                        ours,
+                        Pending {
+                            id: theirs,
+                            call: call.clone(),
+                        },
+                    );
+                    numbered.push(ours);
                 }
-                routing.pending.insert(
-                    ours,
-                    Pending {
-                        id: theirs,
-                        call: call.clone(),
-                    },
-                );
-                numbered.push(ours);
+                let mut line = serde_json::to_vec(&m).expect("a JSON value");
+                line.push(b'\n');
+                lines.push(Bytes::from(line));
             }
-            let mut line = serde_json::to_vec(&m).expect("a JSON value");
-            line.push(b'\n');
-            lines.push(Bytes::from(line));
+            if let Some(call) = &call {
+                routing.calls.push(call.clone());
+            }
         }
-        // All of it or none: the queue must have room for every line.
-        if stdin.capacity() < lines.len() {
+        let forget = |numbered: &[u64]| {
+            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
             for n in numbered {
-                routing.pending.remove(&n);
+                routing.pending.remove(n);
             }
-            return Err(SendError::NotReading);
-        }
-        if let Some(call) = call {
-            routing.calls.push(call);
-        }
-        drop(routing);
-        for line in lines {
-            if stdin.try_send(line).is_err() {
+            if let Some(call) = &call {
+                routing.calls.retain(|c| !Arc::ptr_eq(c, call));
+                routing.progress.retain(|_, c| !Arc::ptr_eq(c, call));
+            }
+        };
+        // Room for all of it, or none is written.
+        let bytes: usize = lines.iter().map(Bytes::len).sum();
+        let want = u32::try_from(bytes.min(STDIN_BYTES)).expect("4 MiB fits");
+        let permit = match tokio::time::timeout(STALL, self.room.clone().acquire_many_owned(want))
+            .await
+        {
+            Ok(Ok(p)) => p,
+            _ => {
+                forget(&numbered);
+                tracing::warn!(upstream = %self.upstream, pid = self.pid, "the stdio server is not reading its input; call refused");
                 return Err(SendError::NotReading);
+            }
+        };
+        let stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(stdin) = stdin else {
+            forget(&numbered);
+            return Err(SendError::Gone);
+        };
+        let last = lines.len().saturating_sub(1);
+        let mut permit = Some(permit);
+        for (i, line) in lines.into_iter().enumerate() {
+            // The room is given back once the last line is written.
+            let held = if i == last { permit.take() } else { None };
+            if stdin.send((line, held)).is_err() {
+                forget(&numbered);
+                return Err(SendError::Gone);
             }
         }
         Ok(receiver)
@@ -263,10 +302,8 @@ impl Child {
         self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
         let mut exited = self.exited.clone();
         for signal in [Signal::SIGTERM, Signal::SIGKILL] {
-            if tokio::time::timeout(GRACE, exited.wait_for(|e| *e))
-                .await
-                .is_ok()
-            {
+            // Without a reaper left to say (its runtime gone), signal regardless.
+            if let Ok(Ok(_)) = tokio::time::timeout(GRACE, exited.wait_for(|e| *e)).await {
                 return;
             }
             tracing::info!(upstream = %self.upstream, pid = self.pid, signal = %signal, "stdio server still running; signalling its process group");
@@ -278,7 +315,7 @@ impl Child {
                 let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
             }
         }
-        let _ = exited.wait_for(|e| *e).await;
+        let _ = tokio::time::timeout(GRACE, exited.wait_for(|e| *e)).await;
     }
 
     /// The child has exited: every call still waiting gets an error, and the streams end.
@@ -288,9 +325,9 @@ impl Child {
         routing.progress.clear();
         routing.listeners.clear();
         for call in routing.calls.drain(..) {
-            let _ = call
-                .tx
-                .try_send(Err(BodyError::new("the stdio server exited before answering")));
+            let _ = call.tx.try_send(Err(BodyError::new(
+                "the stdio server exited before answering",
+            )));
         }
     }
 
@@ -390,11 +427,15 @@ fn progress_token(m: &Value) -> Option<String> {
     Some(token.to_string())
 }
 
-async fn write_stdin(mut stdin: tokio::process::ChildStdin, mut queue: mpsc::Receiver<Bytes>) {
-    while let Some(line) = queue.recv().await {
+async fn write_stdin(
+    mut stdin: tokio::process::ChildStdin,
+    mut queue: mpsc::UnboundedReceiver<Queued>,
+) {
+    while let Some((line, room)) = queue.recv().await {
         if stdin.write_all(&line).await.is_err() {
             return;
         }
+        drop(room);
     }
     // The queue's last sender went (`close`): the child sees the end of its input.
     let _ = stdin.shutdown().await;
@@ -433,16 +474,32 @@ async fn read_stdout(child: Weak<Child>, stdout: tokio::process::ChildStdout) {
 
 async fn read_stderr(upstream: Arc<str>, pid: u32, stderr: tokio::process::ChildStderr) {
     let mut lines = Lines::new(stderr, MAX_STDERR_LINE);
-    let mut second = Instant::now();
+    let mut second = tokio::time::Instant::now();
     let (mut logged, mut dropped) = (0u32, 0u64);
-    while let Some(line) = lines.next().await {
-        if second.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                tracing::warn!(upstream = %upstream, pid, dropped, "stdio server stderr lines not logged (over {STDERR_LINES_PER_SECOND} a second)");
+    let report = |dropped: u64| {
+        if dropped > 0 {
+            tracing::warn!(upstream = %upstream, pid, dropped, "stdio server stderr lines not logged (over {STDERR_LINES_PER_SECOND} a second)");
+        }
+    };
+    loop {
+        // With lines held back, the count is logged when the second is over, whether or
+        // not more come.
+        let line = if dropped > 0 {
+            tokio::select! {
+                line = lines.next() => line,
+                _ = tokio::time::sleep_until(second + Duration::from_secs(1)) => {
+                    report(std::mem::take(&mut dropped));
+                    continue;
+                }
             }
-            second = Instant::now();
+        } else {
+            lines.next().await
+        };
+        let Some(line) = line else { break };
+        if second.elapsed() >= Duration::from_secs(1) {
+            report(std::mem::take(&mut dropped));
+            second = tokio::time::Instant::now();
             logged = 0;
-            dropped = 0;
         }
         if logged >= STDERR_LINES_PER_SECOND {
             dropped += 1;
@@ -459,7 +516,5 @@ async fn read_stderr(upstream: Arc<str>, pid: u32, stderr: tokio::process::Child
             }
         }
     }
-    if dropped > 0 {
-        tracing::warn!(upstream = %upstream, pid, dropped, "stdio server stderr lines not logged (over {STDERR_LINES_PER_SECOND} a second)");
-    }
+    report(dropped);
 }

@@ -111,7 +111,11 @@ mod tests {
         input.extend_from_slice(b"\nok\n");
         let got = all(&input, 1000).await;
         assert_eq!(got[1], text("ok"));
-        assert!(matches!(got[0], Line::TooLong(n) if n == 300_000), "{:?}", got[0]);
+        assert!(
+            matches!(got[0], Line::TooLong(n) if n == 300_000),
+            "{:?}",
+            got[0]
+        );
         assert_eq!(got.len(), 2);
         // One that never ends is reported once at the end of the stream.
         let got = all(&[b'y'; 200_000], 1000).await;

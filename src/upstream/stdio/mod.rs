@@ -148,7 +148,7 @@ impl StdioUpstream {
                     || !session.child.initialized.swap(true, Ordering::Relaxed)
             });
         }
-        let rx = session.child.send(messages).map_err(send_error)?;
+        let rx = session.child.send(messages).await.map_err(send_error)?;
         match rx {
             Some(rx) => stream(rx).await,
             None => Ok(empty(StatusCode::ACCEPTED)),
@@ -179,12 +179,12 @@ impl StdioUpstream {
                 return self.with_session(child, r);
             }
             None => {
-                let rx = match child.send(messages) {
+                let rx = match child.send(messages).await {
                     Ok(Some(rx)) => rx,
                     Ok(None) => unreachable!("an initialize with an id is a request"),
                     Err(e) => {
                         if self.command.sessions == Sharing::PerClient {
-                            tokio::spawn(async move { child.close().await });
+                            background(async move { child.close().await });
                         }
                         return Err(send_error(e));
                     }
@@ -194,7 +194,7 @@ impl StdioUpstream {
                     Err(e) => {
                         if self.command.sessions == Sharing::PerClient {
                             let c = child.clone();
-                            tokio::spawn(async move { c.close().await });
+                            background(async move { c.close().await });
                         }
                         return Err(e);
                     }
@@ -270,8 +270,8 @@ impl StdioUpstream {
             let crashes = self.crashes.lock().unwrap_or_else(|p| p.into_inner());
             match *crashes {
                 (n, Some(at)) if n > 0 => {
-                    let backoff = (Duration::from_millis(100) * 2u32.saturating_pow(n - 1))
-                        .min(MAX_BACKOFF);
+                    let backoff =
+                        (Duration::from_millis(100) * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF);
                     backoff.saturating_sub(at.elapsed())
                 }
                 _ => Duration::ZERO,
@@ -302,7 +302,10 @@ impl StdioUpstream {
     fn session(&self, id: &[u8]) -> Result<Arc<Session>, GateError> {
         let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let session = sessions.get(id).cloned().ok_or(GateError::SessionNotFound)?;
+        let session = sessions
+            .get(id)
+            .cloned()
+            .ok_or(GateError::SessionNotFound)?;
         if session.child.is_gone() {
             // Its process died: so did the session.
             sessions.remove(id);
@@ -351,7 +354,7 @@ impl StdioUpstream {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if self.command.sessions == Sharing::PerClient {
-            tokio::spawn(async move { session.child.close().await });
+            background(async move { session.child.close().await });
         }
     }
 
@@ -398,7 +401,12 @@ impl StdioUpstream {
             tracing::info!(upstream = %self.name, pid = s.child.pid(), "stdio session ended: idle");
             self.end(s);
         }
-        for s in self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        for s in self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
             s.child.sweep();
         }
     }
@@ -407,7 +415,9 @@ impl StdioUpstream {
 /// Sweeps every quarter of the idle timeout (1 s to 30 s), while the upstream lives.
 async fn sweep(up: Weak<StdioUpstream>) {
     let every = match up.upgrade() {
-        Some(u) => (u.command.idle_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)),
+        Some(u) => {
+            (u.command.idle_timeout / 4).clamp(Duration::from_secs(1), Duration::from_secs(30))
+        }
         None => return,
     };
     loop {
@@ -466,11 +476,24 @@ fn conflict() -> Response<UpstreamBody> {
     )
 }
 
+/// Runs `task` on the control thread's runtime (see `runtime::workers::control`), where
+/// it outlives the workers: closing a process must finish even during shutdown.
+pub fn background(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    match crate::runtime::workers::control() {
+        Some(rt) => {
+            rt.spawn(task);
+        }
+        None => {
+            tokio::spawn(task);
+        }
+    }
+}
+
 fn send_error(e: SendError) -> GateError {
     match e {
         SendError::Gone => GateError::SessionNotFound,
-        SendError::NotReading => GateError::UpstreamUnreachable(
-            "the stdio server is not reading its input".into(),
-        ),
+        SendError::NotReading => {
+            GateError::UpstreamUnreachable("the stdio server is not reading its input".into())
+        }
     }
 }

@@ -1,0 +1,576 @@
+//! stdio upstreams (SPEC §10) through the real gateway: the reference server-everything and
+//! a Python SDK server in stdio mode with the Python and TypeScript SDK clients, the sample
+//! server in shared mode, and `tests/peers/bad_stdio.py`, a server that misbehaves on
+//! purpose. Every test counts the processes it started (by a marker in their command
+//! line) and checks none is left once the gateway is done with them.
+
+mod support;
+
+use http_body_util::BodyExt;
+use serde_json::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{Gateway, node22, peers, post, python, run_client};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// A marker no other test's processes carry.
+fn marker(what: &str) -> String {
+    format!(
+        "mcpgate-test-{what}-{}-{}",
+        std::process::id(),
+        fastrand_u32()
+    )
+}
+
+fn fastrand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).unwrap();
+    u32::from_le_bytes(b)
+}
+
+/// Processes whose command line (its words joined by spaces) holds `marker`.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|cmd| {
+            String::from_utf8_lossy(cmd)
+                .replace('\0', " ")
+                .contains(marker)
+        })
+        .count()
+}
+
+/// Waits (up to `limit`) until `processes_with(marker)` is `n`.
+fn wait_processes(marker: &str, n: usize, limit: Duration) {
+    let started = Instant::now();
+    while processes_with(marker) != n {
+        assert!(
+            started.elapsed() < limit,
+            "{} processes with {marker}, not {n}: {}",
+            processes_with(marker),
+            String::from_utf8_lossy(
+                &std::process::Command::new("ps")
+                    .args(["-eo", "pid,ppid,stat,args"])
+                    .output()
+                    .unwrap()
+                    .stdout
+            )
+            .lines()
+            .filter(|l| l.contains(marker))
+            .collect::<Vec<_>>()
+            .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The sample server over stdio, run through a link whose name holds `marker` (its
+/// arguments are checked, so the marker cannot be one).
+fn sample(marker: &str, dir: &std::path::Path) -> String {
+    let link = dir.join(format!("{marker}-mcpgate"));
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_mcpgate"), &link).unwrap();
+    command(&[link.to_str().unwrap(), "sample-upstream", "--stdio"])
+}
+
+/// A gateway with stdio upstreams: `upstreams` holds their tables (`[upstreams.NAME]` and
+/// keys); each gets a profile allowing every tool but `move_document`, and a route
+/// `/NAME` without auth.
+fn gateway(upstreams: &[(&str, String)]) -> Gateway {
+    let mut text = String::from(
+        "[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n[tools]\nhidden = [\"move_document\", \"get-env\"]\n",
+    );
+    for (name, table) in upstreams {
+        text.push_str(&format!(
+            "[upstreams.{name}]\n{table}\n[profiles.{name}]\nupstream = \"{name}\"\nallow = [\"*\"]\n[[routes]]\nlisten = \"main\"\npath = \"/{name}\"\nprofile = \"{name}\"\nauth = \"none\"\n"
+        ));
+    }
+    Gateway::start(&text)
+}
+
+fn command(words: &[&str]) -> String {
+    let list: Vec<String> = words.iter().map(|w| format!("{w:?}")).collect();
+    format!("command = [{}]", list.join(", "))
+}
+
+fn bad(mode: &str, marker: &str) -> String {
+    let script = peers().join("bad_stdio.py");
+    command(&[
+        python().to_str().unwrap(),
+        script.to_str().unwrap(),
+        mode,
+        marker,
+    ])
+}
+
+/// Stops the gateway as an operator would (SIGTERM) and waits for it.
+fn stop(mut gw: Gateway) {
+    gw.signal("TERM");
+    assert!(
+        gw.wait_exit(Duration::from_secs(30)).is_some(),
+        "the gateway did not stop"
+    );
+}
+
+async fn initialize(url: &str) -> String {
+    let r = post(url, &[], INIT).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.header("mcp-session-id").to_string()
+}
+
+fn call(id: u64, tool: &str, args: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+    )
+}
+
+/// The SDK clients through the reference server and a Python SDK server, each run as a
+/// stdio process, per client and shared: they list, call and are refused the hidden tool,
+/// and every process is gone once the gateway stops.
+#[test]
+fn sdk_clients_reach_stdio_servers_per_client_and_shared() {
+    let mark = marker("sdk");
+    let everything =
+        peers().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let py = peers().join("py_server.py");
+    let ev = command(&[
+        node22().to_str().unwrap(),
+        everything.to_str().unwrap(),
+        "stdio",
+        &mark,
+    ]);
+    let pyc = command(&[
+        python().to_str().unwrap(),
+        py.to_str().unwrap(),
+        "stdio",
+        "sse",
+        &mark,
+    ]);
+    let gw = gateway(&[
+        ("ev", ev.clone()),
+        ("evshared", format!("{ev}\nsessions = \"shared\"")),
+        ("py", pyc.clone()),
+        ("pyshared", format!("{pyc}\nsessions = \"shared\"")),
+    ]);
+    let cases = [
+        (
+            "ev",
+            "echo",
+            r#"{"message":"over stdio"}"#,
+            "Echo: over stdio",
+            "get-env",
+        ),
+        (
+            "evshared",
+            "echo",
+            r#"{"message":"over stdio"}"#,
+            "Echo: over stdio",
+            "get-env",
+        ),
+        (
+            "py",
+            "get_document",
+            r#"{"id":"welcome"}"#,
+            "This store holds the team's notes.",
+            "move_document",
+        ),
+        (
+            "pyshared",
+            "get_document",
+            r#"{"id":"welcome"}"#,
+            "This store holds the team's notes.",
+            "move_document",
+        ),
+    ];
+    for (route, tool, args, expect, hidden) in cases {
+        let url = gw.url(&format!("/{route}"));
+        let outs = [
+            run_client(
+                Command::new(python())
+                    .arg(peers().join("py_client.py"))
+                    .args([&url, "legacy", "-", tool, args, hidden]),
+            ),
+            run_client(
+                Command::new(node22())
+                    .arg(peers().join("ts_client.mjs"))
+                    .args([&url, "-", tool, args, hidden]),
+            ),
+        ];
+        for out in outs {
+            let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            assert_eq!(v["call"][0], expect, "{route}: {out}");
+            assert!(
+                !v["tools"].as_array().unwrap().iter().any(|t| t == hidden),
+                "{route}: {out}"
+            );
+            assert!(
+                v["refused"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("Unknown tool: {hidden}")),
+                "{route}: {out}"
+            );
+        }
+    }
+    // Shared: one process each however many clients came.
+    assert!(processes_with(&mark) >= 2);
+    let log = gw.log();
+    for (upstream, clients) in [("evshared", 1), ("pyshared", 1), ("ev", 2), ("py", 2)] {
+        let started = log
+            .lines()
+            .filter(|l| {
+                l.contains("\"stdio server started\"")
+                    && l.contains(&format!("\"upstream\":\"{upstream}\""))
+            })
+            .count();
+        assert_eq!(started, clients, "{upstream}");
+    }
+    stop(gw);
+    wait_processes(&mark, 0, Duration::from_secs(15));
+}
+
+/// Shared mode: one process, initialized once; two clients' equal ids never meet, each
+/// gets its own answers with its own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_keeps_clients_apart() {
+    let mark = marker("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(&[(
+        "docs",
+        format!("{}\nsessions = \"shared\"", sample(&mark, dir.path())),
+    )]);
+    let url = gw.url("/docs");
+    let a = initialize(&url).await;
+    let b = initialize(&url).await;
+    assert_ne!(a, b);
+    assert_eq!(
+        gw.log_with("\"stdio server started\"", 1)
+            .await
+            .matches("\"stdio server started\"")
+            .count(),
+        1
+    );
+    assert_eq!(processes_with(&mark), 1);
+    let mut tasks = Vec::new();
+    for n in 0..40 {
+        for (session, doc, text) in [
+            (&a, "welcome", "team's notes"),
+            (&b, "onboarding", "ask for access"),
+        ] {
+            let (url, session) = (url.clone(), session.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = support::send(
+                    http::Method::POST,
+                    &url,
+                    &[
+                        ("content-type", "application/json"),
+                        ("accept", "application/json"),
+                        ("mcp-session-id", &session),
+                    ],
+                    call(1, "get_document", &format!(r#"{{"id":"{doc}"}}"#)),
+                )
+                .await;
+                assert_eq!(r.status, 200, "{}", r.body);
+                let v = r.json();
+                assert_eq!(v["id"], 1);
+                assert!(
+                    v["result"]["content"][0]["text"]
+                        .as_str()
+                        .unwrap()
+                        .contains(text),
+                    "{n}: {}",
+                    r.body
+                );
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop(gw);
+    wait_processes(&mark, 0, Duration::from_secs(15));
+}
+
+/// What the process says during a call (progress, a log message, a sampling request)
+/// reaches the client on the call's stream, and the client's answer reaches the process.
+#[tokio::test]
+async fn a_stdio_server_s_messages_during_a_call_reach_the_client_and_back() {
+    let mark = marker("talk");
+    let gw = gateway(&[("talk", bad("talk", &mark))]);
+    let url = gw.url("/talk");
+    let session = initialize(&url).await;
+    let body = r#"{"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"progressToken":"p-1"}}}"#;
+    let resp = support::request(
+        http::Method::POST,
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("accept", support::SDK_ACCEPT),
+            ("mcp-session-id", &session),
+        ],
+        bytes::Bytes::from(body),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut seen = String::new();
+    let mut answered = false;
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("events within 10 s")
+    {
+        if let Ok(data) = frame.unwrap().into_data() {
+            seen.push_str(&String::from_utf8_lossy(&data));
+        }
+        if !answered && seen.contains("sampling/createMessage") {
+            let r = post(
+                &url,
+                &[("mcp-session-id", &session)],
+                r#"{"jsonrpc":"2.0","id":"s1","result":{"role":"assistant","content":{"type":"text","text":"hi"},"model":"m"}}"#,
+            )
+            .await;
+            assert_eq!(r.status, 202, "{}", r.body);
+            answered = true;
+        }
+    }
+    assert!(seen.contains("\"progressToken\":\"p-1\""), "{seen}");
+    assert!(seen.contains("notifications/message"), "{seen}");
+    assert!(seen.contains("client said: hi"), "{seen}");
+    assert!(
+        seen.contains("\"id\":\"c1\""),
+        "the client's own id: {seen}"
+    );
+    stop(gw);
+    wait_processes(&mark, 0, Duration::from_secs(15));
+}
+
+/// Misbehaving processes change nothing for clients: junk on stdout never reaches them; a
+/// crash is a 502 and ends the session (404 after), and the next initialize starts anew; a
+/// process that stops reading fails calls at once rather than queueing without end; a
+/// stderr flood is logged at a bounded rate; a process that ignores SIGTERM is killed; a
+/// program that cannot start is one log line and a 502; more sessions than
+/// `max_processes` is 503; the child's environment holds nothing of the gateway's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_stdio_servers_change_nothing_for_their_clients() {
+    let mark = marker("bad");
+    let gw = gateway(&[
+        ("garbage", bad("garbage", &mark)),
+        ("crash", bad("crash", &mark)),
+        ("deaf", format!("{}\ntimeout = \"3s\"", bad("deaf", &mark))),
+        ("flood", bad("flood", &mark)),
+        ("stubborn", bad("stubborn", &mark)),
+        (
+            "few",
+            format!(
+                "{}\nmax_processes = 2\nenv = {{ GIVEN = \"yes\" }}",
+                bad("garbage", &mark)
+            ),
+        ),
+        ("missing", command(&["/nonexistent/mcp-server", &mark])),
+    ]);
+
+    // Junk lines are logged and dropped; the answer comes through.
+    let url = gw.url("/garbage");
+    let s = initialize(&url).await;
+    let r = post(
+        &url,
+        &[("mcp-session-id", &s)],
+        &call(2, "echo", r#"{"a":1}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("echo: {\\\"a\\\": 1}"), "{}", r.body);
+    assert!(!r.body.contains("not json") && !r.body.contains("hello") && !r.body.contains("xxxx"));
+    let log = gw.log_with("over the limit", 1).await;
+    assert!(log.contains("not JSON-RPC"), "{log}");
+
+    // A crash: 502, then the session is gone; a new one works.
+    let url = gw.url("/crash");
+    let s = initialize(&url).await;
+    let r = post(&url, &[("mcp-session-id", &s)], &call(3, "echo", "{}")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32002);
+    let r = post(&url, &[("mcp-session-id", &s)], &call(4, "echo", "{}")).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let again = initialize(&url).await;
+    assert_ne!(again, s);
+
+    // A process that stops reading: calls queue up to a bound, then fail at once.
+    let url = gw.url("/deaf");
+    let s = initialize(&url).await;
+    let big = format!(r#"{{"pad":"{}"}}"#, "p".repeat(60_000));
+    let mut tasks = Vec::new();
+    for n in 0..90 {
+        let (url, s, big) = (url.clone(), s.clone(), big.clone());
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let r = post(&url, &[("mcp-session-id", &s)], &call(n, "echo", &big)).await;
+            (r.status.as_u16(), r.body, started.elapsed())
+        }));
+    }
+    let mut not_reading = 0;
+    for t in tasks {
+        let (status, body, took) = t.await.unwrap();
+        match status {
+            502 => {
+                assert!(body.contains("not reading its input"), "{body}");
+                assert!(
+                    took < Duration::from_secs(2),
+                    "failed at once, not after {took:?}"
+                );
+                not_reading += 1;
+            }
+            504 => {}
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(not_reading > 0, "the queue is bounded");
+
+    // A stderr flood: calls go on; the log gets at most 50 lines a second and a count.
+    let url = gw.url("/flood");
+    let s = initialize(&url).await;
+    let r = post(&url, &[("mcp-session-id", &s)], &call(5, "echo", "{}")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let log = gw.log_with("stderr lines not logged", 1).await;
+    let lines = log.matches("flood line").count();
+    assert!(lines < 1000, "{lines} stderr lines logged");
+
+    // At most two processes; the third session waits for none: 503.
+    let url = gw.url("/few");
+    let one = initialize(&url).await;
+    let _two = initialize(&url).await;
+    let r = post(&url, &[], INIT).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32003);
+    // Its environment: PATH, HOME, LANG and what the config gives; not the gateway's.
+    let r = support::send(
+        http::Method::POST,
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+            ("mcp-session-id", &one),
+        ],
+        call(6, "env", "{}"),
+    )
+    .await;
+    let names: Vec<String> =
+        serde_json::from_str(r.json()["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(names.contains(&"GIVEN".to_string()), "{names:?}");
+    for name in &names {
+        assert!(
+            ["PATH", "HOME", "LANG", "GIVEN", "LC_CTYPE", "PWD"].contains(&name.as_str()),
+            "{name} leaked into the child: {names:?}"
+        );
+    }
+    // DELETE ends it: one process fewer, and the third session can start.
+    let r = support::send(http::Method::DELETE, &url, &[("mcp-session-id", &one)], "").await;
+    assert_eq!(r.status, 200);
+    let started = Instant::now();
+    loop {
+        let r = post(&url, &[], INIT).await;
+        if r.status == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{}", r.body);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // One that ignores SIGTERM and its stdin's end: killed after the grace.
+    let url = gw.url("/stubborn");
+    let s = initialize(&url).await;
+    let stubborn = format!("stubborn {mark}");
+    assert_eq!(processes_with(&stubborn), 1);
+    let r = support::send(http::Method::DELETE, &url, &[("mcp-session-id", &s)], "").await;
+    assert_eq!(r.status, 200);
+    tokio::task::spawn_blocking(move || wait_processes(&stubborn, 0, Duration::from_secs(15)))
+        .await
+        .unwrap();
+
+    // A program that cannot start: 502 and one clear line.
+    let r = post(&gw.url("/missing"), &[], INIT).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(gw.log().contains("stdio server could not be started"));
+
+    stop(gw);
+    let mark2 = mark.clone();
+    tokio::task::spawn_blocking(move || wait_processes(&mark2, 0, Duration::from_secs(20)))
+        .await
+        .unwrap();
+}
+
+/// A session with no request for `idle_timeout` ends with its process; a reload that
+/// removes the upstream closes the processes it ran.
+#[tokio::test]
+async fn idle_sessions_and_removed_upstreams_close_their_processes() {
+    let mark = marker("idle");
+    let dir = tempfile::tempdir().unwrap();
+    let sample = sample(&mark, dir.path());
+    let gw = gateway(&[
+        ("idle", format!("{sample}\nidle_timeout = \"1s\"")),
+        ("kept", sample.clone()),
+    ]);
+    let s = initialize(&gw.url("/idle")).await;
+    let _k = initialize(&gw.url("/kept")).await;
+    assert_eq!(processes_with(&mark), 2);
+    let m = mark.clone();
+    tokio::task::spawn_blocking(move || wait_processes(&m, 1, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let r = post(
+        &gw.url("/idle"),
+        &[("mcp-session-id", &s)],
+        &call(1, "get_document", r#"{"id":"welcome"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    // The reload keeps only `idle`: `kept`'s process goes.
+    let text = std::fs::read_to_string(gw.config_path()).unwrap();
+    let cut = text.find("[upstreams.kept]").unwrap();
+    std::fs::write(gw.config_path(), &text[..cut]).unwrap();
+    gw.signal("HUP");
+    gw.log_with("configuration reloaded", 1).await;
+    let m = mark.clone();
+    tokio::task::spawn_blocking(move || wait_processes(&m, 0, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    stop(gw);
+}
+
+/// Keys of HTTP upstreams are refused beside `command`, and stdio keys beside `url`.
+#[test]
+fn stdio_settings_are_checked() {
+    for (table, says) in [
+        ("command = []", "command names no program"),
+        (
+            "command = [\"x\"]\nurl = \"http://127.0.0.1:1/mcp\"",
+            "url does not apply to a stdio upstream",
+        ),
+        ("command = [\"x\"]\nsessions = \"pooled\"", "per_client"),
+        ("command = [\"x\"]\nmax_processes = 0", "at least 1"),
+        (
+            "url = \"http://127.0.0.1:1/mcp\"\ncwd = \"/\"",
+            "cwd applies to stdio upstreams",
+        ),
+        (
+            "command = [\"x\"]\nenv = { \"A=B\" = \"1\" }",
+            "not a variable name",
+        ),
+    ] {
+        let text = format!(
+            "[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n[upstreams.u]\n{table}\n[profiles.p]\nupstream = \"u\"\nallow = [\"*\"]\n"
+        );
+        match Gateway::try_start(&text) {
+            Ok(_) => panic!("accepted: {table}"),
+            Err((_, log)) => assert!(log.contains(says), "{table}: {log}"),
+        }
+    }
+}

@@ -4,6 +4,8 @@
 //! the given time. wrk cannot hold a session per connection; this can.
 //!
 //! usage: mcpload URL CLIENTS SECONDS [TOOL ARGS_JSON]
+//!        mcpload --stdio SECONDS COMMAND [ARGS...]   (the server alone, over its pipes: the
+//!        baseline every bridge adds to; one client)
 //! prints one JSON line: requests, failed, rps, p50_ms, p99_ms.
 
 use bytes::Bytes;
@@ -47,9 +49,67 @@ async fn post(
     Ok((status, session, body))
 }
 
+/// Calls a stdio server straight over its pipes, one at a time, for `seconds`.
+fn stdio_baseline(seconds: f64, command: &[String]) {
+    use std::io::{BufRead, Write};
+    let mut child = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the server starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut ask = |body: String, line: &mut String| {
+        stdin.write_all(body.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        line.clear();
+        stdout.read_line(line).unwrap();
+    };
+    ask(INIT.to_string(), &mut line);
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let mut id = 1u64;
+    while Instant::now() < until {
+        id += 1;
+        let t = Instant::now();
+        ask(
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"get_document","arguments":{{"id":"welcome"}}}}}}"#),
+            &mut line,
+        );
+        all.push(t.elapsed());
+    }
+    let took = started.elapsed().as_secs_f64();
+    drop(stdin);
+    let _ = child.wait();
+    report(all, 0, took);
+}
+
+fn report(mut all: Vec<Duration>, failed: usize, took: f64) {
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    println!(
+        "{{\"requests\":{},\"failed\":{},\"rps\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
+        all.len(),
+        failed,
+        all.len() as f64 / took,
+        pct(0.5),
+        pct(0.99)
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--stdio") {
+        return stdio_baseline(args[2].parse().expect("SECONDS"), &args[3..]);
+    }
     let url = args[1].clone();
     let clients: usize = args[2].parse().expect("CLIENTS");
     let seconds: f64 = args[3].parse().expect("SECONDS");
@@ -107,17 +167,5 @@ async fn main() {
         failed += f;
     }
     let took = started.elapsed().as_secs_f64();
-    all.sort();
-    let pct = |p: f64| {
-        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
-    println!(
-        "{{\"requests\":{},\"failed\":{},\"rps\":{:.1},\"p50_ms\":{:.3},\"p99_ms\":{:.3}}}",
-        all.len(),
-        failed,
-        all.len() as f64 / took,
-        pct(0.5),
-        pct(0.99)
-    );
+    report(all, failed, took);
 }

@@ -187,9 +187,7 @@ fn dispatch(command: Command) -> Result<()> {
                 ..Default::default()
             };
             if stdio {
-                return runtime()?
-                    .block_on(mcpgate::cli::sample::serve_stdio(opts))
-                    .context("serving over stdio");
+                return mcpgate::cli::sample::serve_stdio(opts).context("serving over stdio");
             }
             runtime()?.block_on(async {
                 let server = mcpgate::cli::sample::start(listen, opts)

@@ -31,6 +31,12 @@ impl Service for Gateway {
     ) -> impl Future<Output = Response<GateBody>> + Send {
         pipeline::handle(self, listener, peer, req)
     }
+
+    /// stdio upstreams' processes are closed (stdin, SIGTERM, SIGKILL) and reaped while
+    /// the workers that read their pipes still run.
+    fn drained(&self) -> impl Future<Output = ()> + Send {
+        self.close_stdio()
+    }
 }
 
 /// Binds the gateway's listeners and admin address, and starts the worker threads.
@@ -94,7 +100,6 @@ pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result
     if let Some(r) = reopener {
         r.abort();
     }
-    gw.close_stdio().await;
     gw.close_audit().await;
     Ok(())
 }

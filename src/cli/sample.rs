@@ -204,8 +204,8 @@ fn store() -> BTreeMap<String, (String, String)> {
 /// The sample server over stdio: one JSON-RPC message per line on stdin, each answer one
 /// line on stdout, until stdin ends (what `mcpgate sample-upstream --stdio` runs). Tools
 /// are the same as over HTTP.
-pub async fn serve_stdio(opts: Options) -> std::io::Result<()> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+pub fn serve_stdio(opts: Options) -> std::io::Result<()> {
+    use std::io::{BufRead, Write};
     let state = State {
         opts,
         docs: Mutex::new(store()),
@@ -213,9 +213,12 @@ pub async fn serve_stdio(opts: Options) -> std::io::Result<()> {
         counter: AtomicU64::new(0),
         cancelled: Arc::new(AtomicU64::new(0)),
     };
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    let mut out = tokio::io::BufWriter::new(tokio::io::stdout());
-    while let Some(line) = lines.next_line().await? {
+    // Plain blocking reads and writes: nothing else runs here, and a runtime would hand
+    // every read to a thread of its own.
+    let stdin = std::io::stdin().lock();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lines() {
+        let line = line?;
         let Ok(m) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
@@ -224,8 +227,8 @@ pub async fn serve_stdio(opts: Options) -> std::io::Result<()> {
         };
         let mut text = answer(&state, id.clone(), method, &m["params"]).to_string();
         text.push('\n');
-        out.write_all(text.as_bytes()).await?;
-        out.flush().await?;
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
     }
     Ok(())
 }

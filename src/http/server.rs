@@ -43,6 +43,11 @@ pub trait Service: Send + Sync + 'static {
         peer: Peer,
         req: ClientRequest,
     ) -> impl Future<Output = Response<GateBody>> + Send;
+    /// Runs once the connections have drained (or the grace is over), while the workers
+    /// still run: what lives on them and must end in order ends here.
+    fn drained(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A listener bound to its socket, ready to serve.
@@ -179,6 +184,7 @@ pub async fn serve<S: Service>(
             tracing::warn!("shutdown grace elapsed with connections still open; closing them")
         }
     }
+    service.drained().await;
     // Whatever still runs on the workers (connections past the grace) is dropped here.
     if let Ok(workers) = Arc::try_unwrap(workers) {
         workers.stop().await;

@@ -146,9 +146,10 @@ impl Child {
             initialized: AtomicBool::new(false),
             unrouted: AtomicUsize::new(0),
         });
-        // On the control thread's runtime: the process is closed at shutdown after the
-        // workers (and anything running on them) are gone.
-        let rt = crate::runtime::workers::control().unwrap_or_else(tokio::runtime::Handle::current);
+        // On this worker, where the session's first requests come from: no other thread is
+        // woken per message. Shutdown closes the processes before the workers stop
+        // (`Service::drained`).
+        let rt = tokio::runtime::Handle::current();
         rt.spawn(write_stdin(stdin, queue));
         rt.spawn(read_stdout(Arc::downgrade(&child), stdout));
         rt.spawn(read_stderr(upstream.clone(), pid, stderr));

@@ -77,7 +77,9 @@ fn stdio_baseline(seconds: f64, command: &[String]) {
         id += 1;
         let t = Instant::now();
         ask(
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"get_document","arguments":{{"id":"welcome"}}}}}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"get_document","arguments":{{"id":"welcome"}}}}}}"#
+            ),
             &mut line,
         );
         all.push(t.elapsed());
@@ -113,7 +115,10 @@ async fn main() {
     let url = args[1].clone();
     let clients: usize = args[2].parse().expect("CLIENTS");
     let seconds: f64 = args[3].parse().expect("SECONDS");
-    let tool = args.get(4).cloned().unwrap_or_else(|| "get_document".into());
+    let tool = args
+        .get(4)
+        .cloned()
+        .unwrap_or_else(|| "get_document".into());
     let tool_args = args
         .get(5)
         .cloned()
@@ -124,11 +129,20 @@ async fn main() {
     // Sessions first, all of them, then the timed calls.
     let mut sessions = Vec::new();
     for _ in 0..clients {
-        let (status, session, body) = post(&http, &url, None, INIT.into()).await.expect("initialize");
-        assert_eq!(status, 200, "initialize: {}", String::from_utf8_lossy(&body));
+        let (status, session, body) = post(&http, &url, None, INIT.into())
+            .await
+            .expect("initialize");
+        assert_eq!(
+            status,
+            200,
+            "initialize: {}",
+            String::from_utf8_lossy(&body)
+        );
         let session = session.expect("a session id");
         let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string();
-        let (status, _, _) = post(&http, &url, Some(&session), note).await.expect("initialized");
+        let (status, _, _) = post(&http, &url, Some(&session), note)
+            .await
+            .expect("initialized");
         assert!(status == 202 || status == 200, "initialized: {status}");
         sessions.push(session);
     }

@@ -37,6 +37,7 @@ fi
 # summary is the last thing printed. Skipped when the tests were filtered (arguments given).
 if [ $# -eq 0 ]; then
   bench/run.sh --smoke
+  bench/stdio.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -279,6 +279,13 @@ impl EndpointSeries for Metrics {
         self.endpoint_requests.remove(&labels);
         self.endpoint_open_sessions.remove(&labels);
     }
+
+    fn processes(&self, upstream: &str) -> prometheus_client::metrics::gauge::Gauge {
+        let labels = crate::observe::metrics::UpstreamLabels {
+            upstream: upstream.into(),
+        };
+        self.stdio_processes.get_or_create(&labels).clone()
+    }
 }
 
 /// Why a reload was not applied; the running configuration keeps serving.

@@ -86,7 +86,7 @@ fn sample(marker: &str, dir: &std::path::Path) -> String {
 /// `/NAME` without auth.
 fn gateway(upstreams: &[(&str, String)]) -> Gateway {
     let mut text = String::from(
-        "[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n[tools]\nhidden = [\"move_document\", \"get-env\"]\n",
+        "[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n[admin]\naddr = \"127.0.0.1:0\"\n[tools]\nhidden = [\"move_document\", \"get-env\"]\n",
     );
     for (name, table) in upstreams {
         text.push_str(&format!(
@@ -525,6 +525,17 @@ async fn idle_sessions_and_removed_upstreams_close_their_processes() {
     tokio::task::spawn_blocking(move || wait_processes(&m, 1, Duration::from_secs(10)))
         .await
         .unwrap();
+    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        metrics.contains("mcpgate_stdio_processes{upstream=\"idle\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcpgate_stdio_processes{upstream=\"kept\"} 1"),
+        "{metrics}"
+    );
     let r = post(
         &gw.url("/idle"),
         &[("mcp-session-id", &s)],

@@ -384,6 +384,7 @@ pub struct Metrics {
     pub endpoint_ejections: Family<EndpointLabels, Counter>,
     pub endpoint_requests: Family<EndpointLabels, Counter>,
     pub endpoint_open_sessions: Family<EndpointLabels, Gauge>,
+    pub stdio_processes: Family<UpstreamLabels, Gauge>,
     tool_names: Mutex<HashSet<Arc<str>>>,
 }
 
@@ -409,6 +410,7 @@ impl Metrics {
             endpoint_ejections: Family::default(),
             endpoint_requests: Family::default(),
             endpoint_open_sessions: Family::default(),
+            stdio_processes: Family::default(),
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -467,6 +469,11 @@ impl Metrics {
             "endpoint_open_sessions",
             "Sessions this process sealed for an endpoint and has not seen end",
             m.endpoint_open_sessions.clone(),
+        );
+        registry.register(
+            "stdio_processes",
+            "Processes a stdio upstream runs now",
+            m.stdio_processes.clone(),
         );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }

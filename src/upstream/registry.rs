@@ -109,6 +109,8 @@ pub struct Registry {
 pub trait EndpointSeries {
     fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics;
     fn forget(&self, upstream: &str, endpoint: &str);
+    /// The count of a stdio upstream's running processes.
+    fn processes(&self, upstream: &str) -> prometheus_client::metrics::gauge::Gauge;
 }
 
 impl Registry {
@@ -155,10 +157,13 @@ impl Registry {
                     .collect();
                 let stdio = u.stdio.as_ref().map(|command| {
                     let key = (u.name.clone(), command.clone());
-                    let up = stdio_current
-                        .get(&key)
-                        .cloned()
-                        .unwrap_or_else(|| StdioUpstream::new(u.name.clone(), command.clone()));
+                    let up = stdio_current.get(&key).cloned().unwrap_or_else(|| {
+                        StdioUpstream::new(
+                            u.name.clone(),
+                            command.clone(),
+                            metrics.processes(&u.name),
+                        )
+                    });
                     stdio_next.insert(key, up.clone());
                     up
                 });
@@ -220,6 +225,9 @@ mod tests {
             EndpointMetrics::default()
         }
         fn forget(&self, _: &str, _: &str) {}
+        fn processes(&self, _: &str) -> prometheus_client::metrics::gauge::Gauge {
+            Default::default()
+        }
     }
 
     /// Endpoint state is matched by address and connect timeout: the same ones are kept, a

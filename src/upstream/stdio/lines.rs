@@ -76,7 +76,11 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                         return None;
                     }
                     self.scanned = 0;
-                    return Some(Line::Text(self.buf.split().freeze()));
+                    let mut line = self.buf.split();
+                    if line.last() == Some(&b'\r') {
+                        line.truncate(line.len() - 1);
+                    }
+                    return Some(Line::Text(line.freeze()));
                 }
             }
         }
@@ -121,5 +125,37 @@ mod tests {
         let got = all(&[b'y'; 200_000], 1000).await;
         assert!(matches!(got[..], [Line::TooLong(200_000)]), "{got:?}");
         assert_eq!(all(b"", 10).await, []);
+    }
+
+    proptest::proptest! {
+        /// Under the bound, the lines are tokio's own `lines()`' (which we do not use: it
+        /// has no bound), for any bytes split into any reads.
+        #[test]
+        fn lines_match_tokio_s_under_the_bound(
+            text in proptest::collection::vec(proptest::sample::select(vec![b'a', b'{', b'\n', b'\r', b' ']), 0..400),
+        ) {
+            use tokio::io::AsyncBufReadExt;
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let (ours, theirs) = rt.block_on(async {
+                let ours: Vec<Vec<u8>> = all(&text, 1 << 20)
+                    .await
+                    .into_iter()
+                    .map(|l| match l {
+                        Line::Text(t) => t.to_vec(),
+                        Line::TooLong(_) => unreachable!("under the bound"),
+                    })
+                    .collect();
+                let mut theirs = Vec::new();
+                let mut lines = tokio::io::BufReader::new(&text[..]).split(b'\n');
+                while let Some(mut l) = lines.next_segment().await.unwrap() {
+                    if l.last() == Some(&b'\r') {
+                        l.pop();
+                    }
+                    theirs.push(l);
+                }
+                (ours, theirs)
+            });
+            proptest::prop_assert_eq!(ours, theirs);
+        }
     }
 }

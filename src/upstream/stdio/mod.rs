@@ -65,13 +65,19 @@ pub struct StdioUpstream {
     shared: tokio::sync::Mutex<Option<(Arc<Child>, Option<Value>)>>,
     /// Processes running (counted from spawn to reaping).
     processes: Arc<AtomicUsize>,
+    /// The same, as `/metrics` shows it.
+    gauge: prometheus_client::metrics::gauge::Gauge,
     /// Quick exits in a row, and when the last was.
     crashes: Arc<Mutex<(u32, Option<Instant>)>>,
 }
 
 impl StdioUpstream {
     /// Made inside a runtime: it sweeps idle sessions on it.
-    pub fn new(name: Arc<str>, command: Arc<StdioCommand>) -> Arc<StdioUpstream> {
+    pub fn new(
+        name: Arc<str>,
+        command: Arc<StdioCommand>,
+        gauge: prometheus_client::metrics::gauge::Gauge,
+    ) -> Arc<StdioUpstream> {
         let up = Arc::new(StdioUpstream {
             name,
             command,
@@ -79,6 +85,7 @@ impl StdioUpstream {
             sessions: Mutex::new(HashMap::new()),
             shared: tokio::sync::Mutex::new(None),
             processes: Arc::new(AtomicUsize::new(0)),
+            gauge,
             crashes: Arc::new(Mutex::new((0, None))),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -282,9 +289,11 @@ impl StdioUpstream {
             tokio::time::sleep(wait).await;
         }
         let processes = self.processes.clone();
+        let gauge = self.gauge.clone();
         let crashes = self.crashes.clone();
         let on_exit: child::OnExit = Box::new(move |asked, ran| {
             processes.fetch_sub(1, Ordering::Relaxed);
+            gauge.dec();
             let mut crashes = crashes.lock().unwrap_or_else(|p| p.into_inner());
             if !asked && ran < QUICK_EXIT {
                 *crashes = (crashes.0.saturating_add(1), Some(Instant::now()));
@@ -292,7 +301,9 @@ impl StdioUpstream {
                 *crashes = (0, None);
             }
         });
+        self.gauge.inc();
         Child::spawn(self.name.clone(), &self.command, on_exit).map_err(|e| {
+            self.gauge.dec();
             self.processes.fetch_sub(1, Ordering::Relaxed);
             tracing::error!(upstream = %self.name, program = %self.command.program, error = %e, "stdio server could not be started");
             GateError::UpstreamUnreachable("the stdio server could not be started".into())

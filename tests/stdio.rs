@@ -49,6 +49,22 @@ fn processes_with(marker: &str) -> usize {
         .count()
 }
 
+/// Children of `parent` that exited and were not reaped (zombies keep no command line,
+/// so `processes_with` does not see them).
+fn zombies_of(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid …; comm may hold spaces, so read after the last ')'.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let mut f = rest.split_whitespace();
+            f.next() == Some("Z") && f.next() == Some(parent.to_string().as_str())
+        })
+        .count()
+}
+
 /// Waits (up to `limit`) until `processes_with(marker)` is `n`.
 fn wait_processes(marker: &str, n: usize, limit: Duration) {
     let started = Instant::now();
@@ -295,6 +311,36 @@ async fn shared_mode_keeps_clients_apart() {
     for t in tasks {
         t.await.unwrap();
     }
+    // A's GET stream ends when A's session does, though the process goes on for B.
+    let (u, session) = (url.clone(), a.clone());
+    let stream = tokio::spawn(async move {
+        let started = Instant::now();
+        let (reply, ended) = support::send_stream(
+            http::Method::GET,
+            &u,
+            &[
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", &session),
+            ],
+            "",
+            Duration::from_secs(8),
+        )
+        .await;
+        (reply.status, ended, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = support::send(http::Method::DELETE, &url, &[("mcp-session-id", &a)], "").await;
+    assert_eq!(r.status, 200);
+    let (status, ended, took) = stream.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(ended && took < Duration::from_secs(5), "{ended} {took:?}");
+    let r = post(
+        &url,
+        &[("mcp-session-id", &b)],
+        &call(2, "get_document", r#"{"id":"welcome"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
     stop(gw);
     wait_processes(&mark, 0, Duration::from_secs(15));
 }
@@ -494,6 +540,9 @@ async fn misbehaving_stdio_servers_change_nothing_for_their_clients() {
     tokio::task::spawn_blocking(move || wait_processes(&stubborn, 0, Duration::from_secs(15)))
         .await
         .unwrap();
+    // Killed, and reaped: the crashed, closed and killed ones alike.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(zombies_of(gw.pid()), 0);
 
     // A program that cannot start: 502 and one clear line.
     let r = post(&gw.url("/missing"), &[], INIT).await;
@@ -525,6 +574,8 @@ async fn idle_sessions_and_removed_upstreams_close_their_processes() {
     tokio::task::spawn_blocking(move || wait_processes(&m, 1, Duration::from_secs(10)))
         .await
         .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(zombies_of(gw.pid()), 0);
     let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
         .await
         .body;

@@ -287,6 +287,14 @@ impl Child {
         routing.listeners.push(tx);
     }
 
+    /// Takes a session's GET stream out of those this child writes to (its session ended).
+    pub fn unlisten(&self, tx: &mpsc::Sender<Result<Bytes, BodyError>>) {
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        routing
+            .listeners
+            .retain(|l| !l.same_channel(tx) && !l.is_closed());
+    }
+
     /// Forgets calls whose clients left (their answers would go nowhere).
     pub fn sweep(&self) {
         let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());

@@ -359,11 +359,14 @@ impl StdioUpstream {
 
     /// A session is over: its stream ends and (per_client) its process is closed.
     fn end(&self, session: Arc<Session>) {
-        session
+        let stream = session
             .stream
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
+        if let Some(tx) = stream {
+            session.child.unlisten(&tx);
+        }
         if self.command.sessions == Sharing::PerClient {
             background(async move { session.child.close().await });
         }

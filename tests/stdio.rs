@@ -410,7 +410,7 @@ async fn misbehaving_stdio_servers_change_nothing_for_their_clients() {
     let gw = gateway(&[
         ("garbage", bad("garbage", &mark)),
         ("crash", bad("crash", &mark)),
-        ("deaf", format!("{}\ntimeout = \"3s\"", bad("deaf", &mark))),
+        ("deaf", format!("{}\ntimeout = \"10s\"", bad("deaf", &mark))),
         ("flood", bad("flood", &mark)),
         ("stubborn", bad("stubborn", &mark)),
         (
@@ -469,8 +469,8 @@ async fn misbehaving_stdio_servers_change_nothing_for_their_clients() {
             502 => {
                 assert!(body.contains("not reading its input"), "{body}");
                 assert!(
-                    took < Duration::from_secs(2),
-                    "failed at once, not after {took:?}"
+                    took < Duration::from_secs(5),
+                    "failed soon (the wait for room is 1 s), not at the deadline (10 s): {took:?}"
                 );
                 not_reading += 1;
             }

@@ -111,15 +111,18 @@ impl Child {
         command: &StdioCommand,
         on_exit: OnExit,
     ) -> std::io::Result<Arc<Child>> {
-        let mut cmd = tokio::process::Command::new(&command.program);
+        use std::os::unix::process::CommandExt;
+        // std's process, not tokio's: tokio's makes every runtime look for exited children
+        // each time it parks, which the request path would pay for. Its pipes are made
+        // non-blocking and driven by this runtime; a thread of its own waits for it.
+        let mut cmd = std::process::Command::new(&command.program);
         cmd.args(&command.args)
             .current_dir(&command.cwd)
             .env_clear()
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
+            .process_group(0);
         for name in ["PATH", "HOME", "LANG"] {
             if let Some(v) = std::env::var_os(name) {
                 cmd.env(name, v);
@@ -129,10 +132,28 @@ impl Child {
             cmd.env(k, v);
         }
         let mut process = cmd.spawn()?;
-        let pid = process.id().unwrap_or(0);
-        let stdin = process.stdin.take().expect("piped");
-        let stdout = process.stdout.take().expect("piped");
-        let stderr = process.stderr.take().expect("piped");
+        let pid = process.id();
+        let pipes = (|| {
+            use std::os::fd::OwnedFd;
+            use tokio::net::unix::pipe;
+            let stdin =
+                pipe::Sender::from_owned_fd(OwnedFd::from(process.stdin.take().expect("piped")))?;
+            let stdout = pipe::Receiver::from_owned_fd(OwnedFd::from(
+                process.stdout.take().expect("piped"),
+            ))?;
+            let stderr = pipe::Receiver::from_owned_fd(OwnedFd::from(
+                process.stderr.take().expect("piped"),
+            ))?;
+            std::io::Result::Ok((stdin, stdout, stderr))
+        })();
+        let (stdin, stdout, stderr) = match pipes {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = process.kill();
+                let _ = process.wait();
+                return Err(e);
+            }
+        };
         let (to_stdin, queue) = mpsc::unbounded_channel();
         let (exited_tx, exited) = watch::channel(false);
         let child = Arc::new(Child {
@@ -155,8 +176,10 @@ impl Child {
         rt.spawn(read_stderr(upstream.clone(), pid, stderr));
         let weak = Arc::downgrade(&child);
         let started = Instant::now();
-        rt.spawn(async move {
-            let status = process.wait().await;
+        let waiter = std::thread::Builder::new()
+            .name("mcpgate-stdio".into())
+            .spawn(move || {
+            let status = process.wait();
             let asked = weak
                 .upgrade()
                 .is_none_or(|c| c.closing.load(Ordering::Relaxed));
@@ -177,6 +200,16 @@ impl Child {
             }
             on_exit(asked, started.elapsed());
         });
+        if let Err(e) = waiter {
+            // Without a thread to wait for it, it could not be reaped: do not run it.
+            tracing::error!(upstream = %child.upstream, pid, error = %e, "no thread to wait for a stdio server; stopping it");
+            child.closing.store(true, Ordering::Relaxed);
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                Signal::SIGKILL,
+            );
+            return Err(e);
+        }
         tracing::info!(upstream = %child.upstream, pid, program = %command.program, "stdio server started");
         Ok(child)
     }
@@ -437,7 +470,7 @@ fn progress_token(m: &Value) -> Option<String> {
 }
 
 async fn write_stdin(
-    mut stdin: tokio::process::ChildStdin,
+    mut stdin: tokio::net::unix::pipe::Sender,
     mut queue: mpsc::UnboundedReceiver<Queued>,
 ) {
     while let Some((line, room)) = queue.recv().await {
@@ -450,7 +483,7 @@ async fn write_stdin(
     let _ = stdin.shutdown().await;
 }
 
-async fn read_stdout(child: Weak<Child>, stdout: tokio::process::ChildStdout) {
+async fn read_stdout(child: Weak<Child>, stdout: tokio::net::unix::pipe::Receiver) {
     let mut lines = Lines::new(stdout, MAX_LINE);
     while let Some(line) = lines.next().await {
         let Some(child) = child.upgrade() else { return };
@@ -481,7 +514,7 @@ async fn read_stdout(child: Weak<Child>, stdout: tokio::process::ChildStdout) {
     }
 }
 
-async fn read_stderr(upstream: Arc<str>, pid: u32, stderr: tokio::process::ChildStderr) {
+async fn read_stderr(upstream: Arc<str>, pid: u32, stderr: tokio::net::unix::pipe::Receiver) {
     let mut lines = Lines::new(stderr, MAX_STDERR_LINE);
     let mut second = tokio::time::Instant::now();
     let (mut logged, mut dropped) = (0u32, 0u64);

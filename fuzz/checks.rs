@@ -171,3 +171,69 @@ pub fn config_text(data: &[u8]) {
         let _ = mcpgate::config::load_str(text, "fuzz.toml");
     }
 }
+
+/// A stdio server's stdout read in lines, bounded (`upstream::stdio::lines`): never a
+/// panic; no line longer than the bound or holding a newline; the same bytes read whole
+/// and in pieces give the same lines.
+pub fn stdio_lines(data: &[u8]) {
+    use mcpgate::upstream::stdio::lines::{Line, Lines};
+    const MAX: usize = 64;
+    /// Gives its pieces one read at a time.
+    struct Pieces(std::collections::VecDeque<Vec<u8>>);
+    impl tokio::io::AsyncRead for Pieces {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if let Some(mut piece) = self.0.pop_front() {
+                let n = piece.len().min(buf.remaining());
+                buf.put_slice(&piece[..n]);
+                if n < piece.len() {
+                    self.0.push_front(piece.split_off(n));
+                }
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+    let read = |pieces: Vec<Vec<u8>>| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut lines = Lines::new(Pieces(pieces.into()), MAX);
+            let mut out = Vec::new();
+            while let Some(l) = lines.next().await {
+                if let Line::Text(t) = &l {
+                    assert!(t.len() <= MAX, "a line over the bound");
+                    assert!(!t.contains(&b'\n'), "a newline inside a line");
+                }
+                out.push(l);
+            }
+            out
+        })
+    };
+    let whole = read(vec![data.to_vec()]);
+    let (a, b) = cut(data);
+    // A read of nothing is the end of a pipe: no empty pieces.
+    let pieces = [a, b]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec);
+    assert_eq!(whole, read(pieces.collect()));
+}
+
+/// Sealed session ids (`upstream::session`): whatever a client sends opens to nothing,
+/// without a panic; any upstream id up to the bound seals and opens to itself.
+pub fn sealed_session(data: &[u8]) {
+    use mcpgate::upstream::session::{Sealer, endpoint_id};
+    let sealer = Sealer::new("kb", &[mcpgate::config::SessionKey([7; 32])]);
+    assert_eq!(sealer.open(data), None, "made-up text opened");
+    let endpoint = endpoint_id("http://127.0.0.1:8001/mcp");
+    if let Some(sealed) = sealer.seal(&endpoint, data) {
+        assert_eq!(
+            sealer.open(sealed.as_bytes()),
+            Some((endpoint, data.to_vec()))
+        );
+    }
+}

@@ -20,6 +20,8 @@ const TARGETS: &[Target] = &[
     ("sse_stream", checks::sse_stream),
     ("tools_list", checks::tools_list),
     ("config_text", checks::config_text),
+    ("stdio_lines", checks::stdio_lines),
+    ("sealed_session", checks::sealed_session),
 ];
 
 #[test]

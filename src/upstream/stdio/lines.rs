@@ -70,7 +70,10 @@ impl<R: AsyncRead + Unpin> Lines<R> {
                 _ => {
                     if self.skipping {
                         self.skipping = false;
-                        return Some(Line::TooLong(skipped + self.buf.len()));
+                        let n = skipped + self.buf.len();
+                        self.buf.clear();
+                        self.scanned = 0;
+                        return Some(Line::TooLong(n));
                     }
                     if self.buf.is_empty() {
                         return None;
@@ -121,9 +124,12 @@ mod tests {
             got[0]
         );
         assert_eq!(got.len(), 2);
-        // One that never ends is reported once at the end of the stream.
+        // One that never ends is reported once at the end of the stream, whatever its last
+        // read held (found by the stdio_lines fuzz target).
         let got = all(&[b'y'; 200_000], 1000).await;
         assert!(matches!(got[..], [Line::TooLong(200_000)]), "{got:?}");
+        let got = all(&[b'z'; 1500], 1000).await;
+        assert!(matches!(got[..], [Line::TooLong(1500)]), "{got:?}");
         assert_eq!(all(b"", 10).await, []);
     }
 

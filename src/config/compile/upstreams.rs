@@ -53,8 +53,9 @@ pub struct Endpoint {
     pub url: Uri,
     /// The `Host` header the upstream is sent: its URL's host, and port unless 80 (443).
     pub host: HeaderValue,
-    /// The url as written: what metrics and logs call it, and (hashed) what a sealed
-    /// session id names. Upstream urls cannot carry credentials (see `parse_url`).
+    /// The url as written without its query: what metrics and logs call it, and (hashed)
+    /// what a sealed session id names. Upstream urls cannot carry user info (see
+    /// `parse_url`).
     pub label: Arc<str>,
 }
 
@@ -584,7 +585,13 @@ impl Compiler<'_> {
             address,
             tls,
             url,
-            label: text.get_ref().as_str().into(),
+            // Without its query, which may hold a key (`?api_key=…`): the label is shown
+            // in metrics and logs.
+            label: text
+                .get_ref()
+                .split_once('?')
+                .map_or(text.get_ref().as_str(), |(before, _)| before)
+                .into(),
         })
     }
 

@@ -128,7 +128,7 @@ impl Compiler<'_> {
         let mut warnings = Vec::new();
 
         let listeners = self.listeners(&raw.listen)?;
-        let upstreams = self.upstreams(&raw.upstreams)?;
+        let upstreams = self.upstreams(&raw.upstreams, &mut warnings)?;
         let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
 
         let (hidden, deny_code) = match &raw.tools {
@@ -375,6 +375,34 @@ profiles = ["gpt"]
 
     fn err(text: &str) -> String {
         load_str(text, "f.toml").unwrap_err().to_string()
+    }
+
+    /// A stdio command that is not an executable file here is a warning (the machine that
+    /// runs it may have it), found as the process would be: by path, or in PATH.
+    #[test]
+    fn a_stdio_program_that_is_not_here_is_a_warning() {
+        let with = |command: &str| {
+            let text = BASE.replace(
+                "url = \"http://127.0.0.1:9/mcp\"",
+                &format!("command = [\"{command}\"]"),
+            );
+            load_str(&text, "f.toml").unwrap().warnings
+        };
+        assert!(with("sh").is_empty(), "sh is in PATH");
+        assert!(with("/bin/sh").is_empty());
+        let not_executable = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        for missing in [
+            "/nonexistent/mcp-server",
+            "no-such-mcp-server-here",
+            not_executable,
+        ] {
+            let w = with(missing);
+            assert!(
+                w.iter()
+                    .any(|w| w.contains("is not an executable file here")),
+                "{missing}: {w:?}"
+            );
+        }
     }
 
     /// Upstream URLs: `http://host:port/path` and `unix:/socket:/path`, whose requests go

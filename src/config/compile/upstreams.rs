@@ -186,6 +186,20 @@ fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     Ok((address, url, https))
 }
 
+/// Whether `program` names an executable file: a path as given, or a bare name found in
+/// `PATH`, as the process will be started.
+fn runnable(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(std::path::Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
+}
+
 fn health_check(raw: &S<raw::RawHealth>) -> Result<HealthCheck, Fail> {
     let h = raw.get_ref();
     let duration = |v: &Option<S<String>>, default: u64| match v {
@@ -331,12 +345,22 @@ impl Compiler<'_> {
     pub(super) fn upstreams(
         &self,
         raw: &BTreeMap<String, S<raw::RawUpstream>>,
+        warnings: &mut Vec<String>,
     ) -> Result<BTreeMap<String, Arc<Upstream>>, Fail> {
         let mut out = BTreeMap::new();
         for (name, whole) in raw {
             let u = whole.get_ref();
             if let Some(command) = &u.command {
                 let stdio = self.stdio_upstream(name, whole, command)?;
+                if let Some(c) = &stdio.stdio
+                    && !runnable(&c.program)
+                {
+                    // A warning, not an error: the machine that runs it may have it.
+                    warnings.push(format!(
+                        "upstream {name:?}: command {:?} is not an executable file here (looked up in PATH when it has no '/')",
+                        c.program
+                    ));
+                }
                 out.insert(name.clone(), Arc::new(stdio.with_index(out.len())));
                 continue;
             }

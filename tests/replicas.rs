@@ -239,6 +239,46 @@ async fn sealed_sessions_stay_on_their_endpoint_through_any_gateway_with_the_key
     }
 }
 
+/// least_requests sends new requests away from a busy endpoint (power of two choices over
+/// requests in flight); round_robin takes each in turn whatever their load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_requests_avoids_the_busy_endpoint_and_round_robin_does_not() {
+    for (balance, slow_share) in [("least_requests", 0.25), ("round_robin", 0.5)] {
+        let slow = support::upstream(mcpgate::cli::sample::Options {
+            call_delay: Some(Duration::from_millis(400)),
+            ..Default::default()
+        })
+        .await;
+        let fast = json_upstream().await;
+        let kb = format!("balance = \"{balance}\"\nsession_key = \"{KEY_A}\"");
+        let gw = Gateway::start(&config(&[slow.url(), fast.url()], &kb));
+        let url = gw.url("/mcp");
+        let mut tasks = Vec::new();
+        for id in 0..40u64 {
+            let url = url.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = post(&url, &[], &support::call(id, "get_document")).await;
+                assert_eq!(r.status, 200, "{}", r.body);
+            }));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let (s, f) = (calls_received(&slow), calls_received(&fast));
+        assert_eq!(s + f, 40);
+        let share = s as f64 / 40.0;
+        eprintln!("{balance}: {s} slow, {f} fast");
+        match balance {
+            "round_robin" => assert!(
+                (share - slow_share).abs() < 0.05,
+                "{balance}: {s} slow, {f} fast"
+            ),
+            _ => assert!(share < slow_share, "{balance}: {s} slow, {f} fast"),
+        }
+    }
+}
+
 /// A request that cannot have acted (no connection) goes to the other endpoint; one that
 /// may have (written, then the connection closed without an answer) is never sent twice:
 /// 502, and the healthy endpoint never sees it.

@@ -4,7 +4,10 @@ bridging the same stdio server (`mcpgate sample-upstream --stdio`). For each: re
 and p50 of a small tools/call with 1 and 16 clients, each client in its own session
 (bench/mcpload.rs), and memory per session. Prints Markdown tables."""
 
-import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
+import json, os, shutil, signal, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import rss_kib as rss_of, wait_port  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 SECONDS = 1 if SMOKE else int(os.environ.get("BENCH_DURATION", "5"))
@@ -18,24 +21,11 @@ SERVER = [BIN, "sample-upstream", "--stdio"]
 PORTS = {"supergateway": 18941, "mcp-proxy": 18942, "mcpgate": 18943}
 
 
-def wait_port(port, limit=30):
-    end = time.time() + limit
-    while time.time() < end:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
-
-
 def rss_kib(pid):
     try:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except FileNotFoundError:
-        pass
-    return 0
+        return rss_of([pid])
+    except FileNotFoundError:  # it exited meanwhile
+        return 0
 
 
 def descendants(pid):

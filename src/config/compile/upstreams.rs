@@ -186,6 +186,14 @@ fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     Ok((address, url, https))
 }
 
+/// A duration key's value, or `default` when it is absent.
+fn duration_or(v: &Option<S<String>>, default: Duration) -> Result<Duration, Fail> {
+    match v {
+        Some(v) => at(v, parse_duration(v.get_ref())),
+        None => Ok(default),
+    }
+}
+
 /// Whether `program` names an executable file: a path as given, or a bare name found in
 /// `PATH`, as the process will be started.
 fn runnable(program: &str) -> bool {
@@ -202,18 +210,14 @@ fn runnable(program: &str) -> bool {
 
 fn health_check(raw: &S<raw::RawHealth>) -> Result<HealthCheck, Fail> {
     let h = raw.get_ref();
-    let duration = |v: &Option<S<String>>, default: u64| match v {
-        Some(v) => at(v, parse_duration(v.get_ref())),
-        None => Ok(Duration::from_secs(default)),
-    };
     let count = |v: &Option<S<u32>>| match v {
         Some(n) if *n.get_ref() == 0 => fail(n.span(), "a count of pings is at least 1"),
         Some(n) => Ok(*n.get_ref()),
         None => Ok(2),
     };
     let check = HealthCheck {
-        interval: duration(&h.interval, 5)?,
-        timeout: duration(&h.timeout, 1)?,
+        interval: duration_or(&h.interval, Duration::from_secs(5))?,
+        timeout: duration_or(&h.timeout, Duration::from_secs(1))?,
         unhealthy_after: count(&h.unhealthy_after)?,
         healthy_after: count(&h.healthy_after)?,
     };
@@ -235,10 +239,7 @@ fn outlier(raw: &S<raw::RawOutlier>) -> Result<Outlier, Fail> {
         Some(n) => *n.get_ref(),
         None => 3,
     };
-    let eject_for = match &o.eject_for {
-        Some(v) => at(v, parse_duration(v.get_ref()))?,
-        None => Duration::from_secs(30),
-    };
+    let eject_for = duration_or(&o.eject_for, Duration::from_secs(30))?;
     Ok(Outlier {
         consecutive_failures,
         eject_for,
@@ -434,18 +435,10 @@ impl Compiler<'_> {
                     "several endpoints need session_key (32 bytes, base64): session ids are sealed with it so that any mcpgate routes a session to its endpoint",
                 );
             }
-            let connect_timeout = match &u.connect_timeout {
-                Some(v) => at(v, parse_duration(v.get_ref()))?,
-                None => DEFAULT_CONNECT_TIMEOUT,
-            };
-            let timeout = match &u.timeout {
-                Some(v) => at(v, parse_duration(v.get_ref()))?,
-                None => DEFAULT_TIMEOUT,
-            };
-            let stream_idle_timeout = match &u.stream_idle_timeout {
-                Some(v) => at(v, parse_duration(v.get_ref()))?,
-                None => DEFAULT_STREAM_IDLE_TIMEOUT,
-            };
+            let connect_timeout = duration_or(&u.connect_timeout, DEFAULT_CONNECT_TIMEOUT)?;
+            let timeout = duration_or(&u.timeout, DEFAULT_TIMEOUT)?;
+            let stream_idle_timeout =
+                duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
             let mut headers = HeaderMap::new();
             for (k, v) in &u.headers {
                 let hname = HeaderName::from_bytes(k.as_bytes())
@@ -554,18 +547,9 @@ impl Compiler<'_> {
             Some(n) => *n.get_ref() as usize,
             None => 16,
         };
-        let idle_timeout = match &u.idle_timeout {
-            Some(v) => at(v, parse_duration(v.get_ref()))?,
-            None => Duration::from_secs(600),
-        };
-        let timeout = match &u.timeout {
-            Some(v) => at(v, parse_duration(v.get_ref()))?,
-            None => DEFAULT_TIMEOUT,
-        };
-        let stream_idle_timeout = match &u.stream_idle_timeout {
-            Some(v) => at(v, parse_duration(v.get_ref()))?,
-            None => DEFAULT_STREAM_IDLE_TIMEOUT,
-        };
+        let idle_timeout = duration_or(&u.idle_timeout, Duration::from_secs(600))?;
+        let timeout = duration_or(&u.timeout, DEFAULT_TIMEOUT)?;
+        let stream_idle_timeout = duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
         Ok(Upstream {
             name: name.into(),
             endpoints: Box::default(),

@@ -218,3 +218,75 @@ async fn a_replaced_ca_file_is_used_without_a_restart() {
     }
     assert!(gw.log().contains("reload"), "{}", gw.log());
 }
+
+/// Replicas over https share the upstream's `tls` table: each session stays on the endpoint
+/// that made it, with that endpoint's own verified connections; an endpoint whose
+/// certificate does not verify counts as one that cannot be reached, so a request without
+/// a session goes to another (it cannot have been sent), and nothing goes out in the clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_replicas_keep_sessions_and_skip_an_endpoint_that_does_not_verify() {
+    let (a, b) = (json_upstream().await, json_upstream().await);
+    let pki = Pki::new();
+    pki.issue("mcp", &["mcp.internal"], false);
+    pki.issue("other", &["other.internal"], false);
+    let (front_a, _) = tls_front(&pki, "mcp", false, a.addr).await;
+    let (front_b, _) = tls_front(&pki, "mcp", false, b.addr).await;
+    let bad = json_upstream().await;
+    let (front_bad, _) = tls_front(&pki, "other", false, bad.addr).await;
+    let urls = [front_a, front_b, front_bad]
+        .map(|f| format!("\"https://127.0.0.1:{}/mcp\"", f.port()))
+        .join(", ");
+    let text = config("http://127.0.0.1:9/mcp", "10s").replacen(
+        "url = \"http://127.0.0.1:9/mcp\"",
+        &format!(
+            "endpoints = [{urls}]\nbalance = \"round_robin\"\nsession_key = \"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\"\noutlier = {{ consecutive_failures = 100 }}\ntls = {{ ca = \"{}\", server_name = \"mcp.internal\" }}",
+            pki.path("ca.pem")
+        ),
+        1,
+    );
+    let gw = Gateway::start(&text);
+    let url = gw.url("/mcp-gpt-full");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    // Round robin over three: a, b, then the bad one, which fails its handshake, so that
+    // initialize goes on to a.
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let r = post(&url, &[], init).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        sessions.push(r.header("mcp-session-id").to_string());
+    }
+    assert_eq!(
+        bad.received().len(),
+        0,
+        "nothing reached the endpoint that did not verify"
+    );
+    assert_eq!(a.received().len(), 2);
+    assert_eq!(b.received().len(), 1);
+    for (id, s) in sessions.iter().enumerate() {
+        let r = post(
+            &url,
+            &[("mcp-session-id", s)],
+            &call(id as u64 + 10, "get_document"),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    // Each session's call reached the server that made it, with that server's own id.
+    for server in [&a, &b] {
+        let got = server.received();
+        let made: Vec<String> = got
+            .iter()
+            .filter(|r| r.headers.get("mcp-session-id").is_none())
+            .map(|_| String::new())
+            .collect();
+        let calls = got
+            .iter()
+            .filter(|r| r.headers.get("mcp-session-id").is_some())
+            .count();
+        assert_eq!(calls, made.len(), "one call per session made here");
+    }
+    assert!(
+        gw.log().contains("upstream request failed"),
+        "the failed handshake is logged"
+    );
+}

@@ -311,6 +311,14 @@ async fn shared_mode_keeps_clients_apart() {
     for t in tasks {
         t.await.unwrap();
     }
+    // An initialize without an id (a notification) starts nothing: 400, and all goes on.
+    let r = post(
+        &url,
+        &[],
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
     // A's GET stream ends when A's session does, though the process goes on for B.
     let (u, session) = (url.clone(), a.clone());
     let stream = tokio::spawn(async move {

@@ -274,16 +274,20 @@ async fn https_replicas_keep_sessions_and_skip_an_endpoint_that_does_not_verify(
     // Each session's call reached the server that made it, with that server's own id.
     for server in [&a, &b] {
         let got = server.received();
-        let made: Vec<String> = got
+        let made = got
             .iter()
             .filter(|r| r.headers.get("mcp-session-id").is_none())
-            .map(|_| String::new())
-            .collect();
-        let calls = got
-            .iter()
-            .filter(|r| r.headers.get("mcp-session-id").is_some())
             .count();
-        assert_eq!(calls, made.len(), "one call per session made here");
+        let calls: Vec<&str> = got
+            .iter()
+            .filter_map(|r| r.headers.get("mcp-session-id"))
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(calls.len(), made, "one call per session made here");
+        assert!(
+            calls.iter().all(|c| c.starts_with("sample-")),
+            "the server got its own ids: {calls:?}"
+        );
     }
     assert!(
         gw.log().contains("upstream request failed"),

@@ -71,9 +71,7 @@ pub async fn send(
         if let (Some(sealer), Some(sealed)) = (&state.sealer, session) {
             let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
             let i = state
-                .endpoints
-                .iter()
-                .position(|e| e.id == id)
+                .named(&id)
                 .filter(|&i| state.endpoints[i].available(outlier))
                 .ok_or(GateError::SessionNotFound)?;
             trying.store(i, Ordering::Relaxed);

@@ -50,9 +50,9 @@ pub struct UpstreamState {
 }
 
 impl UpstreamState {
-    /// The endpoint a sealed session names, if it is still in the set.
-    pub fn named(&self, id: &EndpointId) -> Option<&Arc<EndpointState>> {
-        self.endpoints.iter().find(|e| e.id == *id)
+    /// The place of the endpoint a sealed session names, if it is still in the set.
+    pub fn named(&self, id: &EndpointId) -> Option<usize> {
+        self.endpoints.iter().position(|e| e.id == *id)
     }
 
     /// The endpoint a request without a session goes to: an available one not in

@@ -13,7 +13,7 @@
 //!   JSON-RPC message is logged (truncated) and dropped. An answer goes to the call that
 //!   asked; a request or notification of the child's goes to the call it concerns (a
 //!   progress token it was given), else to the newest call in flight, else to the GET
-//!   streams of the sessions it serves; with none of those it is dropped and counted.
+//!   streams of the sessions it serves; with none of those it is dropped (logged at debug).
 //! - stderr lines go to the log with the upstream's name, at most
 //!   [`STDERR_LINES_PER_SECOND`] a second; the rest are counted in one line.
 //! - When it exits, every call still waiting gets an error and its sessions end.
@@ -97,8 +97,6 @@ pub struct Child {
     closing: AtomicBool,
     /// Shared mode: whether a client's `notifications/initialized` was passed on yet.
     pub initialized: AtomicBool,
-    /// Messages of the child's that reached no client.
-    pub unrouted: AtomicUsize,
 }
 
 /// What the spawner is told when a child exits: whether it was asked to, and how long it ran.
@@ -165,7 +163,6 @@ impl Child {
             exited,
             closing: AtomicBool::new(false),
             initialized: AtomicBool::new(false),
-            unrouted: AtomicUsize::new(0),
         });
         // On this worker, where the session's first requests come from: no other thread is
         // woken per message. Shutdown closes the processes before the workers stop
@@ -396,7 +393,7 @@ impl Child {
         match target {
             Target::Call(tx) => {
                 if tx.send(Ok(event)).await.is_err() {
-                    self.unrouted.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(upstream = %self.upstream, method = %message["method"], "a message of the stdio server's reached no client: its call's client left");
                 }
             }
             Target::Listeners(listeners) => {
@@ -412,7 +409,6 @@ impl Child {
                     }
                 }
                 if !sent {
-                    self.unrouted.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(upstream = %self.upstream, method = %message["method"], "a message of the stdio server's reached no client");
                 }
             }
@@ -437,7 +433,6 @@ impl Child {
             found
         };
         let Some(Pending { id, call }) = found else {
-            self.unrouted.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(upstream = %self.upstream, id = %message["id"], "the stdio server answered an id nobody asked with; dropped");
             return;
         };

@@ -94,11 +94,6 @@ impl StdioUpstream {
         up
     }
 
-    /// Processes running now.
-    pub fn processes(&self) -> usize {
-        self.processes.load(Ordering::Relaxed)
-    }
-
     /// Answers one request as the process's Streamable HTTP server would.
     pub async fn send(
         &self,
@@ -138,7 +133,12 @@ impl StdioUpstream {
                     "initialize starts a session; send it without Mcp-Session-Id".into(),
                 ));
             }
-            return self.initialize(messages).await;
+            let Some(request) = messages.into_iter().next().filter(child::is_request) else {
+                return Err(GateError::InvalidRequest(
+                    "initialize is a request: it needs an id".into(),
+                ));
+            };
+            return self.initialize(request).await;
         }
         let Some(id) = session else {
             return Err(GateError::InvalidRequest(
@@ -162,80 +162,37 @@ impl StdioUpstream {
         }
     }
 
-    async fn initialize(&self, messages: Vec<Value>) -> Result<Response<UpstreamBody>, GateError> {
-        let client_id = messages[0]["id"].clone();
-        let (child, cached) = match self.command.sessions {
-            Sharing::PerClient => (self.start().await?, None),
-            Sharing::Shared => {
-                let mut shared = self.shared.lock().await;
-                match &*shared {
-                    Some((c, result)) if !c.is_gone() => (c.clone(), result.clone()),
-                    _ => {
-                        let c = self.start().await?;
-                        *shared = Some((c.clone(), None));
-                        (c, None)
-                    }
+    async fn initialize(&self, request: Value) -> Result<Response<UpstreamBody>, GateError> {
+        if self.command.sessions == Sharing::PerClient {
+            let child = self.start().await?;
+            return match first_answer(&child, request).await {
+                Ok(r) => self.with_session(child, r),
+                Err(e) => {
+                    background(async move { child.close().await });
+                    Err(e)
                 }
-            }
-        };
-        let response = match cached {
-            Some(result) => {
-                let answer =
-                    serde_json::json!({"jsonrpc": "2.0", "id": client_id, "result": result});
-                let r = whole(StatusCode::OK, Bytes::from(answer.to_string()));
-                return self.with_session(child, r);
-            }
-            None => {
-                let rx = match child.send(messages).await {
-                    Ok(Some(rx)) => rx,
-                    Ok(None) => unreachable!("an initialize with an id is a request"),
-                    Err(e) => {
-                        if self.command.sessions == Sharing::PerClient {
-                            background(async move { child.close().await });
-                        }
-                        return Err(send_error(e));
-                    }
-                };
-                let r = match stream(rx).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        if self.command.sessions == Sharing::PerClient {
-                            let c = child.clone();
-                            background(async move { c.close().await });
-                        }
-                        return Err(e);
-                    }
-                };
-                if self.command.sessions == Sharing::Shared {
-                    self.remember_initialize(&child, &r).await;
-                }
-                r
-            }
-        };
-        self.with_session(child, response)
-    }
-
-    /// Shared mode: keeps the first `initialize` answer's result for the next clients.
-    async fn remember_initialize(&self, child: &Arc<Child>, r: &Response<UpstreamBody>) {
-        let UpstreamBody::Messages {
-            first: Some(first), ..
-        } = r.body()
-        else {
-            return;
-        };
-        let Some(result) = first
-            .strip_prefix(b"event: message\ndata: ")
-            .and_then(|d| serde_json::from_slice::<Value>(d.trim_ascii()).ok())
-            .and_then(|m| m.get("result").cloned())
-        else {
-            return;
-        };
-        let mut shared = self.shared.lock().await;
-        if let Some((c, cached)) = &mut *shared
-            && Arc::ptr_eq(c, child)
-        {
-            *cached = Some(result);
+            };
         }
+        // Shared: the lock is held until the process's own initialize is answered, so the
+        // process is initialized once however many clients come at first.
+        let mut shared = self.shared.lock().await;
+        if let Some((child, Some(result))) = &*shared
+            && !child.is_gone()
+        {
+            let answer =
+                serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+            let r = whole(StatusCode::OK, Bytes::from(answer.to_string()));
+            return self.with_session(child.clone(), r);
+        }
+        let child = match &*shared {
+            Some((c, None)) if !c.is_gone() => c.clone(),
+            _ => self.start().await?,
+        };
+        *shared = Some((child.clone(), None));
+        let r = first_answer(&child, request).await?;
+        *shared = Some((child.clone(), initialize_result(&r)));
+        drop(shared);
+        self.with_session(child, r)
     }
 
     /// A new session on `child`; the answer carries its id.
@@ -460,6 +417,30 @@ async fn stream(
     });
     r.headers_mut().insert(http::header::CONTENT_TYPE, SSE);
     Ok(r)
+}
+
+/// Sends `initialize` and waits for its answer's first event.
+async fn first_answer(child: &Child, request: Value) -> Result<Response<UpstreamBody>, GateError> {
+    match child.send(vec![request]).await.map_err(send_error)? {
+        Some(rx) => stream(rx).await,
+        None => Err(GateError::InvalidRequest(
+            "initialize is a request: it needs an id".into(),
+        )),
+    }
+}
+
+/// The `result` of an `initialize` answer's first event, for the next clients of a
+/// shared process.
+fn initialize_result(r: &Response<UpstreamBody>) -> Option<Value> {
+    let UpstreamBody::Messages {
+        first: Some(first), ..
+    } = r.body()
+    else {
+        return None;
+    };
+    let data = first.strip_prefix(b"event: message\ndata: ")?;
+    let message = serde_json::from_slice::<Value>(data.trim_ascii()).ok()?;
+    message.get("result").cloned()
 }
 
 /// An answer made here, whole: `body` is JSON (none when empty).

@@ -36,6 +36,19 @@ pub enum Side {
     Gateway,
 }
 
+/// An `auth = "oauth"` route's refusal (SPEC §11): 401 for a missing or bad token, 403
+/// for one whose grants do not reach the route, 503 when the token cannot be checked;
+/// each with the `WWW-Authenticate` challenge that tells the client what to do.
+#[derive(Debug)]
+pub struct Challenge {
+    pub status: StatusCode,
+    /// None for a 503: the token may be fine.
+    pub www_authenticate: Option<http::HeaderValue>,
+    /// The log's and metrics' short name of the failure.
+    pub reason: &'static str,
+    pub message: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
     #[error("Not found")]
@@ -46,6 +59,8 @@ pub enum GateError {
     BadPathToken,
     #[error("Unauthorized: a valid bearer token is required")]
     Unauthorized,
+    #[error("{}", .0.message)]
+    OAuth(Box<Challenge>),
     #[error("Method not allowed: use POST, GET or DELETE")]
     MethodNotAllowed,
     #[error("Forbidden: Host not allowed on this listener")]
@@ -99,6 +114,7 @@ impl GateError {
         match self {
             NoRoute | BadPathToken | SessionNotFound => StatusCode::NOT_FOUND,
             Unauthorized => StatusCode::UNAUTHORIZED,
+            OAuth(c) => c.status,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             HostRefused | OriginRefused => StatusCode::FORBIDDEN,
             NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
@@ -121,6 +137,8 @@ impl GateError {
         match self {
             NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused
             | SessionNotFound => code::UNAUTHORIZED,
+            OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => code::UNAVAILABLE,
+            OAuth(_) => code::UNAUTHORIZED,
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             MethodNotAllowed
@@ -145,6 +163,8 @@ impl GateError {
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => Side::Upstream,
             AuditUnavailable => Side::Gateway,
+            // The issuer could not be asked: not the client's doing.
+            OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => Side::Upstream,
             _ => Side::Downstream,
         }
     }
@@ -166,6 +186,7 @@ impl GateError {
             NoRoute => "no_route",
             BadPathToken => "bad_path_token",
             Unauthorized => "unauthorized",
+            OAuth(c) => c.reason,
             MethodNotAllowed => "method_not_allowed",
             HostRefused => "host_refused",
             OriginRefused => "origin_refused",

@@ -7,6 +7,7 @@
 
 use crate::config::{self, Snapshot, Upstream};
 use crate::http::tls::CertStore;
+use crate::oauth::{OAuthMetrics, Verifier};
 use crate::observe::audit::{Audit, AuditError};
 use crate::observe::metrics::EndpointLabels;
 use crate::observe::metrics::{Metrics, ResultLabels};
@@ -30,6 +31,9 @@ pub struct Live {
     /// The state of `config.limits`.
     pub limiter: Limits,
     upstreams: Box<[UpstreamState]>,
+    /// The token verifier of `config.oauth`: kept across reloads that keep its settings
+    /// (its keys and verified tokens with it).
+    pub verifier: Option<Arc<Verifier>>,
 }
 
 impl Live {
@@ -39,9 +43,17 @@ impl Live {
         metrics: &Metrics,
         previous: Option<&Live>,
     ) -> Live {
+        let verifier = config.oauth.as_ref().map(|settings| {
+            match previous.and_then(|p| p.verifier.as_ref()) {
+                // Grants are read from the configuration on each request, not from here.
+                Some(v) if v.settings.identity == settings.identity => v.clone(),
+                _ => Verifier::start(settings.clone(), oauth_metrics(metrics)),
+            }
+        });
         Live {
             upstreams: registry.table(&config.upstreams, metrics),
             limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter)),
+            verifier,
             config: Arc::new(config),
         }
     }
@@ -251,6 +263,25 @@ impl Gateway {
         Ok(self
             .streams
             .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+    }
+}
+
+/// The verifier's series. Each handle is taken on its own: a family's read guard lives
+/// as long as the expression that took it, and a second `get_or_create` beside it would
+/// wait for it forever.
+fn oauth_metrics(metrics: &Metrics) -> OAuthMetrics {
+    let fetches = |result| {
+        metrics
+            .oauth_key_fetches
+            .get_or_create(&ResultLabels { result })
+            .clone()
+    };
+    let fetched = fetches("ok");
+    let fetch_failed = fetches("error");
+    OAuthMetrics {
+        fetched,
+        fetch_failed,
+        keys: metrics.oauth_signing_keys.clone(),
     }
 }
 

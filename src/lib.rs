@@ -3,8 +3,8 @@
 //! command line; everything it runs lives here so tests and the demo share one code path.
 //!
 //! The folders are the layers, and imports run one way (`tests/layers.rs` checks it):
-//! `cli` → `pipeline` → `gateway` → `upstream`, `mcp`, `observe` → `http`, `runtime` →
-//! `config` → `error`.
+//! `cli` → `pipeline` → `gateway` → `upstream`, `oauth`, `mcp`, `observe` → `http`,
+//! `runtime` → `config` → `error`.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -13,6 +13,7 @@ pub mod error;
 pub mod gateway;
 pub mod http;
 pub mod mcp;
+pub mod oauth;
 pub mod observe;
 pub mod pipeline;
 pub mod runtime;

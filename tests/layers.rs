@@ -2,7 +2,7 @@
 //! modules each one names (`crate::…`, `super::…`, `use` groups included; test modules
 //! left out), and checks two things:
 //! - the top-level folders import only layers below them (or beside them, without a
-//!   circle): `cli` → `pipeline` → `gateway` → `upstream`, `mcp`, `observe` → `http`,
+//!   circle): `cli` → `pipeline` → `gateway` → `upstream`, `oauth`, `mcp`, `observe` → `http`,
 //!   `runtime` → `config` → `error`;
 //! - inside every folder, the modules side by side import each other without a circle
 //!   (a parent and its own children may name each other).
@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["config"],
     &["http", "runtime"],
-    &["upstream", "mcp", "observe"],
+    &["upstream", "oauth", "mcp", "observe"],
     &["gateway"],
     &["pipeline"],
     &["cli"],

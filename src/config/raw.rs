@@ -40,6 +40,9 @@ pub struct RawConfig {
     pub transport: Option<S<RawTransport>>,
     /// The audit trail.
     pub audit: Option<S<RawAudit>>,
+    /// OAuth 2.1 resource server: the issuer whose access tokens `auth = "oauth"` routes
+    /// accept, and the grants that map them to profiles.
+    pub oauth: Option<S<RawOAuth>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,7 +170,8 @@ pub struct RawRoute {
     pub listen: S<String>,
     pub path: S<String>,
     pub profile: S<String>,
-    /// `path` (default when the path has `{token}`), `bearer` (default otherwise) or `none`.
+    /// `path` (default when the path has `{token}`), `bearer` (default otherwise), `token`
+    /// (whichever of those two the path calls for), `oauth` or `none`.
     pub auth: Option<S<String>>,
 }
 
@@ -295,4 +299,47 @@ pub struct RawAudit {
     pub keep: Option<S<u32>>,
     /// Records that may wait for the writer; default 8192.
     pub queue: Option<S<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth {
+    /// The authorization server's issuer URL; its metadata is read from RFC 8414 or
+    /// OpenID discovery under it.
+    pub issuer: S<String>,
+    /// This server's resource identifier (RFC 8707), the audience its tokens must carry.
+    pub resource: S<String>,
+    /// Scopes named in the protected resource metadata; default the grants' scopes.
+    pub scopes_supported: Option<Vec<S<String>>>,
+    /// Clock skew allowed on `exp` and `nbf`; default `30s`.
+    pub leeway: Option<S<String>>,
+    /// JWT signature algorithms accepted; default `["RS256", "ES256", "EdDSA"]`.
+    pub algorithms: Option<Vec<S<String>>>,
+    /// RFC 7662 introspection, for tokens that are not JWTs.
+    pub introspection: Option<S<RawIntrospection>>,
+    /// TLS towards the issuer: an extra CA, a client certificate.
+    pub tls: Option<S<RawUpstreamTls>>,
+    /// Claims to profiles, first match wins.
+    #[serde(default)]
+    pub grants: Vec<S<RawGrant>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIntrospection {
+    /// Default: the issuer metadata's `introspection_endpoint`.
+    pub url: Option<S<String>>,
+    pub client_id: S<String>,
+    pub client_secret: S<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGrant {
+    /// Scopes, separated by spaces, that must all be granted.
+    pub scope: Option<S<String>>,
+    /// A claim that must hold `value` (equal, or among its items when it is a list).
+    pub claim: Option<S<String>>,
+    pub value: Option<S<String>>,
+    pub profiles: S<Vec<String>>,
 }

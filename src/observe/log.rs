@@ -222,6 +222,9 @@ pub struct RequestLine<'a> {
     pub route: &'a str,
     pub profile: &'a str,
     pub token: &'a str,
+    /// An OAuth caller's `sub` and client (`-` on other routes).
+    pub sub: &'a str,
+    pub client_id: &'a str,
     pub rpc: &'a str,
     pub tool: &'a str,
     pub status: u16,
@@ -240,6 +243,8 @@ macro_rules! request_event {
             route = $f.route,
             profile = $f.profile,
             token = $f.token,
+            sub = $f.sub,
+            client_id = $f.client_id,
             rpc = $f.rpc,
             tool = $f.tool,
             status = $f.status,
@@ -299,6 +304,8 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
         (",\"route\":", f.route),
         (",\"profile\":", f.profile),
         (",\"token\":", f.token),
+        (",\"sub\":", f.sub),
+        (",\"client_id\":", f.client_id),
         (",\"rpc\":", f.rpc),
         (",\"tool\":", f.tool),
     ];
@@ -585,6 +592,8 @@ mod tests {
             route: "/gpt-mcp/{token}/mcp",
             profile: "gpt \"full\"",
             token: "-",
+            sub: "user \"7\"",
+            client_id: "-",
             rpc: "tools/call",
             tool: "odd\ntool\\",
             status: 200,
@@ -601,7 +610,7 @@ mod tests {
             tracing::info!(
                 target: "mcpgate::pipeline",
                 method = f.method, route = f.route, profile = f.profile, token = f.token,
-                rpc = f.rpc, tool = f.tool, status = f.status, reason = f.reason, ms = f.ms,
+                sub = f.sub, client_id = f.client_id, rpc = f.rpc, tool = f.tool, status = f.status, reason = f.reason, ms = f.ms,
                 "request"
             );
         });

@@ -385,6 +385,9 @@ pub struct Metrics {
     pub endpoint_requests: Family<EndpointLabels, Counter>,
     pub endpoint_open_sessions: Family<EndpointLabels, Gauge>,
     pub stdio_processes: Family<UpstreamLabels, Gauge>,
+    pub oauth_failures: Family<ReasonLabels, Counter>,
+    pub oauth_key_fetches: Family<ResultLabels, Counter>,
+    pub oauth_signing_keys: Gauge,
     tool_names: Mutex<HashSet<Arc<str>>>,
 }
 
@@ -411,6 +414,9 @@ impl Metrics {
             endpoint_requests: Family::default(),
             endpoint_open_sessions: Family::default(),
             stdio_processes: Family::default(),
+            oauth_failures: Family::default(),
+            oauth_key_fetches: Family::default(),
+            oauth_signing_keys: Gauge::default(),
             tool_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -474,6 +480,21 @@ impl Metrics {
             "stdio_processes",
             "Processes a stdio upstream runs now",
             m.stdio_processes.clone(),
+        );
+        registry.register(
+            "oauth_failures",
+            "Requests on oauth routes refused, by reason (token missing, expired, wrong audience, …)",
+            m.oauth_failures.clone(),
+        );
+        registry.register(
+            "oauth_key_fetches",
+            "Fetches of the issuer's signing keys (JWKS), by result",
+            m.oauth_key_fetches.clone(),
+        );
+        registry.register(
+            "oauth_signing_keys",
+            "Signing keys of the issuer in hand (0: oauth routes answer 503)",
+            m.oauth_signing_keys.clone(),
         );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }

@@ -91,14 +91,18 @@ pub(super) fn answered(guard: &mut Option<Unanswered<'_>>, ctx: &mut Ctx<'_>) {
 
 /// The fields every audit record of this request shares.
 fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
-    Arc::new(audit::Base::new(
+    let base = audit::Base::new(
         ctx.request_id.clone(),
         ctx.listener,
         ctx.route,
         ctx.token_id,
         ctx.peer.addr.ip(),
         method,
-    ))
+    );
+    Arc::new(match &ctx.caller {
+        Some(c) => base.with_caller(c.sub.as_deref(), c.client_id.as_deref()),
+        None => base,
+    })
 }
 
 /// When a request's answer (or its head) was ready, read once for its records and its log

@@ -2,13 +2,25 @@
 //! `Authorization: Bearer`, hashed at once and looked up among the registered hashes.
 //! Refusals differ by route kind on purpose: a path-token route answers 404 so a wrong URL
 //! looks like no URL; a bearer route answers 401 with `WWW-Authenticate` as RFC 6750 asks.
+//!
+//! An `auth = "oauth"` route ([`oauth`]) takes an access token of the `[oauth]` issuer
+//! instead (SPEC §11): verified by `crate::oauth`, then its grants must include the
+//! route's profile. Its refusals carry the challenge the MCP authorization spec asks for:
+//! 401 with `resource_metadata` (and `error="invalid_token"` for a bad token), 403
+//! `insufficient_scope` naming the scope that would do, 503 when the issuer's keys or
+//! introspection cannot be had.
 
+use super::respond::Credential;
 use super::{Ctx, Peer};
+use crate::config::compile::OAuthSettings;
 use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
-use crate::error::GateError;
-use crate::gateway::Live;
+use crate::error::{Challenge, GateError};
+use crate::gateway::{Gateway, Live};
 use crate::http::fields::{Fields, Kind};
+use crate::oauth::Why;
+use crate::observe::metrics::ReasonLabels;
+use http::{HeaderValue, StatusCode};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
 
@@ -29,7 +41,11 @@ pub(super) fn check<'s>(
     let token = authenticate(live, route, path_token, fields, SystemTime::now())
         .map_err(|e| live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e))?;
     ctx.token_id = token.map(|(_, t)| &*t.id);
-    ctx.token = token.map(|(hash, t)| (*hash, t.not_after));
+    ctx.token = token.map(|(hash, t)| Credential {
+        key: *hash,
+        not_after: t.not_after,
+        configured: true,
+    });
     Ok(())
 }
 
@@ -43,6 +59,8 @@ pub fn authenticate<'s>(
 ) -> Result<Option<(&'s [u8; 32], &'s TokenEntry)>, GateError> {
     let (secret, refusal) = match route.auth {
         Auth::None => return Ok(None),
+        // Checked by `oauth`, never against the token table.
+        Auth::OAuth => return Err(GateError::Unauthorized),
         Auth::Path => (path_token.map(Secret), GateError::BadPathToken),
         Auth::Bearer => (bearer(fields).map(Secret), GateError::Unauthorized),
     };
@@ -64,6 +82,112 @@ pub fn authenticate<'s>(
         }
         _ => Err(refusal),
     }
+}
+
+/// The auth stage of an `auth = "oauth"` route. The caller is noted in `ctx`; failures
+/// count in `mcpgate_oauth_failures` and, but for 503s and scope refusals, against the
+/// address.
+pub(super) async fn oauth<'s>(
+    gw: &Gateway,
+    live: &'s Live,
+    route: &Route,
+    fields: &Fields,
+    peer: &Peer,
+    ctx: &mut Ctx<'s>,
+) -> Result<(), GateError> {
+    live.limiter.auth_guard(peer.addr.ip())?;
+    let (Some(settings), Some(verifier)) = (live.config.oauth.as_deref(), live.verifier.as_deref())
+    else {
+        // The configuration refuses an oauth route without `[oauth]`.
+        return Err(GateError::Unauthorized);
+    };
+    let verdict = match bearer(fields) {
+        None => Err(Why::Missing),
+        Some(token) => verifier.verify(token, SystemTime::now()).await,
+    };
+    let refuse = |why: Why| {
+        gw.metrics
+            .oauth_failures
+            .get_or_create(&ReasonLabels {
+                reason: why.reason(),
+            })
+            .inc();
+        challenge(settings, route, why)
+    };
+    let caller = match verdict {
+        Ok(caller) => caller,
+        Err(why) if why.unavailable() || why == Why::Missing => return Err(refuse(why)),
+        Err(why) => {
+            let e = refuse(why);
+            return Err(live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e));
+        }
+    };
+    if !caller
+        .profiles(settings)
+        .iter()
+        .any(|p| **p == *route.profile.name)
+    {
+        return Err(refuse(Why::InsufficientScope));
+    }
+    ctx.token = Some(Credential {
+        key: caller.key,
+        not_after: Some(caller.expires + settings.leeway),
+        configured: false,
+    });
+    ctx.caller = Some(caller);
+    Ok(())
+}
+
+/// The refusal for `why` on an oauth route, with its `WWW-Authenticate` challenge.
+fn challenge(settings: &OAuthSettings, route: &Route, why: Why) -> GateError {
+    let scope = settings.scope_for(&route.profile.name);
+    let metadata = settings.metadata_url(&route.template);
+    let (status, header, message) = match why {
+        Why::Missing => (
+            StatusCode::UNAUTHORIZED,
+            match &scope {
+                Some(s) => format!("Bearer resource_metadata=\"{metadata}\", scope=\"{s}\""),
+                None => format!("Bearer resource_metadata=\"{metadata}\""),
+            },
+            format!("Unauthorized: {}", why.describe()),
+        ),
+        Why::InsufficientScope => {
+            let needed = scope.as_deref().unwrap_or("");
+            (
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{needed}\", resource_metadata=\"{metadata}\", error_description=\"{}\"",
+                    why.describe()
+                ),
+                match &scope {
+                    Some(s) => format!("Forbidden: {}; it needs scope {s}", why.describe()),
+                    None => format!("Forbidden: {}", why.describe()),
+                },
+            )
+        }
+        _ if why.unavailable() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            String::new(),
+            format!("Service unavailable: {}; try again later", why.describe()),
+        ),
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "Bearer error=\"invalid_token\", error_description=\"{}\", resource_metadata=\"{metadata}\"",
+                why.describe()
+            ),
+            format!("Unauthorized: {}", why.describe()),
+        ),
+    };
+    GateError::OAuth(Box::new(Challenge {
+        status,
+        // Built from validated configuration text; an empty one (503) is not sent.
+        www_authenticate: (!header.is_empty())
+            .then(|| HeaderValue::from_str(&header).ok())
+            .flatten(),
+        reason: why.reason(),
+        message,
+    }))
 }
 
 fn bearer(fields: &Fields) -> Option<&str> {

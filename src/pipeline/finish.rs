@@ -78,6 +78,16 @@ fn log_request(
         route,
         profile: ctx.route.map_or("-", |r| &*r.profile.name),
         token: ctx.token_id.unwrap_or("-"),
+        sub: ctx
+            .caller
+            .as_ref()
+            .and_then(|c| c.sub.as_deref())
+            .unwrap_or("-"),
+        client_id: ctx
+            .caller
+            .as_ref()
+            .and_then(|c| c.client_id.as_deref())
+            .unwrap_or("-"),
         rpc: ctx.rpc_method.as_deref().unwrap_or("-"),
         tool: ctx.tool.as_deref().unwrap_or("-"),
         status,

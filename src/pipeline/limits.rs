@@ -29,7 +29,7 @@ pub(super) fn check(
     tools: &[&str],
 ) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
     let caller = Caller {
-        token: ctx.token.as_ref().map(|(h, _)| h),
+        token: ctx.token.as_ref().map(|t| &t.key),
         profile: &profile.name,
         ip: peer.addr.ip(),
     };

@@ -16,12 +16,13 @@ pub mod finish;
 pub mod forward;
 pub mod headers;
 pub mod limits;
+pub mod metadata;
 pub mod origin;
 pub mod policy;
 pub mod respond;
 pub mod route;
 
-use crate::config::{Profile, Route};
+use crate::config::{Auth, Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -37,7 +38,7 @@ use http::{Method, Response, StatusCode};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 /// What one request has learned about itself so far; logged when it ends. What comes from
 /// the configuration is borrowed from the request's snapshot (`'s`), not cloned: those
@@ -55,8 +56,10 @@ struct Ctx<'s> {
     tool: Option<Arc<str>>,
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
-    /// The caller's token hash and expiry, so its streams can be closed on revocation.
-    token: Option<([u8; 32], Option<SystemTime>)>,
+    /// The caller's credential, so its streams can be closed on expiry or revocation.
+    token: Option<respond::Credential>,
+    /// The caller an OAuth access token speaks for (`auth = "oauth"` routes).
+    caller: Option<Arc<crate::oauth::Caller>>,
     proto: &'static str,
     listener: &'s str,
     peer: Peer,
@@ -95,6 +98,7 @@ pub async fn handle(
         upstream_ms: None,
         audit_base: None,
         token: None,
+        caller: None,
         route: None,
         token_id: None,
         rpc_id: None,
@@ -120,9 +124,25 @@ async fn run<'s>(
     req: ClientRequest,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
+    if let Some(on) = live.listeners.get(listener)
+        && !on.metadata_paths.is_empty()
+        && let Some(answer) = metadata::serve(
+            live.config.oauth.as_deref(),
+            on,
+            &req.method,
+            req.target.path(),
+            &ctx.request_id,
+        )
+    {
+        return Ok(answer);
+    }
     let (route, path_token) = route::find(live, listener, &req.target)?;
     ctx.route = Some(route);
-    auth::check(live, route, path_token, &req.fields, peer, ctx)?;
+    if route.auth == Auth::OAuth {
+        auth::oauth(gw, live, route, &req.fields, peer, ctx).await?;
+    } else {
+        auth::check(live, route, path_token, &req.fields, peer, ctx)?;
+    }
     origin::check(&live.listeners[listener], &req.target, &req.fields)?;
     let profile = &route.profile;
     let (body_deadline, want) = match req.method {

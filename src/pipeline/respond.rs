@@ -149,6 +149,11 @@ pub fn error(
                 HeaderValue::from_static("Bearer realm=\"mcpgate\""),
             );
         }
+        GateError::OAuth(c) => {
+            if let Some(v) = &c.www_authenticate {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, v.clone());
+            }
+        }
         GateError::MethodNotAllowed => {
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("POST, GET, DELETE"));
@@ -196,8 +201,19 @@ pub struct Shaping {
     pub pending: crate::mcp::transport::relay::PendingIds,
     pub batch: bool,
     pub timing: StreamTiming,
-    /// The caller's token hash and expiry: a stream ends when a reload revokes the token.
-    pub token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+    /// The caller's credential: a stream ends when it expires, or when a reload revokes
+    /// it.
+    pub token: Option<Credential>,
+}
+
+/// What a request was let in with, for the streams it opens and the rate limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Credential {
+    /// A configured token's SHA-256, or an OAuth caller's key (`oauth::Caller::key`).
+    pub key: [u8; 32],
+    pub not_after: Option<std::time::SystemTime>,
+    /// A configured token, which a reload may remove: its streams are watched for that.
+    pub configured: bool,
 }
 
 impl Shaping {
@@ -207,7 +223,7 @@ impl Shaping {
         want: Want,
         live: &Live,
         upstream: &Upstream,
-        token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+        token: Option<Credential>,
     ) -> Shaping {
         Shaping {
             want,
@@ -230,7 +246,7 @@ impl Shaping {
         live: &Live,
         profile: &Arc<Profile>,
         payload: &Payload<'_>,
-        token: Option<([u8; 32], Option<std::time::SystemTime>)>,
+        token: Option<Credential>,
     ) -> Shaping {
         let ids = payload.tools_list_ids();
         let list = (!ids.is_empty()).then(|| ListRewrite {
@@ -388,9 +404,11 @@ pub async fn upstream(
             }
             _ => {
                 set_sse_headers(&mut parts.headers);
-                let guard = gw.streams.register(shaping.token.map(|(hash, _)| hash));
-                let watch =
-                    StreamWatch::new(guard, shaping.token.and_then(|(_, not_after)| not_after));
+                let token = shaping.token;
+                let guard = gw
+                    .streams
+                    .register(token.filter(|t| t.configured).map(|t| t.key));
+                let watch = StreamWatch::new(guard, token.and_then(|t| t.not_after));
                 let relay = SseRelay::new(
                     body,
                     shaping.list,

@@ -6,6 +6,7 @@
 
 mod audit;
 mod limits;
+mod oauth;
 mod routes;
 mod snapshot;
 mod tokens;
@@ -13,7 +14,8 @@ mod upstreams;
 
 pub use audit::AuditSettings;
 pub use limits::{ConcurrencySpec, KeyKind, LimitRules, RateSpec, parse_rate};
-pub use routes::{Auth, HostRules, Listener, OriginRules, Route};
+pub use oauth::{Grant, IdpUrl, Introspection, OAuthSettings, idp_url};
+pub use routes::{Auth, HostRules, Listener, METADATA_PATH, OriginRules, Route};
 pub use snapshot::{
     DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
 };
@@ -30,6 +32,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
@@ -248,8 +251,18 @@ impl Compiler<'_> {
             None => None,
         };
 
+        let oauth = match &raw.oauth {
+            Some(o) => Some(Arc::new(self.oauth(o, &profiles)?)),
+            None => None,
+        };
         let mut listeners = listeners;
-        let routes = self.routes(&raw.routes, &mut listeners, &profiles, &mut warnings)?;
+        let routes = self.routes(
+            &raw.routes,
+            &mut listeners,
+            &profiles,
+            oauth.as_deref(),
+            &mut warnings,
+        )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
 
         Ok(Snapshot {
@@ -266,6 +279,7 @@ impl Compiler<'_> {
             sse_keepalive,
             admin,
             audit,
+            oauth,
             server,
             log,
             files: self.files.take(),

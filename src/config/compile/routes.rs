@@ -1,6 +1,7 @@
 //! `[[listen]]` and `[[routes]]`: sockets, their Host and Origin rules, and the route
 //! table each listener matches request paths against.
 
+use super::oauth::OAuthSettings;
 use super::upstreams::Profile;
 use super::{Compiler, Fail, at, check_patterns, fail};
 use crate::config::raw::{self, S};
@@ -15,6 +16,9 @@ pub enum Auth {
     Path,
     /// `Authorization: Bearer <token>`; a bad one answers 401.
     Bearer,
+    /// An OAuth access token from the `[oauth]` issuer in `Authorization: Bearer`; a
+    /// missing or bad one answers 401 pointing at the protected resource metadata.
+    OAuth,
     /// No token: anyone who reaches the listener.
     None,
 }
@@ -48,6 +52,10 @@ pub struct Listener {
     pub hosts: HostRules,
     pub origins: OriginRules,
     pub(super) table: RouteTable,
+    /// The paths under which this listener serves the protected resource metadata
+    /// (RFC 9728): none without an oauth route, else the bare well-known path and it
+    /// followed by each oauth route's path and the resource's path.
+    pub metadata_paths: Vec<Box<str>>,
 }
 
 /// Accepted `Host` values (DNS-rebinding defence).
@@ -57,6 +65,9 @@ pub struct HostRules(Vec<String>);
 /// Accepted `Origin` values (DNS-rebinding and cross-site defence).
 #[derive(Debug, Clone)]
 pub struct OriginRules(Vec<String>);
+
+/// Where RFC 9728 puts a resource's metadata: this, then the resource's path.
+pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 
@@ -204,6 +215,7 @@ impl Compiler<'_> {
                 hosts,
                 origins,
                 table: RouteTable::default(),
+                metadata_paths: Vec::new(),
             });
         }
         Ok(out)
@@ -214,6 +226,7 @@ impl Compiler<'_> {
         raw: &[S<raw::RawRoute>],
         listeners: &mut [Listener],
         profiles: &BTreeMap<String, Arc<Profile>>,
+        oauth: Option<&OAuthSettings>,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<Arc<Route>>, Fail> {
         let mut out = Vec::new();
@@ -240,17 +253,52 @@ impl Compiler<'_> {
             let auth = match r.auth.as_ref().map(|a| a.get_ref().as_str()) {
                 None if has_token => Auth::Path,
                 None => Auth::Bearer,
+                Some("token") if has_token => Auth::Path,
+                Some("token") => Auth::Bearer,
                 Some("path") => Auth::Path,
                 Some("bearer") => Auth::Bearer,
+                Some("oauth") => Auth::OAuth,
                 Some("none") => Auth::None,
                 Some(other) => {
                     return fail(
                         r.auth.as_ref().map(S::span).unwrap_or_default(),
-                        format!("unknown auth {other:?}; use \"path\", \"bearer\" or \"none\""),
+                        format!(
+                            "unknown auth {other:?}; use \"token\", \"path\", \"bearer\", \"oauth\" or \"none\""
+                        ),
                     );
                 }
             };
             let auth_span = r.auth.as_ref().map_or(r.path.span(), S::span);
+            if auth == Auth::OAuth {
+                let Some(oauth) = oauth else {
+                    return fail(auth_span, "auth = \"oauth\" needs an [oauth] table");
+                };
+                let name = r.profile.get_ref();
+                if !oauth
+                    .grants
+                    .iter()
+                    .any(|g| g.profiles.iter().any(|p| **p == **name))
+                {
+                    return fail(
+                        r.profile.span(),
+                        format!(
+                            "no [[oauth.grants]] gives profile {name:?}: no token could use this route"
+                        ),
+                    );
+                }
+                if listener.metadata_paths.is_empty() {
+                    listener.metadata_paths.push(METADATA_PATH.into());
+                    if !oauth.resource_path.is_empty() {
+                        listener
+                            .metadata_paths
+                            .push(format!("{METADATA_PATH}{}", oauth.resource_path).into());
+                    }
+                }
+                let own = format!("{METADATA_PATH}{}", template.trim_end_matches('/'));
+                if !listener.metadata_paths.iter().any(|p| **p == *own) {
+                    listener.metadata_paths.push(own.into());
+                }
+            }
             if auth == Auth::Path && !has_token {
                 return fail(
                     auth_span,

@@ -80,6 +80,8 @@ pub struct Snapshot {
     pub sse_keepalive: Duration,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
+    /// `[oauth]`, when routes take OAuth access tokens.
+    pub oauth: Option<Arc<super::oauth::OAuthSettings>>,
     pub server: ServerSettings,
     pub log: LogSettings,
     /// The config file and every file it references (secrets, certificates): what the
@@ -182,6 +184,7 @@ impl Snapshot {
             let auth = match r.auth {
                 Auth::Path => "path token",
                 Auth::Bearer => "bearer token",
+                Auth::OAuth => "oauth",
                 Auth::None => "no auth",
             };
             let _ = writeln!(
@@ -304,6 +307,9 @@ impl Snapshot {
                 when(t.not_after)
             );
         }
+        if let Some(o) = &self.oauth {
+            describe_oauth(&mut out, o);
+        }
         let _ = writeln!(out, "\ntools:");
         let _ = writeln!(out, "  hidden:    {}", self.hidden.patterns().join(", "));
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
@@ -383,5 +389,48 @@ impl Snapshot {
             let _ = writeln!(out, "\nwarning: {w}");
         }
         out
+    }
+}
+
+/// `[oauth]` for `mcpgate check`: the issuer and resource, and the grants table in the
+/// order it is matched. The introspection secret is not shown.
+fn describe_oauth(out: &mut String, o: &super::oauth::OAuthSettings) {
+    let _ = writeln!(out, "\noauth:");
+    let _ = writeln!(out, "  issuer:     {}", o.issuer);
+    let _ = writeln!(out, "  resource:   {}", o.resource);
+    let _ = writeln!(out, "  metadata:   {}", o.metadata_url(&o.resource_path));
+    let algorithms: Vec<String> = o.algorithms.iter().map(|a| format!("{a:?}")).collect();
+    let _ = writeln!(
+        out,
+        "  algorithms: {} (leeway {})",
+        algorithms.join(", "),
+        humantime::format_duration(o.leeway)
+    );
+    if let Some(i) = &o.introspection {
+        let url = i
+            .url
+            .as_ref()
+            .map_or("the issuer's introspection_endpoint".to_string(), |u| {
+                u.uri.to_string()
+            });
+        let _ = writeln!(out, "  introspection: {url} as client {}", i.client_id);
+    }
+    let _ = writeln!(out, "  grants (first match wins):");
+    for (n, g) in o.grants.iter().enumerate() {
+        let mut when = Vec::new();
+        if !g.scopes.is_empty() {
+            when.push(format!("scope {}", g.scopes.join(" ")));
+        }
+        if let Some((claim, value)) = &g.claim {
+            when.push(format!("claim {claim} = {value:?}"));
+        }
+        let profiles: Vec<&str> = g.profiles.iter().map(|p| &**p).collect();
+        let _ = writeln!(
+            out,
+            "    {}. {:<40} -> profiles [{}]",
+            n + 1,
+            when.join(" and "),
+            profiles.join(", ")
+        );
     }
 }

@@ -149,7 +149,7 @@ pub enum Address {
 
 /// The URL as written: `http://host:port/path`, `https://…`, or `unix:/socket:/path` for a
 /// unix socket. Also whether it is https.
-fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
+pub(super) fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     if let Some(rest) = text.strip_prefix("unix:") {
         const FORM: &str = "a unix socket upstream is written unix:/path/to/socket:/request/path";
         let (socket, path) = rest.split_once(':').ok_or(FORM)?;
@@ -644,7 +644,7 @@ impl Compiler<'_> {
 
     /// The TLS client for an https upstream, its material read now: a bad file or name is
     /// an error of the configuration, not of the first request.
-    fn upstream_tls(
+    pub(super) fn upstream_tls(
         &self,
         host: &str,
         url_span: std::ops::Range<usize>,

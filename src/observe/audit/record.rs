@@ -28,6 +28,16 @@ pub struct Base {
     /// Where each of the first four ends in `text`; the token id, if any, is the rest.
     pub(super) ends: [usize; 4],
     pub(super) token: bool,
+    /// An OAuth caller's `sub` and `client_id`, written when the request came with an
+    /// access token.
+    pub(super) caller: Option<Box<OAuthCaller>>,
+}
+
+/// `sub` and `client_id` of an OAuth caller.
+#[derive(Debug)]
+pub struct OAuthCaller {
+    pub sub: Option<Box<str>>,
+    pub client_id: Option<Box<str>>,
 }
 
 impl Base {
@@ -62,7 +72,17 @@ impl Base {
             text,
             ends,
             token: token.is_some(),
+            caller: None,
         }
+    }
+
+    /// The same, for a request an OAuth access token let in: its `sub` and client.
+    pub fn with_caller(mut self, sub: Option<&str>, client_id: Option<&str>) -> Base {
+        self.caller = Some(Box::new(OAuthCaller {
+            sub: sub.map(Box::from),
+            client_id: client_id.map(Box::from),
+        }));
+        self
     }
 
     pub fn listener(&self) -> &str {
@@ -179,6 +199,10 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
         }
     }
     out.push('"');
+    if let Some(c) = &b.caller {
+        key(out, "client_id");
+        optional_str(out, c.client_id.as_deref());
+    }
     if let Some(d) = r.decision {
         key(out, "decision");
         push_plain(out, d);
@@ -223,6 +247,10 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     if let Some(status) = r.status {
         key(out, "status");
         push_u64(out, status.into());
+    }
+    if let Some(c) = &b.caller {
+        key(out, "sub");
+        optional_str(out, c.sub.as_deref());
     }
     out.push_str(",\"time\":\"");
     push_rfc3339(out, r.time, 3);

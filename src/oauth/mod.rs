@@ -1,0 +1,261 @@
+//! The OAuth 2.1 resource server (SPEC §11): access tokens from the `[oauth]` issuer,
+//! checked and turned into a [`Caller`].
+//!
+//! - A JWT is checked against the issuer's JWKS (`keys`): its `alg` allow-listed and
+//!   fitting the key its `kid` names, the signature, `iss`, `aud` (the resource), `exp`
+//!   and `nbf` within the leeway. Any other token goes to introspection when it is
+//!   configured (`introspect`).
+//! - A verified token is cached by its SHA-256 until it expires, so a repeat costs a hash
+//!   and a lookup (`cache`).
+//! - The keys are fetched when the verifier starts (at start, or on a reload that changes
+//!   the `[oauth]` table), again every hour, and when a token names a `kid` the set does
+//!   not have, at most once per [`REFETCH_AFTER`] whatever the tokens say. A failed fetch
+//!   keeps the keys there are and logs a warning; with none at all, tokens are refused
+//!   with a 503 and a fetch is tried again every [`REFETCH_AFTER`].
+
+mod cache;
+pub mod caller;
+pub mod fetch;
+mod introspect;
+pub mod keys;
+
+pub use caller::{Caller, Why};
+
+use crate::config::compile::OAuthSettings;
+use arc_swap::ArcSwapOption;
+use cache::TokenCache;
+use fetch::IdpClient;
+use jsonwebtoken::{Algorithm, Validation};
+use keys::{Discovered, KeySet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The shortest time between two JWKS fetches a token can cause.
+pub const REFETCH_AFTER: Duration = Duration::from_secs(30);
+/// How often the keys are read again when nothing asks sooner.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(3600);
+
+/// What the verifier counts: JWKS fetches by result, and the keys it holds.
+#[derive(Clone, Default)]
+pub struct OAuthMetrics {
+    pub fetched: Counter,
+    pub fetch_failed: Counter,
+    pub keys: Gauge,
+}
+
+/// The fetch state: only one fetch runs at a time; requests that need one wait for it.
+#[derive(Default)]
+struct Refresh {
+    last: Option<Instant>,
+    discovered: Option<Discovered>,
+}
+
+pub struct Verifier {
+    pub settings: Arc<OAuthSettings>,
+    keys: ArcSwapOption<KeySet>,
+    refresh: tokio::sync::Mutex<Refresh>,
+    cache: TokenCache,
+    client: IdpClient,
+    metrics: OAuthMetrics,
+}
+
+impl Verifier {
+    /// A verifier for `settings`. Inside a runtime, its keys are fetched at once and then
+    /// kept fresh on that runtime for as long as the verifier lives.
+    pub fn start(settings: Arc<OAuthSettings>, metrics: OAuthMetrics) -> Arc<Verifier> {
+        let verifier = Arc::new(Verifier {
+            client: IdpClient::new(settings.tls.clone()),
+            settings,
+            keys: ArcSwapOption::empty(),
+            refresh: tokio::sync::Mutex::new(Refresh::default()),
+            cache: TokenCache::default(),
+            metrics,
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(keep_fresh(Arc::downgrade(&verifier)));
+        }
+        verifier
+    }
+
+    /// Whether keys from the issuer are in hand.
+    pub fn has_keys(&self) -> bool {
+        self.keys.load().is_some()
+    }
+
+    /// The caller `token` speaks for, or why it is refused.
+    pub async fn verify(&self, token: &str, now: SystemTime) -> Result<Arc<Caller>, Why> {
+        let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(c) = self.cache.get(&hash, now, self.settings.leeway) {
+            return Ok(c);
+        }
+        let (caller, until) = if token.bytes().filter(|b| *b == b'.').count() == 2 {
+            let c = self.check_jwt(token).await?;
+            let until = c.expires;
+            (c, until)
+        } else if self.settings.introspection.is_some() {
+            self.introspect(token, now).await?
+        } else {
+            return Err(Why::Opaque);
+        };
+        let caller = Arc::new(caller);
+        self.cache.put(hash, caller.clone(), until, now);
+        Ok(caller)
+    }
+
+    async fn check_jwt(&self, token: &str) -> Result<Caller, Why> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| unreadable_header(token))?;
+        let alg = header.alg;
+        if !self.settings.algorithms.contains(&alg) {
+            return Err(Why::Algorithm);
+        }
+        let keys = self.keys_with(header.kid.as_deref(), alg).await?;
+        let key = keys
+            .find(header.kid.as_deref(), alg)
+            .ok_or(Why::UnknownKey)?;
+        let mut rules = Validation::new(alg);
+        rules.leeway = self.settings.leeway.as_secs();
+        rules.validate_nbf = true;
+        rules.set_required_spec_claims(&["exp", "iss", "aud"]);
+        rules.set_issuer(&[&*self.settings.issuer]);
+        rules.set_audience(&[&*self.settings.resource]);
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &key.decoding,
+            &rules,
+        )
+        .map_err(|e| why(e.kind()))?;
+        Ok(Caller::from_claims(data.claims, &self.settings))
+    }
+
+    /// The key set, fetched anew first when it has no key for `kid` and `alg` and the
+    /// last fetch is old enough.
+    async fn keys_with(&self, kid: Option<&str>, alg: Algorithm) -> Result<Arc<KeySet>, Why> {
+        if let Some(set) = self.keys.load_full()
+            && set.find(kid, alg).is_some()
+        {
+            return Ok(set);
+        }
+        self.fetch_keys(false).await;
+        self.keys.load_full().ok_or(Why::NoKeys)
+    }
+
+    /// Fetches the issuer's metadata (once) and keys, unless `force` is false and the
+    /// last fetch began less than [`REFETCH_AFTER`] ago. A request that finds a fetch
+    /// running waits for it instead of starting another.
+    async fn fetch_keys(&self, force: bool) {
+        let mut state = self.refresh.lock().await;
+        if !force && state.last.is_some_and(|t| t.elapsed() < REFETCH_AFTER) {
+            return;
+        }
+        state.last = Some(Instant::now());
+        match self.fetch(&mut state).await {
+            Ok(set) => {
+                self.metrics.fetched.inc();
+                self.metrics.keys.set(set.keys.len() as i64);
+                if set.skipped > 0 {
+                    tracing::debug!(
+                        skipped = set.skipped,
+                        "JWKS entries that are not public signature keys left out"
+                    );
+                }
+                self.keys.store(Some(Arc::new(set)));
+            }
+            Err(e) => {
+                self.metrics.fetch_failed.inc();
+                // The metadata may have moved: look again next time.
+                state.discovered = None;
+                let kept = self.keys.load().as_ref().map_or(0, |k| k.keys.len());
+                tracing::warn!(
+                    issuer = %self.settings.issuer,
+                    error = %e,
+                    kept,
+                    "cannot fetch the issuer's signing keys; keeping the last good ones"
+                );
+            }
+        }
+    }
+
+    async fn fetch(&self, state: &mut Refresh) -> Result<KeySet, String> {
+        let discovered = match &state.discovered {
+            Some(d) => d.clone(),
+            None => {
+                let d = keys::discover(&self.client, &self.settings).await?;
+                state.discovered = Some(d.clone());
+                d
+            }
+        };
+        let (status, body) = self.client.get(&discovered.jwks_uri).await?;
+        if status != http::StatusCode::OK {
+            return Err(format!("{}: status {status}", discovered.jwks_uri.uri));
+        }
+        let set = KeySet::parse(&body).map_err(|e| format!("{}: {e}", discovered.jwks_uri.uri))?;
+        if set.keys.is_empty() {
+            return Err(format!(
+                "{}: no usable signing key in the JWKS",
+                discovered.jwks_uri.uri
+            ));
+        }
+        Ok(set)
+    }
+
+    /// The issuer's metadata, read now if it has not been.
+    async fn discovered(&self) -> Result<Discovered, String> {
+        let mut state = self.refresh.lock().await;
+        if let Some(d) = &state.discovered {
+            return Ok(d.clone());
+        }
+        let d = keys::discover(&self.client, &self.settings).await?;
+        state.discovered = Some(d.clone());
+        Ok(d)
+    }
+}
+
+/// Fetches the keys now, again every [`REFRESH_EVERY`], and every [`REFETCH_AFTER`] while
+/// there are none; ends when the verifier is gone.
+async fn keep_fresh(verifier: Weak<Verifier>) {
+    loop {
+        let wait = {
+            let Some(v) = verifier.upgrade() else { return };
+            v.fetch_keys(true).await;
+            if v.has_keys() {
+                REFRESH_EVERY
+            } else {
+                REFETCH_AFTER
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Why a JWT's header could not be read: an `alg` this build does not know (`none`
+/// among them) is refused as an algorithm, anything else as malformed.
+fn unreadable_header(token: &str) -> Why {
+    use base64::Engine as _;
+    let alg = token
+        .split('.')
+        .next()
+        .and_then(|h| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(h)
+                .ok()
+        })
+        .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
+        .is_some_and(|h| h.get("alg").is_some_and(serde_json::Value::is_string));
+    if alg { Why::Algorithm } else { Why::Malformed }
+}
+
+fn why(kind: &jsonwebtoken::errors::ErrorKind) -> Why {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match kind {
+        K::InvalidSignature => Why::Signature,
+        K::ExpiredSignature => Why::Expired,
+        K::ImmatureSignature => Why::NotYetValid,
+        K::InvalidIssuer => Why::Issuer,
+        K::InvalidAudience => Why::Audience,
+        K::InvalidAlgorithm | K::MissingAlgorithm => Why::Algorithm,
+        _ => Why::Malformed,
+    }
+}

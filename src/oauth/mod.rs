@@ -259,3 +259,132 @@ fn why(kind: &jsonwebtoken::errors::ErrorKind) -> Why {
         _ => Why::Malformed,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use futures_util::FutureExt as _;
+    use proptest::prelude::*;
+    use ring::signature::KeyPair as _;
+    use std::time::UNIX_EPOCH;
+
+    const CONFIG: &str = r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.docs]
+url = "http://127.0.0.1:9/mcp"
+[profiles.readonly]
+upstream = "docs"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "readonly"
+auth = "oauth"
+[oauth]
+issuer = "http://127.0.0.1:1"
+resource = "http://127.0.0.1:2/mcp"
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["readonly"]
+"#;
+
+    /// A verifier that holds one Ed25519 key (kid "ed") and will not fetch for a while,
+    /// and the key to sign with.
+    fn verifier() -> (Arc<Verifier>, jsonwebtoken::EncodingKey) {
+        let settings = crate::config::load_str(CONFIG, "t.toml")
+            .unwrap()
+            .oauth
+            .unwrap();
+        let v = Verifier::start(settings, OAuthMetrics::default());
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = ring::signature::Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
+        let jwks = format!(r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"ed","x":"{x}"}}]}}"#);
+        v.keys
+            .store(Some(Arc::new(KeySet::parse(jwks.as_bytes()).unwrap())));
+        v.refresh.try_lock().unwrap().last = Some(Instant::now());
+        (v, jsonwebtoken::EncodingKey::from_ed_der(pkcs8.as_ref()))
+    }
+
+    fn sign(key: &jsonwebtoken::EncodingKey, claims: serde_json::Value) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::EdDSA);
+        header.kid = Some("ed".into());
+        jsonwebtoken::encode(&header, &claims, key).unwrap()
+    }
+
+    fn now_secs() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn check(v: &Verifier, token: &str) -> Result<Arc<Caller>, Why> {
+        v.verify(token, SystemTime::now())
+            .now_or_never()
+            .expect("no fetch is needed")
+    }
+
+    #[test]
+    fn a_good_token_passes_once_and_is_then_cached() {
+        let (v, key) = verifier();
+        let token = sign(
+            &key,
+            serde_json::json!({
+                "iss": "http://127.0.0.1:1", "aud": ["x", "http://127.0.0.1:2/mcp"],
+                "exp": now_secs() + 60, "sub": "u1", "azp": "app", "scp": ["kb.read"],
+            }),
+        );
+        let c = check(&v, &token).unwrap();
+        assert_eq!(c.sub.as_deref(), Some("u1"));
+        assert_eq!(c.client_id.as_deref(), Some("app"));
+        assert_eq!(&*c.scopes, [Box::from("kb.read")]);
+        assert!(Arc::ptr_eq(&c, &check(&v, &token).unwrap()), "cached");
+        // Expired beyond the leeway: refused; within it: passes.
+        let old = |ago: u64| {
+            sign(
+                &key,
+                serde_json::json!({
+                    "iss": "http://127.0.0.1:1", "aud": "http://127.0.0.1:2/mcp",
+                    "exp": now_secs() - ago,
+                }),
+            )
+        };
+        assert_eq!(check(&v, &old(60)).unwrap_err(), Why::Expired);
+        assert!(check(&v, &old(10)).is_ok(), "30 s of leeway");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Whatever text comes as a token, it is refused for a reason, never let in.
+        #[test]
+        fn made_up_tokens_never_pass(text in "[A-Za-z0-9_.~+/=-]{0,300}") {
+            let (v, _) = verifier();
+            prop_assert!(check(&v, &text).is_err());
+        }
+
+        /// A good token with any one byte changed is refused.
+        #[test]
+        fn a_changed_byte_is_refused(at in 0usize..400, to in 33u8..127) {
+            let (v, key) = verifier();
+            let token = sign(
+                &key,
+                serde_json::json!({
+                    "iss": "http://127.0.0.1:1", "aud": "http://127.0.0.1:2/mcp",
+                    "exp": now_secs() + 60, "scope": "kb.read",
+                }),
+            );
+            let at = at % token.len();
+            prop_assume!(token.as_bytes()[at] != to);
+            let mut bytes = token.into_bytes();
+            bytes[at] = to;
+            let changed = String::from_utf8(bytes).unwrap();
+            prop_assert!(check(&v, &changed).is_err(), "{changed}");
+        }
+    }
+}

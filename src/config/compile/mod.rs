@@ -793,4 +793,136 @@ profiles = ["gpt"]
         assert!(d.contains("/gpt-mcp/{token}/mcp"));
         assert!(!d.contains("0000000000000000000000000000000000000000000000000000000000000001"));
     }
+
+    const OAUTH: &str = r#"
+[oauth]
+issuer = "https://idp.example.com/realms/mcp"
+resource = "https://mcp.example.com/mcp"
+introspection = { client_id = "mcpgate", client_secret = "s3cret-introspection" }
+
+[[oauth.grants]]
+scope = "kb.write kb.admin"
+profiles = ["gpt"]
+
+[[oauth.grants]]
+claim = "groups"
+value = "readers"
+profiles = ["gpt"]
+"#;
+
+    fn with_oauth(oauth: &str, route_auth: &str) -> String {
+        BASE.replace(
+            "path = \"/mcp\"\nprofile = \"gpt\"",
+            &format!("path = \"/mcp\"\nprofile = \"gpt\"\nauth = \"{route_auth}\""),
+        ) + oauth
+    }
+
+    #[test]
+    fn oauth_routes_and_grants_compile_and_check_prints_the_table() {
+        let s = load_str(&with_oauth(OAUTH, "oauth"), "f.toml").unwrap();
+        let o = s.oauth.as_deref().unwrap();
+        assert_eq!(o.scope_for("gpt").as_deref(), Some("kb.write kb.admin"));
+        assert_eq!(
+            o.metadata_url("/mcp"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        let paths: Vec<&str> = s.listeners[0].metadata_paths.iter().map(|p| &**p).collect();
+        assert_eq!(
+            paths,
+            [
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource/mcp"
+            ]
+        );
+        let d = s.describe();
+        assert!(d.contains("(oauth)"), "{d}");
+        assert!(d.contains("1. scope kb.write kb.admin"), "{d}");
+        assert!(d.contains("2. claim groups = \"readers\""), "{d}");
+        assert!(!d.contains("s3cret-introspection"), "{d}");
+        // `token` is the path or bearer kind, as the path calls for.
+        let s = load_str(&with_oauth("", "token"), "f.toml").unwrap();
+        assert_eq!(s.routes[1].auth, Auth::Bearer);
+    }
+
+    #[test]
+    fn oauth_mistakes_are_named() {
+        let cases = [
+            (with_oauth("", "oauth"), "needs an [oauth] table"),
+            (
+                with_oauth(
+                    &OAUTH.replace("https://idp.example.com", "http://idp.example.com"),
+                    "oauth",
+                ),
+                "plain http only on a loopback address",
+            ),
+            (
+                with_oauth(
+                    &OAUTH.replace(
+                        "https://mcp.example.com/mcp",
+                        "https://mcp.example.com/mcp#x",
+                    ),
+                    "oauth",
+                ),
+                "must not have a query or a fragment",
+            ),
+            (
+                with_oauth(
+                    &OAUTH.replace("[oauth]\n", "[oauth]\nalgorithms = [\"none\"]\n"),
+                    "oauth",
+                ),
+                "\"none\" is never accepted",
+            ),
+            (
+                with_oauth(
+                    &OAUTH.replace(
+                        "[oauth]\n",
+                        "[oauth]\nalgorithms = [\"RS256\", \"HS256\"]\n",
+                    ),
+                    "oauth",
+                ),
+                "HMAC needs a secret shared",
+            ),
+            (
+                with_oauth(
+                    &OAUTH.replace(
+                        "profiles = [\"gpt\"]\n\n[[oauth.grants]]",
+                        "profiles = [\"nope\"]\n\n[[oauth.grants]]",
+                    ),
+                    "oauth",
+                ),
+                "no profile named \"nope\"",
+            ),
+            (
+                with_oauth(&OAUTH.replace("claim = \"groups\"\n", ""), "oauth"),
+                "claim and value go together",
+            ),
+            (
+                with_oauth(
+                    &OAUTH.replace("scope = \"kb.write kb.admin\"", "scope = \"kb.\\\"write\""),
+                    "oauth",
+                ),
+                "a scope may not have",
+            ),
+            (
+                with_oauth(
+                    &OAUTH
+                        .replace("profiles = [\"gpt\"]", "profiles = [\"other\"]")
+                        .replace(
+                            "[oauth]",
+                            "[profiles.other]\nupstream = \"docs\"\nallow = [\"*\"]\n\n[oauth]",
+                        ),
+                    "oauth",
+                ),
+                "no [[oauth.grants]] gives profile \"gpt\"",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(&text);
+            assert!(e.contains(want), "{want}: {e}");
+            assert!(e.starts_with("f.toml:"), "with a position: {e}");
+        }
+        // A loopback issuer may be plain http.
+        let local = OAUTH.replace("https://idp.example.com", "http://127.0.0.1:8080");
+        assert!(load_str(&with_oauth(&local, "oauth"), "f.toml").is_ok());
+    }
 }

@@ -309,6 +309,9 @@ pub struct RawOAuth {
     pub issuer: S<String>,
     /// This server's resource identifier (RFC 8707), the audience its tokens must carry.
     pub resource: S<String>,
+    /// Other `aud` values a token may carry instead of `resource` (an IdP that puts its
+    /// own id for the API there, as Entra ID's v2 tokens do).
+    pub audiences: Option<Vec<S<String>>>,
     /// Scopes named in the protected resource metadata; default the grants' scopes.
     pub scopes_supported: Option<Vec<S<String>>>,
     /// Clock skew allowed on `exp` and `nbf`; default `30s`.

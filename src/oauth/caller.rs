@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug)]
 pub struct Caller {
     pub sub: Option<Box<str>>,
-    /// The `client_id` claim, else `azp`.
+    /// The `client_id` claim, else `azp`, else `appid` (Entra ID v1) or `cid` (Okta).
     pub client_id: Option<Box<str>>,
     /// `scope` (space-separated) or `scp` (a list or a space-separated string).
     pub scopes: Box<[Box<str>]>,
@@ -100,7 +100,9 @@ impl Caller {
     pub fn from_claims(claims: Map<String, Value>, settings: &OAuthSettings) -> Caller {
         let text = |name: &str| claims.get(name).and_then(Value::as_str).map(Box::from);
         let sub = text("sub");
-        let client_id = text("client_id").or_else(|| text("azp"));
+        let client_id = ["client_id", "azp", "appid", "cid"]
+            .into_iter()
+            .find_map(|name| text(name));
         let mut scopes: Vec<Box<str>> = Vec::new();
         for name in ["scope", "scp"] {
             match claims.get(name) {

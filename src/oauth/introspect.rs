@@ -69,12 +69,14 @@ impl Verifier {
         {
             return Err(Why::Issuer);
         }
-        let resource = &*self.settings.resource;
+        let ours = |a: &Value| {
+            a.as_str()
+                .is_some_and(|a| self.settings.audiences.iter().any(|o| o == a))
+        };
         let for_us = match claims.get("aud") {
             None => true,
-            Some(Value::String(a)) => a == resource,
-            Some(Value::Array(list)) => list.iter().any(|a| a.as_str() == Some(resource)),
-            Some(_) => false,
+            Some(Value::Array(list)) => list.iter().any(ours),
+            Some(one) => ours(one),
         };
         if !for_us {
             return Err(Why::Audience);

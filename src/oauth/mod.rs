@@ -120,7 +120,7 @@ impl Verifier {
         rules.validate_nbf = true;
         rules.set_required_spec_claims(&["exp", "iss", "aud"]);
         rules.set_issuer(&[&*self.settings.issuer]);
-        rules.set_audience(&[&*self.settings.resource]);
+        rules.set_audience(&self.settings.audiences);
         let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
             token,
             &key.decoding,
@@ -286,6 +286,7 @@ auth = "oauth"
 [oauth]
 issuer = "http://127.0.0.1:1"
 resource = "http://127.0.0.1:2/mcp"
+audiences = ["api://kb"]
 [[oauth.grants]]
 scope = "kb.read"
 profiles = ["readonly"]
@@ -355,6 +356,20 @@ profiles = ["readonly"]
             )
         };
         assert_eq!(check(&v, &old(60)).unwrap_err(), Why::Expired);
+        // Another audience named in `audiences` passes; any other does not.
+        let for_aud = |aud: &str| {
+            sign(
+                &key,
+                serde_json::json!({
+                    "iss": "http://127.0.0.1:1", "aud": aud, "exp": now_secs() + 60,
+                }),
+            )
+        };
+        assert!(check(&v, &for_aud("api://kb")).is_ok());
+        assert_eq!(
+            check(&v, &for_aud("api://other")).unwrap_err(),
+            Why::Audience
+        );
         assert!(check(&v, &old(10)).is_ok(), "30 s of leeway");
     }
 

@@ -27,6 +27,8 @@ pub struct OAuthSettings {
     pub resource: Arc<str>,
     /// `scheme://host[:port]` of `resource`: where the metadata URLs of 401s point.
     pub resource_origin: String,
+    /// What a token's `aud` must hold one of: `resource`, then `audiences`.
+    pub audiences: Box<[String]>,
     /// The path of `resource` (`""` for its root).
     pub resource_path: String,
     pub scopes_supported: Box<[String]>,
@@ -177,6 +179,13 @@ impl Compiler<'_> {
         let issuer_url = at(&o.issuer, idp_url(&issuer, "issuer"))?;
         let resource = o.resource.get_ref().clone();
         let (resource_origin, resource_path) = at(&o.resource, resource_parts(&resource))?;
+        let mut audiences = vec![resource.clone()];
+        for a in o.audiences.iter().flatten() {
+            if a.get_ref().is_empty() {
+                return fail(a.span(), "an empty audience would match nothing");
+            }
+            audiences.push(a.get_ref().clone());
+        }
         let leeway = match &o.leeway {
             Some(v) => at(v, parse_duration(v.get_ref()))?,
             None => DEFAULT_LEEWAY,
@@ -233,7 +242,7 @@ impl Compiler<'_> {
             }
         };
         let mut id = Sha256::new();
-        for part in [issuer.as_str(), resource.as_str()] {
+        for part in std::iter::once(&issuer).chain(&audiences) {
             id.update(part.as_bytes());
             id.update([0]);
         }
@@ -263,6 +272,7 @@ impl Compiler<'_> {
             issuer_url,
             resource: resource.into(),
             resource_origin,
+            audiences: audiences.into(),
             resource_path,
             scopes_supported,
             leeway,

@@ -398,6 +398,9 @@ fn describe_oauth(out: &mut String, o: &super::oauth::OAuthSettings) {
     let _ = writeln!(out, "\noauth:");
     let _ = writeln!(out, "  issuer:     {}", o.issuer);
     let _ = writeln!(out, "  resource:   {}", o.resource);
+    if o.audiences.len() > 1 {
+        let _ = writeln!(out, "  audiences:  {}", o.audiences.join(", "));
+    }
     let _ = writeln!(out, "  metadata:   {}", o.metadata_url(&o.resource_path));
     let algorithms: Vec<String> = o.algorithms.iter().map(|a| format!("{a:?}")).collect();
     let _ = writeln!(

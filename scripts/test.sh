@@ -19,8 +19,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # Real MCP peers for the end-to-end tests, into tests/peers/: the reference server, the
-# TypeScript SDK, the Inspector CLI, the conformance suite and a Node 22 runtime (npm), and
-# the Python SDK (a venv). Reinstalled when their pinned versions change.
+# TypeScript SDK, the Inspector CLI, the conformance suite, oidc-provider (the OAuth tests'
+# identity provider) and a Node 22 runtime (npm), and the Python SDK (a venv). Reinstalled when their pinned versions change.
 peers=tests/peers
 if [ ! -x "$peers/node_modules/node/bin/node" ] || ! cmp -s "$peers/package-lock.json" "$peers/node_modules/.installed-lock.json"; then
   (cd "$peers" && npm ci --no-audit --no-fund --loglevel=error)
@@ -38,6 +38,7 @@ fi
 if [ $# -eq 0 ]; then
   bench/run.sh --smoke
   bench/stdio.sh --smoke
+  bench/oauth.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

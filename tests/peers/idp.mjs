@@ -7,7 +7,8 @@
 // - GET /jwks is served here from the same keys, counted, and can be made to fail
 //   (POST /test/jwks {"down": true}), so a test can see how often mcpgate fetches it.
 // - POST /test/sign signs claims of the test's choosing with the provider's own keys (or
-//   a fresh key, published or not, or none at all), for the hostile-token cases.
+//   a fresh key, published or not, or none at all), for the hostile-token cases; with
+//   {"count": n}, n distinct tokens (for bench/oauth.py).
 // - GET /test/counts says how many JWKS and introspection requests came.
 //
 // Usage: node idp.mjs [port]   Prints {"port": …, "issuer": …} once listening.
@@ -181,7 +182,16 @@ server.on('request', async (req, res) => {
       if (jwksDown) return json(res, 500, { error: 'down for the test' });
       return json(res, 200, { keys: published });
     }
-    if (path === '/test/sign') return json(res, 200, { token: await sign(await readJson(req)) });
+    if (path === '/test/sign') {
+      // {count: n}: n tokens, each with its own jti (the benchmark's first-seen tokens).
+      const spec = await readJson(req);
+      if (!spec.count) return json(res, 200, { token: await sign(spec) });
+      const tokens = [];
+      for (let i = 0; i < spec.count; i++) {
+        tokens.push(await sign({ ...spec, claims: { ...(spec.claims ?? {}), jti: crypto.randomUUID() } }));
+      }
+      return json(res, 200, { tokens });
+    }
     if (path === '/test/counts') return json(res, 200, counts);
     if (path === '/test/jwks') {
       jwksDown = Boolean((await readJson(req)).down);

@@ -152,3 +152,98 @@ impl Caller {
             .map_or(&[], |g| &g.profiles)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> std::sync::Arc<OAuthSettings> {
+        let text = r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.u]
+url = "http://127.0.0.1:9/mcp"
+[profiles.full]
+upstream = "u"
+allow = ["*"]
+[profiles.read]
+upstream = "u"
+allow = ["get"]
+[profiles.admin]
+upstream = "u"
+allow = ["*"]
+[oauth]
+issuer = "http://127.0.0.1:1"
+resource = "http://127.0.0.1:2/mcp"
+[[oauth.grants]]
+claim = "groups"
+value = "kb-admins"
+profiles = ["admin"]
+[[oauth.grants]]
+scope = "kb.write kb.read"
+profiles = ["full", "read"]
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["read"]
+"#;
+        crate::config::load_str(text, "t.toml")
+            .unwrap()
+            .oauth
+            .unwrap()
+    }
+
+    fn caller(claims: serde_json::Value, s: &OAuthSettings) -> Caller {
+        let serde_json::Value::Object(map) = claims else {
+            panic!()
+        };
+        Caller::from_claims(map, s)
+    }
+
+    #[test]
+    fn the_first_grant_that_matches_decides() {
+        let s = settings();
+        let names =
+            |c: &Caller| -> Vec<String> { c.profiles(&s).iter().map(|p| p.to_string()).collect() };
+        // A claim in a list wins before any scope.
+        let admin = caller(
+            serde_json::json!({"groups": ["x", "kb-admins"], "scope": "kb.read kb.write", "exp": 9}),
+            &s,
+        );
+        assert_eq!(names(&admin), ["admin"]);
+        // Every scope of a grant must be there, from `scope` or `scp`.
+        let both = caller(serde_json::json!({"scp": ["kb.write", "kb.read"]}), &s);
+        assert_eq!(names(&both), ["full", "read"]);
+        let write_only = caller(serde_json::json!({"scp": "kb.write"}), &s);
+        assert!(names(&write_only).is_empty());
+        let read = caller(serde_json::json!({"scope": "openid kb.read"}), &s);
+        assert_eq!(names(&read), ["read"]);
+        // The scope a 401 names: the grant giving the profile with the least besides.
+        assert_eq!(s.scope_for("read").as_deref(), Some("kb.read"));
+        assert_eq!(s.scope_for("full").as_deref(), Some("kb.write kb.read"));
+        assert_eq!(s.scope_for("admin"), None);
+    }
+
+    #[test]
+    fn who_is_calling() {
+        let s = settings();
+        let c = caller(
+            serde_json::json!({"sub": "u", "cid": "okta-app", "exp": 5}),
+            &s,
+        );
+        assert_eq!(c.client_id.as_deref(), Some("okta-app"));
+        assert_eq!(c.expires, UNIX_EPOCH + Duration::from_secs(5));
+        let d = caller(
+            serde_json::json!({"sub": "u", "client_id": "a", "azp": "b"}),
+            &s,
+        );
+        assert_eq!(d.client_id.as_deref(), Some("a"));
+        // The rate-limit key follows the caller, not the token.
+        let again = caller(
+            serde_json::json!({"sub": "u", "client_id": "a", "exp": 99}),
+            &s,
+        );
+        assert_eq!(d.key, again.key);
+        assert_ne!(c.key, d.key);
+    }
+}

@@ -102,7 +102,7 @@ impl Caller {
         let sub = text("sub");
         let client_id = ["client_id", "azp", "appid", "cid"]
             .into_iter()
-            .find_map(|name| text(name));
+            .find_map(text);
         let mut scopes: Vec<Box<str>> = Vec::new();
         for name in ["scope", "scp"] {
             match claims.get(name) {

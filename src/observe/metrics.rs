@@ -483,7 +483,7 @@ impl Metrics {
         );
         registry.register(
             "oauth_failures",
-            "Requests on oauth routes refused, by reason (token missing, expired, wrong audience, …)",
+            "Requests on oauth routes refused, by reason",
             m.oauth_failures.clone(),
         );
         registry.register(

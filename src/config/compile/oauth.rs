@@ -60,6 +60,16 @@ pub struct Introspection {
     pub client_secret: String,
 }
 
+impl fmt::Debug for Introspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Introspection")
+            .field("url", &self.url.as_ref().map(|u| u.uri.to_string()))
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
+    }
+}
+
 /// One `[[oauth.grants]]`: when its conditions hold, the token may use `profiles`.
 #[derive(Debug)]
 pub struct Grant {

@@ -3,7 +3,7 @@
 //! Run: `cargo bench --bench hot_paths`.
 
 use mcpgate::config::load_str;
-use mcpgate::mcp::jsonrpc;
+use mcpgate::mcp::jsonrpc::{self, ListKind};
 use mcpgate::mcp::tools_list::{ToolFilter, rewrite};
 use mcpgate::mcp::transport::{accept, sse};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ fn classify_tools_call() -> usize {
     payload.messages().len()
 }
 
-fn filter_and_list(tools: usize) -> (ToolFilter, String, Vec<Box<str>>) {
+fn filter_and_list(tools: usize) -> (ToolFilter, String, Vec<(Box<str>, ListKind)>) {
     let text = "[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[tools]\nhidden = [\"tool_099\"]\n[profiles.p]\nupstream = \"u\"\nallow = [\"tool_0*\"]\n";
     let snapshot = Arc::new(load_str(text, "bench.toml").unwrap());
     let profile = snapshot.profiles["p"].clone();
@@ -45,7 +45,11 @@ fn filter_and_list(tools: usize) -> (ToolFilter, String, Vec<Box<str>>) {
         r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{}],"nextCursor":"c"}}}}"#,
         list.join(",")
     );
-    (ToolFilter::new(snapshot, profile), body, vec!["1".into()])
+    (
+        ToolFilter::new(snapshot, profile),
+        body,
+        vec![("1".into(), ListKind::Tools)],
+    )
 }
 
 #[divan::bench(args = [10, 500])]

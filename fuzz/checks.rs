@@ -150,14 +150,19 @@ pub fn tools_list(data: &[u8]) {
     };
     let snapshot = Arc::new(
         mcpgate::config::load_str(
-            "[[listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[tools]\nhidden = [\"move_*\"]\n[profiles.p]\nupstream = \"u\"\nallow = [\"get_*\", \"search\"]\n",
+            "[[listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[tools]\nhidden = [\"move_*\"]\n[profiles.p]\nupstream = \"u\"\nallow = [\"get_*\", \"search\"]\nresources = { allow = [\"kb://docs/*\"] }\nprompts = { deny = [\"x*\"] }\n",
             "fuzz.toml",
         )
         .unwrap(),
     );
     let profile = snapshot.profiles["p"].clone();
     let filter = mcpgate::mcp::tools_list::ToolFilter::new(snapshot, profile);
-    let ids: Vec<Box<str>> = vec!["1".into(), "\"a\"".into()];
+    use mcpgate::mcp::jsonrpc::ListKind;
+    let ids: Vec<(Box<str>, ListKind)> = vec![
+        ("1".into(), ListKind::Tools),
+        ("\"a\"".into(), ListKind::Resources),
+        ("2".into(), ListKind::Prompts),
+    ];
     if let Ok(Some(out)) = mcpgate::mcp::tools_list::rewrite(text, &ids, &filter) {
         if serde_json::from_str::<serde_json::Value>(text).is_ok() {
             serde_json::from_str::<serde_json::Value>(&out).expect("a rewrite of JSON is JSON");

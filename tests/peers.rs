@@ -718,3 +718,95 @@ fn python_sdk_servers_as_replicas_keep_every_session_whole() {
     let log = one.log();
     assert!(log.contains("endpoint unhealthy"), "{log}");
 }
+
+/// Resources and prompts rules (SPEC §12) in front of server-everything, seen by the
+/// TypeScript SDK client: its lists lose what the profile may not use, its reads and gets
+/// of those are refused with the deny code and never reach the server.
+#[test]
+fn resources_and_prompts_rules_hold_for_the_typescript_sdk_client() {
+    let (_ev, ev_port) = everything();
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.everything]
+url = "http://127.0.0.1:{ev_port}/mcp"
+
+[profiles.docs-reader]
+upstream = "everything"
+allow = ["echo"]
+resources = {{ allow = ["demo://resource/static/document/*", "demo://resource/dynamic/text/*"], deny = ["demo://resource/static/document/instructions.md"] }}
+prompts = {{ allow = ["simple-prompt", "args-prompt"] }}
+
+[[routes]]
+listen = "main"
+path = "/ev-docs"
+profile = "docs-reader"
+
+[[tokens]]
+id = "everything"
+sha256 = "{}"
+profiles = ["docs-reader"]
+"#,
+        hash(T_EV)
+    ));
+    let out = run_client(
+        Command::new(node22())
+            .arg(peers().join("ts_policy_client.mjs"))
+            .arg(gw.url("/ev-docs"))
+            .arg(T_EV)
+            .current_dir(peers()),
+    );
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let resources: Vec<&str> = v["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert!(
+        resources.contains(&"demo://resource/static/document/architecture.md"),
+        "{v}"
+    );
+    assert!(
+        !resources.iter().any(|r| r.ends_with("instructions.md")),
+        "{v}"
+    );
+    assert!(
+        resources
+            .iter()
+            .all(|r| r.starts_with("demo://resource/static/document/")),
+        "{v}"
+    );
+    assert_eq!(
+        v["templates"],
+        serde_json::json!(["demo://resource/dynamic/text/{resourceId}"])
+    );
+    assert_eq!(
+        v["prompts"],
+        serde_json::json!(["simple-prompt", "args-prompt"])
+    );
+    assert!(
+        v["read"].as_u64().unwrap() >= 1 && v["got"].as_u64().unwrap() >= 1,
+        "{v}"
+    );
+    for (what, message) in [
+        (
+            "refused_read",
+            "Resource not allowed: demo://resource/static/document/instructions.md",
+        ),
+        (
+            "refused_dots",
+            "Resource not allowed: demo://resource/static/document/%2e%2e/%2e%2e/dynamic/blob/1",
+        ),
+        ("refused_prompt", "Prompt not allowed: resource-prompt"),
+    ] {
+        let got = v[what]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what} passed: {v}"));
+        assert!(got.contains(message), "{what}: {got}");
+        assert!(got.contains("-32602"), "{what}: the deny code: {got}");
+    }
+}

@@ -362,3 +362,96 @@ async fn missing_or_non_string_tool_names_are_refused() {
     }
     assert!(up.received().is_empty());
 }
+
+/// Resources and prompts rules against smuggling: the URI or name the server would read
+/// is the one judged, whatever else the request carries; a refused element stops its
+/// whole batch; nothing refused reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_and_prompt_rules_hold_against_smuggling() {
+    let up = json_upstream().await;
+    let text = config(&up.url(), "10s").replace(
+        "deny = [\"get_document_for_rewrite\"]",
+        "deny = [\"get_document_for_rewrite\"]\nresources = { allow = [\"kb://docs/*\"], deny = [\"kb://docs/private/*\"] }\nprompts = { allow = [\"summarize_*\"] }",
+    );
+    let gw = Gateway::start(&text);
+    let auth = bearer(READONLY);
+    let url = gw.url("/mcp-readonly");
+    let read = |id: u64, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{params}}}"#)
+    };
+    let hostile = [
+        read(1, r#"{"uri":"kb://docs/private/plan"}"#),
+        read(2, r#"{"uri":"kb://docs/../private/plan"}"#),
+        read(3, r#"{"uri":"kb://docs/%2E%2E/private/plan"}"#),
+        read(4, r#"{"uri":"kb://docs/a%2Fb"}"#),
+        read(5, r#"{"uri":"kb://docs\\..\\private"}"#),
+        read(6, r#"{"uri":"kb://d\u006fcs/private/plan"}"#),
+        read(7, r#"{"name":"kb://docs/ok","uri":"kb://other/x"}"#),
+        read(8, r#"{"uri":7}"#),
+        read(9, r#"{}"#),
+        r#"{"jsonrpc":"2.0","id":10,"method":"resources/subscribe","params":{"uri":"kb://other/x"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":11,"method":"prompts/get","params":{"name":"rewrite_all"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":12,"method":"prompts/get","params":{"n\u0061me":"rewrite_all"}}"#.to_string(),
+        format!("[{},{}]", read(13, r#"{"uri":"kb://docs/ok"}"#), read(14, r#"{"uri":"kb://other/x"}"#)),
+    ];
+    for body in &hostile {
+        let r = post(&url, &[("authorization", &auth)], body).await;
+        assert_eq!(r.status, 200, "{body}: {}", r.body);
+        for m in r.messages() {
+            assert_eq!(m["error"]["code"], -32602, "{body}: {}", r.body);
+        }
+    }
+    // A repeated key: refused before policy, as a bad request.
+    let r = post(
+        &url,
+        &[("authorization", &auth)],
+        &read(
+            15,
+            r#"{"uri":"kb://docs/ok","uri":"kb://docs/private/plan"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // An Mcp-Name that disagrees with the uri: refused.
+    let r = post(
+        &url,
+        &[
+            ("authorization", &auth),
+            ("mcp-method", "resources/read"),
+            ("mcp-name", "kb://docs/ok"),
+        ],
+        &read(16, r#"{"uri":"kb://docs/private/plan"}"#),
+    )
+    .await;
+    assert!(
+        r.status == 400 || r.json()["error"]["code"] == -32602,
+        "{}",
+        r.body
+    );
+    assert!(
+        up.received().is_empty(),
+        "a refused request reached the upstream"
+    );
+
+    // What the rules allow goes through, and the other profiles have no such rules.
+    let r = post(
+        &url,
+        &[("authorization", &auth)],
+        &read(20, r#"{"uri":"kb://docs/ok"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = post(
+        &gw.url("/mcp-gpt-full"),
+        &[],
+        &read(21, r#"{"uri":"kb://docs/private/plan"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let got: Vec<String> = up
+        .received()
+        .iter()
+        .map(|r| r.json()["params"]["uri"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(got, ["kb://docs/ok", "kb://docs/private/plan"]);
+}

@@ -162,6 +162,19 @@ pub struct RawProfile {
     pub deny: Vec<S<String>>,
     /// JSON-RPC methods this profile may send; default all.
     pub methods: Option<Vec<S<String>>>,
+    /// Resource URIs (globs) this profile may list, read and subscribe to; default all.
+    pub resources: Option<S<RawNameRules>>,
+    /// Prompt names (globs) this profile may list and get; default all.
+    pub prompts: Option<S<RawNameRules>>,
+}
+
+/// `{ allow = [...], deny = [...] }`: `allow` defaults to everything; deny wins.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNameRules {
+    pub allow: Option<Vec<S<String>>>,
+    #[serde(default)]
+    pub deny: Vec<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

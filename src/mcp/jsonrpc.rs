@@ -105,6 +105,54 @@ pub enum Kind {
     Response,
 }
 
+/// What a list request lists: the array its result holds and the field that names each
+/// item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    Tools,
+    Resources,
+    ResourceTemplates,
+    Prompts,
+}
+
+impl ListKind {
+    pub const ALL: [ListKind; 4] = [
+        ListKind::Tools,
+        ListKind::Resources,
+        ListKind::ResourceTemplates,
+        ListKind::Prompts,
+    ];
+
+    pub fn of(method: &str) -> Option<ListKind> {
+        match method {
+            "tools/list" => Some(ListKind::Tools),
+            "resources/list" => Some(ListKind::Resources),
+            "resources/templates/list" => Some(ListKind::ResourceTemplates),
+            "prompts/list" => Some(ListKind::Prompts),
+            _ => None,
+        }
+    }
+
+    /// The result's array.
+    pub fn array(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+            ListKind::Prompts => "prompts",
+        }
+    }
+
+    /// The field of an item that names it.
+    pub fn key(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+}
+
 /// `params.name` of a tools/call, as the policy needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolName<'a> {
@@ -120,6 +168,10 @@ pub struct Message<'a> {
     pub method: Option<Cow<'a, str>>,
     /// Set for tools/call requests.
     pub tool: Option<ToolName<'a>>,
+    /// What a prompts/get (`params.name`) or a resources/read, subscribe or unsubscribe
+    /// (`params.uri`) names: set for those methods only, read from the one field the
+    /// server reads, never from the other.
+    pub target: Option<ToolName<'a>>,
     /// `params.name`, else `params.uri`, when a string: what an `Mcp-Name` header mirrors.
     pub mcp_name: Option<Cow<'a, str>>,
     /// `params.arguments` of a request, as its JSON text: for the audit trail.
@@ -134,6 +186,7 @@ impl<'a> Message<'a> {
             id,
             method: None,
             tool: None,
+            target: None,
             mcp_name: None,
             arguments: None,
         }
@@ -172,12 +225,13 @@ impl<'a> Payload<'a> {
         self.messages().iter().any(|m| m.kind == Kind::Request)
     }
 
-    /// The ids of tools/list requests, whose responses must be filtered.
-    pub fn tools_list_ids(&self) -> Vec<Box<str>> {
+    /// The ids of list requests (tools, resources, resource templates, prompts), whose
+    /// responses must be filtered, each with what it lists.
+    pub fn list_ids(&self) -> Vec<(Box<str>, ListKind)> {
         self.messages()
             .iter()
-            .filter(|m| m.kind == Kind::Request && m.method() == Some("tools/list"))
-            .filter_map(|m| m.id_text().map(Into::into))
+            .filter(|m| m.kind == Kind::Request)
+            .filter_map(|m| Some((m.id_text()?.into(), ListKind::of(m.method()?)?)))
             .collect()
     }
 }
@@ -300,6 +354,7 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
         Kind::Notification
     };
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
+    let target;
     // A field's text if it is a string, `Some(None)` if absent or not a string, `None`
     // to give up (an escaped string).
     let text = |v: Option<&'a str>| match v {
@@ -318,16 +373,26 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
                 });
             }
             let uri_text = text(uri)?;
+            target = match target_field(method) {
+                Some(Field::Name) => Some(named(name_text.map(Cow::Borrowed), name.is_some())),
+                Some(Field::Uri) => Some(named(uri_text.map(Cow::Borrowed), uri.is_some())),
+                None => None,
+            };
             mcp_name = name_text.or(uri_text).map(Cow::Borrowed);
         }
-        _ if method == "tools/call" => tool = Some(ToolName::Missing),
-        _ => {}
+        _ => {
+            if method == "tools/call" {
+                tool = Some(ToolName::Missing);
+            }
+            target = target_field(method).map(|_| ToolName::Missing);
+        }
     }
     Some(Message {
         kind,
         id,
         method: Some(Cow::Borrowed(method)),
         tool,
+        target,
         mcp_name,
         arguments,
     })
@@ -370,6 +435,7 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
     };
 
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
+    let target;
     if let Some(params) = params.filter(|p| p.get().trim_start().starts_with('{')) {
         let p = object_fields(params.get(), ["name", "uri", "arguments"], &[])
             .map_err(|e| invalid(&format!("params: {e}")))?;
@@ -383,15 +449,25 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
                 (None, None) => ToolName::Missing,
             });
         }
-        mcp_name = name_text.or_else(|| as_text(uri)).map(|t| t.0);
-    } else if method == "tools/call" {
-        tool = Some(ToolName::Missing);
+        let uri_text = as_text(uri);
+        target = match target_field(&method) {
+            Some(Field::Name) => Some(named(name_text.clone().map(|t| t.0), name.is_some())),
+            Some(Field::Uri) => Some(named(uri_text.clone().map(|t| t.0), uri.is_some())),
+            None => None,
+        };
+        mcp_name = name_text.or(uri_text).map(|t| t.0);
+    } else {
+        if method == "tools/call" {
+            tool = Some(ToolName::Missing);
+        }
+        target = target_field(&method).map(|_| ToolName::Missing);
     }
     Ok(Message {
         kind,
         id,
         method: Some(method),
         tool,
+        target,
         mcp_name,
         arguments,
     })
@@ -407,6 +483,30 @@ pub fn one_or_many<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Vec<T> {
         serde_json::from_str(text)
             .map(|one| vec![one])
             .unwrap_or_default()
+    }
+}
+
+/// Which field of `params` names what a method acts on, for the methods policy checks
+/// besides tools/call.
+enum Field {
+    Name,
+    Uri,
+}
+
+fn target_field(method: &str) -> Option<Field> {
+    match method {
+        "prompts/get" => Some(Field::Name),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some(Field::Uri),
+        _ => None,
+    }
+}
+
+/// A field's reading: its text, or whether it was there but not a string.
+fn named(text: Option<Cow<'_, str>>, present: bool) -> ToolName<'_> {
+    match (text, present) {
+        (Some(t), _) => ToolName::Name(t),
+        (None, true) => ToolName::NotString,
+        (None, false) => ToolName::Missing,
     }
 }
 
@@ -449,6 +549,41 @@ mod tests {
             single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}}"#).kind,
             Kind::Response
         );
+    }
+
+    /// prompts/get names its prompt by `params.name`, resources/read by `params.uri`: the
+    /// other field never stands in for it.
+    #[test]
+    fn targets_come_from_the_field_the_server_reads() {
+        fn t(body: &str) -> Option<ToolName<'_>> {
+            single(body).target
+        }
+        assert_eq!(
+            t(
+                r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"name":"kb://docs/a","uri":"kb://private/b"}}"#
+            ),
+            Some(ToolName::Name("kb://private/b".into()))
+        );
+        assert_eq!(
+            t(
+                r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"uri":"ok","name":"n\u0061sty"}}"#
+            ),
+            Some(ToolName::Name("nasty".into()))
+        );
+        assert_eq!(
+            t(r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":7}}"#),
+            Some(ToolName::NotString)
+        );
+        assert_eq!(
+            t(r#"{"jsonrpc":"2.0","id":1,"method":"resources/unsubscribe"}"#),
+            Some(ToolName::Missing)
+        );
+        assert_eq!(
+            t(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a"}}"#),
+            None
+        );
+        // A repeated uri is refused before any policy looks.
+        assert!(parse(br#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"kb://docs/a","uri":"kb://private/b"}}"#).is_err());
     }
 
     #[test]
@@ -530,7 +665,10 @@ mod tests {
         let p = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":"x","method":"tools/list"}]"#).unwrap();
         assert!(p.is_batch());
         assert_eq!(
-            p.tools_list_ids(),
+            p.list_ids()
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>(),
             vec!["1".into(), "\"x\"".into()] as Vec<Box<str>>
         );
         assert!(p.has_requests());
@@ -549,6 +687,9 @@ mod tests {
         r#" { "jsonrpc" : "2.0" , "id" : 0 , "method" : "tools/call" , "params" : { } } "#,
         r#"{"id":4,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{},"name":"é日本"}}"#,
         r#"{"jsonrpc":"2.0","id":5,"method":"x","params":{"name":"a"},"extra":{"k":"\u00e9"}}"#,
+        r#"{"jsonrpc":"2.0","id":6,"method":"prompts/get","params":{"name":"summarize","uri":"kb://x"}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"resources/subscribe","params":{"name":"kb://docs/a","uri":["kb://x"]}}"#,
+        r#"{"jsonrpc":"2.0","id":8,"method":"prompts/get"}"#,
     ];
 
     /// The one-pass reader either steps aside or reads exactly what serde_json reads: on

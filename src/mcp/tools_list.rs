@@ -1,12 +1,14 @@
-//! The tools/list rewrite. A response to a tools/list request loses the tools its profile
-//! may not call; everything else stays as the upstream wrote it. The rewrite splices raw
+//! The list rewrite. A response to a tools/list request loses the tools its profile may
+//! not call, and likewise resources/list (by `uri`), resources/templates/list (by
+//! `uriTemplate`) and prompts/list (by `name`); everything else stays as the upstream
+//! wrote it. The rewrite splices raw
 //! JSON: the kept tools are copied byte for byte into a new `tools` array, which replaces
 //! the old one at its offset in the body, so unknown fields, `nextCursor` and `_meta`
 //! survive untouched. Works on one JSON text (a response or a batch of responses): a JSON
 //! body, or the data of one SSE event (see `transport::relay`).
 
 use crate::config::{Profile, Snapshot};
-use crate::mcp::jsonrpc::Text;
+use crate::mcp::jsonrpc::{ListKind, Text};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;
@@ -31,11 +33,26 @@ impl ToolFilter {
         !self.snapshot.hidden.matches(tool) && self.profile.allows_tool(tool)
     }
 
+    /// Whether an item of a `kind` list, named `name`, stays.
+    pub fn keeps_item(&self, kind: ListKind, name: &str) -> bool {
+        match kind {
+            ListKind::Tools => self.keeps(name),
+            ListKind::Resources | ListKind::ResourceTemplates => self.profile.allows_resource(name),
+            ListKind::Prompts => self.profile.allows_prompt(name),
+        }
+    }
+
     /// A list that depends on the caller's profile must not be shared by caches.
-    fn restricts(&self) -> bool {
-        !(self.snapshot.hidden.is_empty()
-            && self.profile.allow.matches_everything()
-            && self.profile.deny.is_empty())
+    fn restricts(&self, kind: ListKind) -> bool {
+        match kind {
+            ListKind::Tools => {
+                !(self.snapshot.hidden.is_empty()
+                    && self.profile.allow.matches_everything()
+                    && self.profile.deny.is_empty())
+            }
+            ListKind::Resources | ListKind::ResourceTemplates => self.profile.resources.is_some(),
+            ListKind::Prompts => self.profile.prompts.is_some(),
+        }
     }
 }
 
@@ -48,12 +65,13 @@ struct Response<'a> {
     result: Option<ListResult<'a>>,
 }
 
-/// What a `result` holds for the rewrite: each tool as its raw JSON, and `cacheScope`.
-/// Whether it must be a valid tools/list result is known only once the response's id is
-/// (it may come after `result`), so anything else is noted here, not refused.
+/// What a `result` holds for the rewrite: the items of each list array it has (`tools`,
+/// `resources`, …, by `ListKind` order) as raw JSON, and `cacheScope`. Whether it must be
+/// a valid list result, and of which kind, is known only once the response's id is (it
+/// may come after `result`), so anything else is noted here, not refused.
 #[derive(Default)]
 struct ListResult<'a> {
-    tools: Tools<'a>,
+    lists: [Tools<'a>; 4],
     cache_scope: Option<&'a RawValue>,
     /// Why this is not a readable tools/list result, if it is not.
     unreadable: Option<&'static str>,
@@ -79,16 +97,17 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ResultVisitor<'a> {
 
     fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
         let mut out = ListResult::default();
-        let (mut seen_tools, mut seen_scope) = (false, false);
+        let (mut seen_lists, mut seen_scope) = ([false; 4], false);
         while let Some(Text(key)) = map.next_key::<Text>()? {
-            match &*key {
-                "tools" => {
-                    if seen_tools {
-                        out.unreadable = Some("the tools/list result repeats \"tools\"");
-                    }
-                    seen_tools = true;
-                    out.tools = map.next_value_seed(ToolsSeed(std::marker::PhantomData))?;
+            if let Some(i) = ListKind::ALL.iter().position(|k| k.array() == key) {
+                if seen_lists[i] {
+                    out.unreadable = Some("the list result repeats its array");
                 }
+                seen_lists[i] = true;
+                out.lists[i] = map.next_value_seed(ToolsSeed(std::marker::PhantomData))?;
+                continue;
+            }
+            match &*key {
                 "cacheScope" => {
                     if seen_scope {
                         out.unreadable = Some("the tools/list result repeats \"cacheScope\"");
@@ -208,10 +227,11 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ToolsSeed<'a> {
     }
 }
 
-/// The value of a tool object's top-level `"name"` key, when it is a string, found by a
-/// light scan instead of a second full parse (serde_json has already validated the JSON).
-/// `None` if absent, not a string, or given twice (parsers would disagree which counts).
-fn tool_name(object: &str) -> Option<std::borrow::Cow<'_, str>> {
+/// The value of an item object's top-level `field` key (`"name"`, `"uri"`, …), when it is
+/// a string, found by a light scan instead of a second full parse (serde_json has already
+/// validated the JSON). `None` if absent, not a string, or given twice (parsers would
+/// disagree which counts).
+fn item_name<'o>(object: &'o str, field: &str) -> Option<std::borrow::Cow<'o, str>> {
     let b = object.as_bytes();
     let mut i = b.iter().position(|&c| c == b'{')? + 1;
     let mut found = None;
@@ -249,9 +269,9 @@ fn tool_name(object: &str) -> Option<std::borrow::Cow<'_, str>> {
             .count();
         let value_start = i;
         i = value_end(b, i)?;
-        let is_name = key == "\"name\""
+        let is_name = (key.len() == field.len() + 2 && key[1..key.len() - 1] == *field)
             || (key.contains('\\')
-                && serde_json::from_str::<Text>(key).is_ok_and(|Text(k)| k == "name"));
+                && serde_json::from_str::<Text>(key).is_ok_and(|Text(k)| k == field));
         if is_name {
             if found.is_some() {
                 return None;
@@ -322,11 +342,12 @@ fn span_in(whole: &str, part: &str) -> Range<usize> {
     start..start + part.len()
 }
 
-/// Rewrites the tools/list responses (those whose id is in `ids`) found in `text`, a JSON
-/// response or batch of responses. `Ok(None)`: nothing to change, forward the original.
+/// Rewrites the list responses (those whose id is in `ids`, each with its kind) found in
+/// `text`, a JSON response or batch of responses. `Ok(None)`: nothing to change, forward
+/// the original.
 pub fn rewrite(
     text: &str,
-    ids: &[Box<str>],
+    ids: &[(Box<str>, ListKind)],
     filter: &ToolFilter,
 ) -> Result<Option<String>, String> {
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
@@ -356,7 +377,7 @@ pub fn rewrite(
 fn edits_for(
     whole: &str,
     message: &str,
-    ids: &[Box<str>],
+    ids: &[(Box<str>, ListKind)],
     filter: &ToolFilter,
     edits: &mut Vec<(Range<usize>, String)>,
 ) -> Result<(), String> {
@@ -364,17 +385,18 @@ fn edits_for(
         return Ok(());
     }
     let r: Response = serde_json::from_str(message).map_err(|e| e.to_string())?;
-    let (Some(id), Some(list)) = (r.id, r.result) else {
+    let (Some(id), Some(mut list)) = (r.id, r.result) else {
         return Ok(());
     };
-    if !ids.iter().any(|i| **i == *id.get().trim()) {
+    let Some(&(_, kind)) = ids.iter().find(|(i, _)| **i == *id.get().trim()) else {
         return Ok(());
-    }
+    };
     if let Some(why) = list.unreadable {
         return Err(why.into());
     }
-    let Tools::Array(tools) = list.tools else {
-        return Err("tools/list result has no \"tools\" array".into());
+    let at = ListKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+    let Tools::Array(tools) = std::mem::take(&mut list.lists[at]) else {
+        return Err(format!("the list result has no \"{}\" array", kind.array()));
     };
     if let (Some(first), Some(last)) = (tools.first(), tools.last()) {
         // The elements are replaced from the first one's start to the last one's end, so
@@ -383,8 +405,9 @@ fn edits_for(
         let mut kept = String::with_capacity(region.len());
         let mut removed = false;
         for tool in &tools {
-            // A tool whose name cannot be read cannot be shown to be allowed: drop it.
-            if tool_name(tool.get()).is_some_and(|name| filter.keeps(&name)) {
+            // An item whose name cannot be read cannot be shown to be allowed: drop it.
+            if item_name(tool.get(), kind.key()).is_some_and(|name| filter.keeps_item(kind, &name))
+            {
                 if !kept.is_empty() {
                     kept.push(',');
                 }
@@ -398,17 +421,18 @@ fn edits_for(
         }
     }
     if let Some(scope) = list.cache_scope {
-        if filter.restricts() {
+        if filter.restricts(kind) {
             edits.push((span_in(whole, scope.get()), "\"private\"".to_string()));
         }
     }
     Ok(())
 }
 
-/// The tools/list requests of one payload and the filter of the caller's profile.
+/// The list requests of one payload (with what each lists) and the filter of the
+/// caller's profile.
 #[derive(Clone)]
 pub struct ListRewrite {
-    pub ids: Vec<Box<str>>,
+    pub ids: Vec<(Box<str>, ListKind)>,
     pub filter: ToolFilter,
 }
 
@@ -433,11 +457,15 @@ mod tests {
         ToolFilter::new(s, p)
     }
 
+    fn tools(id: &str) -> (Box<str>, ListKind) {
+        (id.into(), ListKind::Tools)
+    }
+
     const LIST: &str = r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[ {"name":"a","x":{"name":"z"}} , {"name":"b"},{"name":"m\u006fve"},{"nope":1} ],"nextCursor":"c2","_meta":{"k":[1]},"cacheScope":"public","extra":true}}"#;
 
     #[test]
     fn keeps_allowed_tools_byte_for_byte() {
-        let out = rewrite(LIST, &["3".into()], &filter("\"a\", \"move\"", "\"move\""))
+        let out = rewrite(LIST, &[tools("3")], &filter("\"a\", \"move\"", "\"move\""))
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -449,7 +477,7 @@ mod tests {
     #[test]
     fn other_ids_and_unfiltered_lists_are_untouched() {
         assert_eq!(
-            rewrite(LIST, &["4".into()], &filter("\"*\"", "")).unwrap(),
+            rewrite(LIST, &[tools("4")], &filter("\"*\"", "")).unwrap(),
             None
         );
         // Allow-all with nothing hidden: no tool removed, cacheScope kept, and the tool
@@ -457,7 +485,7 @@ mod tests {
         let none_removed =
             r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[{"name":"a"}],"cacheScope":"public"}}"#;
         assert_eq!(
-            rewrite(none_removed, &["3".into()], &filter("\"*\"", "")).unwrap(),
+            rewrite(none_removed, &[tools("3")], &filter("\"*\"", "")).unwrap(),
             None
         );
     }
@@ -465,7 +493,7 @@ mod tests {
     #[test]
     fn batches_are_rewritten_per_element() {
         let batch = format!(r#"[{{"jsonrpc":"2.0","id":1,"result":{{}}}}, {LIST}]"#);
-        let out = rewrite(&batch, &["3".into()], &filter("\"b\"", ""))
+        let out = rewrite(&batch, &[tools("3")], &filter("\"b\"", ""))
             .unwrap()
             .unwrap();
         assert!(out.starts_with(r#"[{"jsonrpc":"2.0","id":1,"result":{}}, {"jsonrpc":"2.0","id":3,"result":{"tools":[ {"name":"b"} ]"#), "{out}");
@@ -473,29 +501,37 @@ mod tests {
 
     #[test]
     fn tool_names_by_scan() {
-        assert_eq!(tool_name(r#"{"name":"a"}"#).as_deref(), Some("a"));
+        assert_eq!(item_name(r#"{"name":"a"}"#, "name").as_deref(), Some("a"));
         assert_eq!(
-            tool_name(r#" { "x" : {"name":"inner","y":[1,"}"]} , "name" : "outer" } "#).as_deref(),
+            item_name(
+                r#" { "x" : {"name":"inner","y":[1,"}"]} , "name" : "outer" } "#,
+                "name"
+            )
+            .as_deref(),
             Some("outer")
         );
         assert_eq!(
-            tool_name(r#"{"n\u0061me":"m\u006fve"}"#).as_deref(),
+            item_name(r#"{"n\u0061me":"m\u006fve"}"#, "name").as_deref(),
             Some("move")
         );
         assert_eq!(
-            tool_name(r#"{"description":"has \"name\": inside","name":"b"}"#).as_deref(),
+            item_name(
+                r#"{"description":"has \"name\": inside","name":"b"}"#,
+                "name"
+            )
+            .as_deref(),
             Some("b")
         );
-        assert_eq!(tool_name(r#"{"name":7}"#), None);
-        assert_eq!(tool_name(r#"{"nope":"a"}"#), None);
+        assert_eq!(item_name(r#"{"name":7}"#, "name"), None);
+        assert_eq!(item_name(r#"{"nope":"a"}"#, "name"), None);
         assert_eq!(
-            tool_name(r#"{"name":"a","name":"b"}"#),
+            item_name(r#"{"name":"a","name":"b"}"#, "name"),
             None,
             "a repeated name is unreadable"
         );
-        assert_eq!(tool_name(r#"{"name":"a","n\u0061me":"b"}"#), None);
+        assert_eq!(item_name(r#"{"name":"a","n\u0061me":"b"}"#, "name"), None);
         assert_eq!(
-            tool_name(r#"{"x":-1.5e3,"name":"c","y":true}"#).as_deref(),
+            item_name(r#"{"x":-1.5e3,"name":"c","y":true}"#, "name").as_deref(),
             Some("c")
         );
     }
@@ -506,12 +542,12 @@ mod tests {
         assert!(
             rewrite(
                 r#"{"jsonrpc":"2.0","id":3,"result":{"tools":{}}}"#,
-                &["3".into()],
+                &[tools("3")],
                 &f
             )
             .is_err()
         );
-        assert!(rewrite(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#, &["3".into()], &f).is_err());
+        assert!(rewrite(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#, &[tools("3")], &f).is_err());
         for bad in [
             r#"{"jsonrpc":"2.0","id":3,"result":5}"#,
             r#"{"jsonrpc":"2.0","id":3,"result":[{"name":"a"}]}"#,
@@ -521,27 +557,69 @@ mod tests {
             // The id after the result: still known to be the list's.
             r#"{"jsonrpc":"2.0","result":{"tools":{}},"id":3}"#,
         ] {
-            assert!(rewrite(bad, &["3".into()], &f).is_err(), "{bad}");
+            assert!(rewrite(bad, &[tools("3")], &f).is_err(), "{bad}");
         }
         // The same shapes answering other requests are not the rewrite's business.
         let batch = r#"[{"id":1,"result":5},{"id":2,"result":{"tools":"a"}},{"id":4,"result":{"tools":[{"name":"x"}]}}]"#;
-        assert_eq!(rewrite(batch, &["3".into()], &f).unwrap(), None);
+        assert_eq!(rewrite(batch, &[tools("3")], &f).unwrap(), None);
         // Escaped key names are the same keys.
         let escaped =
             r#"{"jsonrpc":"2.0","id":3,"result":{"t\u006fols":[{"name":"a"},{"name":"b"}]}}"#;
         assert_eq!(
-            rewrite(escaped, &["3".into()], &f).unwrap().unwrap(),
+            rewrite(escaped, &[tools("3")], &f).unwrap().unwrap(),
             r#"{"jsonrpc":"2.0","id":3,"result":{"t\u006fols":[{"name":"a"}]}}"#
         );
         // An error response to tools/list passes.
         assert_eq!(
             rewrite(
                 r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"}}"#,
-                &["3".into()],
+                &[tools("3")],
                 &f
             )
             .unwrap(),
             None
+        );
+    }
+
+    /// resources/list by `uri`, resources/templates/list by `uriTemplate`, prompts/list by
+    /// `name`, each by the profile's rules; a resource URI with a dot segment goes too.
+    #[test]
+    fn resources_templates_and_prompts_are_filtered() {
+        let text = "[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[profiles.p]\nupstream = \"u\"\nallow = [\"*\"]\nresources = { allow = [\"kb://docs/*\"], deny = [\"kb://docs/private/*\"] }\nprompts = { allow = [\"summarize_*\"] }\n";
+        let s = Arc::new(load_str(text, "t.toml").unwrap());
+        let f = ToolFilter::new(s.clone(), s.profiles["p"].clone());
+        let resources = r#"{"jsonrpc":"2.0","id":1,"result":{"resources":[{"uri":"kb://docs/a","name":"a"},{"uri":"kb://docs/private/b","name":"b"},{"name":"kb://docs/c","uri":"kb://other/c"},{"uri":"kb://docs/../private/d"}],"nextCursor":"n"}}"#;
+        assert_eq!(
+            rewrite(resources, &[("1".into(), ListKind::Resources)], &f)
+                .unwrap()
+                .unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resources":[{"uri":"kb://docs/a","name":"a"}],"nextCursor":"n"}}"#
+        );
+        let templates = r#"{"jsonrpc":"2.0","id":2,"result":{"resourceTemplates":[{"uriTemplate":"kb://docs/{id}"},{"uriTemplate":"kb://users/{id}"}]}}"#;
+        assert_eq!(
+            rewrite(templates, &[("2".into(), ListKind::ResourceTemplates)], &f)
+                .unwrap()
+                .unwrap(),
+            r#"{"jsonrpc":"2.0","id":2,"result":{"resourceTemplates":[{"uriTemplate":"kb://docs/{id}"}]}}"#
+        );
+        let prompts = r#"{"jsonrpc":"2.0","id":3,"result":{"prompts":[{"name":"summarize_doc"},{"name":"rewrite_doc"}],"cacheScope":"public"}}"#;
+        assert_eq!(
+            rewrite(prompts, &[("3".into(), ListKind::Prompts)], &f)
+                .unwrap()
+                .unwrap(),
+            r#"{"jsonrpc":"2.0","id":3,"result":{"prompts":[{"name":"summarize_doc"}],"cacheScope":"private"}}"#
+        );
+        // A tools/list answer is judged by the tool rules, whatever arrays it carries.
+        let mixed = r#"{"jsonrpc":"2.0","id":4,"result":{"tools":[{"name":"x"}],"prompts":[{"name":"rewrite_doc"}]}}"#;
+        assert_eq!(rewrite(mixed, &[tools("4")], &f).unwrap(), None);
+        // A prompts/list answer without its array fails closed.
+        assert!(
+            rewrite(
+                r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}"#,
+                &[("3".into(), ListKind::Prompts)],
+                &f
+            )
+            .is_err()
         );
     }
 }

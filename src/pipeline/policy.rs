@@ -72,10 +72,12 @@ pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdi
                     format!("Method not allowed: {}", shown(method)),
                     None,
                 ))
+            } else if let Some(t) = &m.tool {
+                tool_problem(snapshot, profile, t)
             } else {
-                m.tool
+                m.target
                     .as_ref()
-                    .and_then(|t| tool_problem(snapshot, profile, t))
+                    .and_then(|t| target_problem(snapshot, profile, method, t))
             }
         }
     };
@@ -113,6 +115,50 @@ pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdi
             batch: payload.is_batch(),
         }
     }
+}
+
+/// A prompts/get of a prompt, or a resources/read, subscribe or unsubscribe of a URI,
+/// that the profile's `prompts` or `resources` rules do not allow. Without rules, all
+/// pass (as before there were any).
+fn target_problem(
+    snapshot: &Snapshot,
+    profile: &Profile,
+    method: &str,
+    target: &ToolName,
+) -> Option<(i64, String, Option<String>)> {
+    let prompt = method == "prompts/get";
+    let (what, field, ruled) = if prompt {
+        ("Prompt", "params.name", profile.prompts.is_some())
+    } else {
+        ("Resource", "params.uri", profile.resources.is_some())
+    };
+    if !ruled {
+        return None;
+    }
+    let deny = snapshot.deny_code;
+    let name = match target {
+        ToolName::Missing => {
+            return Some((
+                deny,
+                format!("{what} not allowed: ({field} is missing)"),
+                None,
+            ));
+        }
+        ToolName::NotString => {
+            return Some((
+                deny,
+                format!("{what} not allowed: ({field} is not a string)"),
+                None,
+            ));
+        }
+        ToolName::Name(n) => n,
+    };
+    let allowed = if prompt {
+        profile.allows_prompt(name)
+    } else {
+        profile.allows_resource(name)
+    };
+    (!allowed).then(|| (deny, format!("{what} not allowed: {}", shown(name)), None))
 }
 
 fn tool_problem(

@@ -248,7 +248,7 @@ impl Shaping {
         payload: &Payload<'_>,
         token: Option<Credential>,
     ) -> Shaping {
-        let ids = payload.tools_list_ids();
+        let ids = payload.list_ids();
         let list = (!ids.is_empty()).then(|| ListRewrite {
             ids,
             filter: ToolFilter::new(live.config.clone(), profile.clone()),

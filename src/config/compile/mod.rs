@@ -21,8 +21,8 @@ pub use snapshot::{
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
-    Address, Balance, Endpoint, HealthCheck, Outlier, Profile, SessionKey, Sharing, StdioCommand,
-    Upstream,
+    Address, Balance, Endpoint, HealthCheck, NameRules, Outlier, Profile, SessionKey, Sharing,
+    StdioCommand, Upstream, plain_uri,
 };
 
 use super::glob::Matcher;

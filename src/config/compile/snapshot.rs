@@ -288,6 +288,19 @@ impl Snapshot {
             if let Some(m) = &p.methods {
                 let _ = writeln!(out, "    methods: {}", m.patterns().join(", "));
             }
+            for (what, rules) in [("resources", &p.resources), ("prompts", &p.prompts)] {
+                let Some(r) = rules else { continue };
+                let deny = if r.deny.is_empty() {
+                    String::new()
+                } else {
+                    format!("; deny {}", r.deny.patterns().join(", "))
+                };
+                let _ = writeln!(
+                    out,
+                    "    {what}: allow {}{deny}",
+                    r.allow.patterns().join(", ")
+                );
+            }
         }
         let _ = writeln!(out, "\ntokens:");
         let mut tokens: Vec<&TokenEntry> = self.tokens.values().collect();

@@ -186,6 +186,23 @@ pub(super) fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     Ok((address, url, https))
 }
 
+/// `resources` or `prompts` of a profile.
+fn name_rules(raw: Option<&S<raw::RawNameRules>>) -> Result<Option<NameRules>, Fail> {
+    let Some(r) = raw else { return Ok(None) };
+    let r = r.get_ref();
+    if let Some(allow) = &r.allow {
+        check_patterns(allow)?;
+    }
+    check_patterns(&r.deny)?;
+    Ok(Some(NameRules {
+        allow: match &r.allow {
+            Some(list) => Matcher::new(list.iter().map(|s| s.get_ref().as_str())),
+            None => Matcher::new(["*"]),
+        },
+        deny: Matcher::new(r.deny.iter().map(|s| s.get_ref().as_str())),
+    }))
+}
+
 /// A duration key's value, or `default` when it is absent.
 fn duration_or(v: &Option<S<String>>, default: Duration) -> Result<Duration, Fail> {
     match v {
@@ -305,6 +322,23 @@ pub struct Profile {
     pub deny: Matcher,
     /// `None`: every method may be sent.
     pub methods: Option<Matcher>,
+    /// `None`: every resource may be listed, read and subscribed to.
+    pub resources: Option<NameRules>,
+    /// `None`: every prompt may be listed and got.
+    pub prompts: Option<NameRules>,
+}
+
+/// An allow and a deny list of names or URIs; deny wins.
+#[derive(Debug)]
+pub struct NameRules {
+    pub allow: Matcher,
+    pub deny: Matcher,
+}
+
+impl NameRules {
+    pub fn allows(&self, name: &str) -> bool {
+        self.allow.matches(name) && !self.deny.matches(name)
+    }
 }
 
 impl Profile {
@@ -312,6 +346,42 @@ impl Profile {
     pub fn allows_tool(&self, tool: &str) -> bool {
         self.allow.matches(tool) && !self.deny.matches(tool)
     }
+
+    /// Whether this profile may list, read or subscribe to the resource `uri` (or list
+    /// the template `uri`). A URI that could name another than it seems, by a dot
+    /// segment or an encoded slash, never passes rules ([`plain_uri`]).
+    pub fn allows_resource(&self, uri: &str) -> bool {
+        self.resources
+            .as_ref()
+            .is_none_or(|r| plain_uri(uri) && r.allows(uri))
+    }
+
+    pub fn allows_prompt(&self, name: &str) -> bool {
+        self.prompts.as_ref().is_none_or(|r| r.allows(name))
+    }
+}
+
+/// Whether `uri` means what its text says to a glob: no `.` or `..` path segment (also
+/// percent-encoded), no encoded `/` or `\`, no backslash, no control character. Servers
+/// that normalise or decode URIs would otherwise read `kb://docs/../private/x`, which
+/// `kb://docs/*` matches, as a URI outside `docs/`.
+pub fn plain_uri(uri: &str) -> bool {
+    if uri.chars().any(|c| c.is_control() || c == '\\') {
+        return false;
+    }
+    let lower = uri.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") || lower.contains("%00") {
+        return false;
+    }
+    let decoded_dots = lower.replace("%2e", ".");
+    // The path after the scheme and authority, split into segments; the authority
+    // (`//host`) only ever yields empty segments or the host, which are not dots.
+    let path = decoded_dots
+        .split_once(':')
+        .map_or(decoded_dots.as_str(), |(_, rest)| rest);
+    !path
+        .split(['/', '?', '#'])
+        .any(|segment| segment == "." || segment == "..")
 }
 
 /// Fields mcpgate sets or strips itself on the way upstream (hop-by-hop ones among them):
@@ -733,6 +803,8 @@ impl Compiler<'_> {
                     allow,
                     deny: Matcher::new(p.deny.iter().map(|s| s.get_ref().as_str())),
                     methods,
+                    resources: name_rules(p.resources.as_ref())?,
+                    prompts: name_rules(p.prompts.as_ref())?,
                 }),
             );
         }

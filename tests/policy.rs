@@ -455,3 +455,90 @@ async fn resource_and_prompt_rules_hold_against_smuggling() {
         .collect();
     assert_eq!(got, ["kb://docs/ok", "kb://docs/private/plan"]);
 }
+
+/// `[[tools.arguments]]`: the value at the pointer is judged as the upstream will read
+/// it; a missing value, a repeated key or a refused element stops the call (and its
+/// batch); the refusal names the pointer, and the audit trail never the redacted value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argument_rules_judge_the_value_the_upstream_reads() {
+    let up = json_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let trail = dir.path().join("audit.jsonl");
+    let text = config(&up.url(), "10s").replace(
+        "deny_code = -32602",
+        "deny_code = -32602\n\n[[tools.arguments]]\ntool = \"delete_*\"\npointer = \"/id\"\nallow = [\"drafts/*\"]\ndeny = [\"drafts/keep-*\"]\n",
+    ) + &format!("\n[audit]\npath = \"{}\"\nredact = [\"id\"]\n", trail.display());
+    let gw = Gateway::start(&text);
+    let url = gw.url("/mcp-gpt-full");
+    let delete = |id: u64, args: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"delete_document","arguments":{args}}}}}"#
+        )
+    };
+    let refused = [
+        delete(1, r#"{"id":"welcome"}"#),
+        delete(2, r#"{"id":"drafts/keep-this"}"#),
+        delete(3, r#"{}"#),
+        delete(4, r#"{"id":null}"#),
+        delete(5, r#"{"id":["drafts/a"]}"#),
+        delete(6, r#"{"id":"drafts/a","id":"welcome"}"#),
+        delete(7, r#"{"id":"drafts/a","\u0069d":"welcome"}"#),
+        delete(8, r#""drafts/a""#),
+        format!(
+            "[{},{}]",
+            delete(9, r#"{"id":"drafts/a"}"#),
+            delete(10, r#"{"id":"secret-plan"}"#)
+        ),
+    ];
+    for body in &refused {
+        let r = post(&url, &[], body).await;
+        assert_eq!(r.status, 200, "{body}: {}", r.body);
+        for m in r.messages() {
+            assert_eq!(m["error"]["code"], -32602, "{body}: {}", r.body);
+        }
+        assert!(
+            !r.body.contains("secret-plan") && !r.body.contains("welcome"),
+            "{}",
+            r.body
+        );
+    }
+    let r = post(&url, &[], &delete(1, r#"{"id":"welcome"}"#)).await;
+    assert_eq!(r.json()["error"]["message"], "Argument not allowed: /id");
+    assert!(
+        up.received().is_empty(),
+        "a refused call reached the upstream"
+    );
+
+    // Allowed values pass, the escaped key included; other tools are not concerned.
+    for (id, args) in [
+        (20, r#"{"id":"drafts/a"}"#),
+        (21, r#"{"\u0069d":"drafts/b"}"#),
+    ] {
+        let r = post(&url, &[], &delete(id, args)).await;
+        assert!(r.json()["result"].is_object(), "{}", r.body);
+    }
+    let r = post(&url, &[], &call(22, "get_document")).await;
+    assert!(r.json()["result"].is_object(), "{}", r.body);
+    assert_eq!(
+        up.called_tools(),
+        ["delete_document", "delete_document", "get_document"]
+    );
+
+    // The trail records the refusals with the pointer, never the redacted value.
+    let mut audit = String::new();
+    for _ in 0..500 {
+        audit = std::fs::read_to_string(&trail).unwrap_or_default();
+        if audit.matches("Argument not allowed: /id").count() >= 10 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        audit.matches("Argument not allowed: /id").count() >= 10,
+        "{audit}"
+    );
+    assert!(
+        !audit.contains("secret-plan") && !audit.contains("keep-this"),
+        "{audit}"
+    );
+}

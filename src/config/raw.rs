@@ -25,7 +25,7 @@ pub struct RawConfig {
     pub upstreams: BTreeMap<String, S<RawUpstream>>,
     /// Global tool rules.
     #[serde(default)]
-    pub tools: Option<S<RawTools>>,
+    pub tools: Option<RawTools>,
     /// Sets of rights, by name.
     #[serde(default)]
     pub profiles: BTreeMap<String, S<RawProfile>>,
@@ -150,6 +150,22 @@ pub struct RawTools {
     pub hidden: Vec<S<String>>,
     /// JSON-RPC code of a refused tools/call; default -32602.
     pub deny_code: Option<S<i64>>,
+    /// Rules on a tool's arguments, for every profile.
+    #[serde(default)]
+    pub arguments: Vec<S<RawArgumentRule>>,
+}
+
+/// `[[tools.arguments]]`: the value at `pointer` in a call's arguments must match `allow`
+/// (if given) and not `deny`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawArgumentRule {
+    /// A tool name or glob.
+    pub tool: S<String>,
+    /// A JSON pointer (RFC 6901) into `params.arguments`, e.g. `/path`.
+    pub pointer: S<String>,
+    pub allow: Option<Vec<S<String>>>,
+    pub deny: Option<Vec<S<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,9 +1,11 @@
 //! The protocol without sockets: JSON-RPC classification (`jsonrpc`) over a strict JSON
 //! reader (`jsonread`), JSON text written by hand (`jsontext`), the list filters
-//! (`tools_list`), and the Streamable HTTP transport's formats (`transport`).
+//! (`tools_list`), JSON pointers into arguments (`pointer`), and the Streamable HTTP
+//! transport's formats (`transport`).
 
 pub mod jsonread;
 pub mod jsonrpc;
 pub mod jsontext;
+pub mod pointer;
 pub mod tools_list;
 pub mod transport;

@@ -6,6 +6,7 @@
 use crate::config::{Profile, Snapshot};
 use crate::error::{GateError, Refusal, code};
 use crate::mcp::jsonrpc::{Kind, Message, Payload, ToolName};
+use crate::mcp::pointer::{self, Found};
 
 #[derive(Debug)]
 pub enum Verdict {
@@ -73,7 +74,7 @@ pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdi
                     None,
                 ))
             } else if let Some(t) = &m.tool {
-                tool_problem(snapshot, profile, t)
+                tool_problem(snapshot, profile, t, m.arguments)
             } else {
                 m.target
                     .as_ref()
@@ -115,6 +116,34 @@ pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdi
             batch: payload.is_batch(),
         }
     }
+}
+
+/// The first `[[tools.arguments]]` rule for `tool` whose value the call's arguments do
+/// not satisfy. A value that is missing, `null`, an object or an array, or arguments that
+/// repeat a key on the pointer's way, never satisfy one. The message names the pointer,
+/// never the value (it may be a secret the audit trail redacts).
+fn argument_problem(
+    snapshot: &Snapshot,
+    tool: &str,
+    arguments: Option<&str>,
+) -> Option<(i64, String, Option<String>)> {
+    let rule = snapshot
+        .argument_rules
+        .iter()
+        .filter(|r| r.tool.matches(tool))
+        .find(|r| {
+            let found = arguments.map(|a| pointer::lookup(a, &r.tokens));
+            !match found {
+                Some(Ok(Found::Text(v))) => r.admits(&v),
+                Some(Ok(Found::Scalar(v))) => r.admits(v),
+                _ => false,
+            }
+        })?;
+    Some((
+        snapshot.deny_code,
+        format!("Argument not allowed: {}", shown(&rule.pointer)),
+        Some(tool.to_string()),
+    ))
 }
 
 /// A prompts/get of a prompt, or a resources/read, subscribe or unsubscribe of a URI,
@@ -165,6 +194,7 @@ fn tool_problem(
     snapshot: &Snapshot,
     profile: &Profile,
     tool: &ToolName,
+    arguments: Option<&str>,
 ) -> Option<(i64, String, Option<String>)> {
     let deny = snapshot.deny_code;
     let name = match tool {
@@ -189,7 +219,7 @@ fn tool_problem(
         ));
     }
     if profile.allows_tool(name) {
-        return None;
+        return argument_problem(snapshot, name, arguments);
     }
     let message = if snapshot.knows_tool(name) {
         "Tool not allowed"

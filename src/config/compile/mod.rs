@@ -4,6 +4,7 @@
 //! changed after it is built; the request path only reads it. Errors carry the position
 //! of the offending value so `mcpgate check` can print `FILE:LINE:COL: message`.
 
+mod arguments;
 mod audit;
 mod limits;
 mod oauth;
@@ -12,6 +13,7 @@ mod snapshot;
 mod tokens;
 mod upstreams;
 
+pub use arguments::{ArgumentRule, pointer_tokens};
 pub use audit::AuditSettings;
 pub use limits::{ConcurrencySpec, KeyKind, LimitRules, RateSpec, parse_rate};
 pub use oauth::{Grant, IdpUrl, Introspection, OAuthSettings, idp_url};
@@ -134,9 +136,8 @@ impl Compiler<'_> {
         let upstreams = self.upstreams(&raw.upstreams, &mut warnings)?;
         let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
 
-        let (hidden, deny_code) = match &raw.tools {
+        let (hidden, deny_code, argument_rules) = match &raw.tools {
             Some(t) => {
-                let t = t.get_ref();
                 check_patterns(&t.hidden)?;
                 let hidden = Matcher::new(t.hidden.iter().map(|s| s.get_ref().as_str()));
                 (
@@ -144,9 +145,10 @@ impl Compiler<'_> {
                     t.deny_code
                         .as_ref()
                         .map_or(DEFAULT_DENY_CODE, |c| *c.get_ref()),
+                    arguments::argument_rules(&t.arguments)?,
                 )
             }
-            None => (Matcher::default(), DEFAULT_DENY_CODE),
+            None => (Matcher::default(), DEFAULT_DENY_CODE, Vec::new()),
         };
 
         let (max_body, limits) = match &raw.limits {
@@ -274,6 +276,7 @@ impl Compiler<'_> {
             tokens,
             hidden,
             deny_code,
+            argument_rules,
             max_body,
             limits,
             sse_keepalive,

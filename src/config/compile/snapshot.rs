@@ -75,6 +75,8 @@ pub struct Snapshot {
     pub tokens: TokenMap,
     pub hidden: Matcher,
     pub deny_code: i64,
+    /// `[[tools.arguments]]`, in the order written.
+    pub argument_rules: Vec<super::arguments::ArgumentRule>,
     pub max_body: u64,
     pub limits: LimitRules,
     pub sse_keepalive: Duration,
@@ -326,6 +328,22 @@ impl Snapshot {
         let _ = writeln!(out, "\ntools:");
         let _ = writeln!(out, "  hidden:    {}", self.hidden.patterns().join(", "));
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
+        for r in &self.argument_rules {
+            let allow = r.allow.as_ref().map_or(String::new(), |a| {
+                format!(" allow [{}]", a.patterns().join(", "))
+            });
+            let deny = if r.deny.is_empty() {
+                String::new()
+            } else {
+                format!(" deny [{}]", r.deny.patterns().join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "  arguments: {} {}{allow}{deny}",
+                r.tool.patterns().join(", "),
+                r.pointer
+            );
+        }
         let _ = writeln!(out, "\nlimits:");
         let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
         for r in &self.limits.rate {

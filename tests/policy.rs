@@ -542,3 +542,85 @@ async fn argument_rules_judge_the_value_the_upstream_reads() {
         "{audit}"
     );
 }
+
+/// Deprecation with a sunset: before it the tool is listed, marked, callable and its
+/// calls counted per token; from it (with no reload) it is gone from every list and its
+/// calls are refused naming the replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deprecated_tool_is_marked_until_its_sunset_and_gone_from_it() {
+    let up = json_upstream().await;
+    let soon = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(4),
+    )
+    .to_string();
+    let text = config(&up.url(), "10s").replace(
+        "deny_code = -32602",
+        &format!(
+            "deny_code = -32602\n\n[tools.deprecated.update_document]\nreplacement = \"patch_document\"\nsunset = \"{soon}\"\n\n[tools.deprecated.upload_document]\nreplacement = \"ingest_document\"\nsunset = \"2020-01-01\"\n"
+        ),
+    ) + "\n[admin]\naddr = \"127.0.0.1:0\"\n";
+    let gw = Gateway::start(&text);
+    let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
+
+    let r = post(&url, &[], &list(1)).await;
+    let tools = r.messages()[0]["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(
+        !names.contains(&"upload_document"),
+        "past its sunset: {names:?}"
+    );
+    let update = tools
+        .iter()
+        .find(|t| t["name"] == "update_document")
+        .expect("listed");
+    let prefix = format!("[deprecated: use patch_document; removed {soon}] ");
+    assert!(
+        update["description"].as_str().unwrap().starts_with(&prefix),
+        "{update}"
+    );
+    assert_eq!(
+        update["_meta"]["mcpgate/deprecated"],
+        serde_json::json!({ "replacement": "patch_document", "sunset": soon })
+    );
+    assert!(update["inputSchema"].is_object(), "the rest kept: {update}");
+    // Tools not deprecated are untouched.
+    let get = tools.iter().find(|t| t["name"] == "get_document").unwrap();
+    assert!(
+        get.get("_meta")
+            .is_none_or(|m| m.get("mcpgate/deprecated").is_none())
+    );
+
+    // Before the sunset: calls pass, counted for the token that made them.
+    for id in 2..4 {
+        let r = post(&url, &[], &call(id, "update_document")).await;
+        assert!(r.json()["result"].is_object(), "{}", r.body);
+    }
+    let r = post(&url, &[], &call(4, "upload_document")).await;
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unknown tool: upload_document (replaced by ingest_document)"
+    );
+    let m = send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        m.contains(
+            "mcpgate_deprecated_calls_total{tool=\"update_document\",caller=\"chatgpt-app\"} 2"
+        ),
+        "{m}"
+    );
+
+    // The sunset passes: no reload, the tool is gone.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let r = post(&url, &[], &list(5)).await;
+    assert!(!r.tool_names().contains(&"update_document".to_string()));
+    let r = post(&url, &[], &call(6, "update_document")).await;
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Unknown tool: update_document (replaced by patch_document)"
+    );
+    assert_eq!(up.called_tools(), ["update_document", "update_document"]);
+}

@@ -153,6 +153,19 @@ pub struct RawTools {
     /// Rules on a tool's arguments, for every profile.
     #[serde(default)]
     pub arguments: Vec<S<RawArgumentRule>>,
+    /// Tools on their way out, by name.
+    #[serde(default)]
+    pub deprecated: BTreeMap<String, S<RawDeprecated>>,
+}
+
+/// `[tools.deprecated.NAME]`: listed and marked until `sunset`, hidden from then.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeprecated {
+    /// The tool to use instead.
+    pub replacement: S<String>,
+    /// A date (`2027-01-31`, midnight UTC) or an RFC 3339 time.
+    pub sunset: S<String>,
 }
 
 /// `[[tools.arguments]]`: the value at `pointer` in a call's arguments must match `allow`

@@ -62,8 +62,9 @@ pub fn lookup<'a>(json: &'a str, tokens: &[Box<str>]) -> Result<Found<'a>, Strin
     })
 }
 
-/// An object's entries as decoded keys and raw values; a repeated key is an error.
-struct Entries<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// An object's entries as decoded keys and raw values, in order; a repeated key is an
+/// error.
+pub struct Entries<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for Entries<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -7,8 +7,10 @@
 //! survive untouched. Works on one JSON text (a response or a batch of responses): a JSON
 //! body, or the data of one SSE event (see `transport::relay`).
 
+use crate::config::compile::Deprecation;
 use crate::config::{Profile, Snapshot};
 use crate::mcp::jsonrpc::{ListKind, Text};
+use crate::mcp::pointer::Entries;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;
@@ -30,7 +32,12 @@ impl ToolFilter {
     }
 
     pub fn keeps(&self, tool: &str) -> bool {
-        !self.snapshot.hidden.matches(tool) && self.profile.allows_tool(tool)
+        !self.snapshot.hidden.matches(tool)
+            && self.profile.allows_tool(tool)
+            && self
+                .snapshot
+                .deprecation(tool)
+                .is_none_or(|d| !d.gone(std::time::SystemTime::now()))
     }
 
     /// Whether an item of a `kind` list, named `name`, stays.
@@ -288,6 +295,63 @@ fn item_name<'o>(object: &'o str, field: &str) -> Option<std::borrow::Cow<'o, st
     }
 }
 
+/// A tool object's text with its `description` prefixed and `_meta["mcpgate/deprecated"]`
+/// set to `{"replacement", "sunset"}` (SPEC §12), every other member as it was. `None` if
+/// the object cannot be read (a repeated key among them).
+fn mark_deprecated(tool: &str, d: &Deprecation) -> Option<String> {
+    let Entries(entries) = serde_json::from_str(tool).ok()?;
+    let marker = serde_json::json!({
+        "replacement": &*d.replacement,
+        "sunset": &*d.sunset_text,
+    })
+    .to_string();
+    let mut out = String::with_capacity(tool.len() + 128);
+    out.push('{');
+    let (mut described, mut meta) = (false, false);
+    for (key, value) in &entries {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(&**key).ok()?);
+        out.push(':');
+        match &**key {
+            "description" => {
+                described = true;
+                let old =
+                    serde_json::from_str::<Text>(value.get()).map_or(Default::default(), |t| t.0);
+                out.push_str(&serde_json::to_string(&format!("{}{old}", d.prefix())).ok()?);
+            }
+            "_meta" => {
+                meta = true;
+                let Entries(inner) =
+                    serde_json::from_str(value.get()).unwrap_or(Entries(Vec::new()));
+                out.push('{');
+                for (k, v) in inner.iter().filter(|(k, _)| k != "mcpgate/deprecated") {
+                    out.push_str(&serde_json::to_string(&**k).ok()?);
+                    out.push(':');
+                    out.push_str(v.get());
+                    out.push(',');
+                }
+                out.push_str("\"mcpgate/deprecated\":");
+                out.push_str(&marker);
+                out.push('}');
+            }
+            _ => out.push_str(value.get()),
+        }
+    }
+    if !described {
+        out.push_str(",\"description\":");
+        out.push_str(&serde_json::to_string(d.prefix().trim_end()).ok()?);
+    }
+    if !meta {
+        out.push_str(",\"_meta\":{\"mcpgate/deprecated\":");
+        out.push_str(&marker);
+        out.push('}');
+    }
+    out.push('}');
+    Some(out)
+}
+
 /// The index just past the string starting at `start` (which is a `"`).
 fn string_end(b: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
@@ -403,20 +467,36 @@ fn edits_for(
         // the brackets and the whitespace around them stay as the upstream wrote them.
         let region = span_in(whole, first.get()).start..span_in(whole, last.get()).end;
         let mut kept = String::with_capacity(region.len());
-        let mut removed = false;
+        let mut changed = false;
         for tool in &tools {
             // An item whose name cannot be read cannot be shown to be allowed: drop it.
-            if item_name(tool.get(), kind.key()).is_some_and(|name| filter.keeps_item(kind, &name))
-            {
-                if !kept.is_empty() {
-                    kept.push(',');
-                }
-                kept.push_str(tool.get());
-            } else {
-                removed = true;
+            let name = item_name(tool.get(), kind.key());
+            let Some(name) = name.filter(|n| filter.keeps_item(kind, n)) else {
+                changed = true;
+                continue;
+            };
+            let deprecation = match kind {
+                ListKind::Tools => filter.snapshot.deprecation(&name),
+                _ => None,
+            };
+            let text = match deprecation {
+                // Listed until its sunset, marked. One that cannot be marked is dropped.
+                Some(d) => match mark_deprecated(tool.get(), d) {
+                    Some(marked) => std::borrow::Cow::Owned(marked),
+                    None => {
+                        changed = true;
+                        continue;
+                    }
+                },
+                None => std::borrow::Cow::Borrowed(tool.get()),
+            };
+            changed |= deprecation.is_some();
+            if !kept.is_empty() {
+                kept.push(',');
             }
+            kept.push_str(&text);
         }
-        if removed {
+        if changed {
             edits.push((region, kept));
         }
     }
@@ -621,5 +701,29 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_deprecated_tool_is_marked_and_keeps_the_rest() {
+        let d = Deprecation {
+            replacement: "new_tool".into(),
+            sunset: std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+            sunset_text: "2099-01-01".into(),
+        };
+        let marked = mark_deprecated(
+            r#"{"name":"old","description":"Does \"x\".","_meta":{"k":[1],"mcpgate/deprecated":0},"inputSchema":{"type":"object"}}"#,
+            &d,
+        )
+        .unwrap();
+        assert_eq!(
+            marked,
+            r#"{"name":"old","description":"[deprecated: use new_tool; removed 2099-01-01] Does \"x\".","_meta":{"k":[1],"mcpgate/deprecated":{"replacement":"new_tool","sunset":"2099-01-01"}},"inputSchema":{"type":"object"}}"#
+        );
+        let bare = mark_deprecated(r#"{"name":"old"}"#, &d).unwrap();
+        assert_eq!(
+            bare,
+            r#"{"name":"old","description":"[deprecated: use new_tool; removed 2099-01-01]","_meta":{"mcpgate/deprecated":{"replacement":"new_tool","sunset":"2099-01-01"}}}"#
+        );
+        assert_eq!(mark_deprecated(r#"{"name":"old","name":"x"}"#, &d), None);
     }
 }

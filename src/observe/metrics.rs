@@ -83,6 +83,12 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeprecatedLabels {
+    pub tool: Label,
+    pub caller: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -386,9 +392,11 @@ pub struct Metrics {
     pub endpoint_open_sessions: Family<EndpointLabels, Gauge>,
     pub stdio_processes: Family<UpstreamLabels, Gauge>,
     pub oauth_failures: Family<ReasonLabels, Counter>,
+    pub deprecated_calls: Family<DeprecatedLabels, Counter>,
     pub oauth_key_fetches: Family<ResultLabels, Counter>,
     pub oauth_signing_keys: Gauge,
     tool_names: Mutex<HashSet<Arc<str>>>,
+    caller_names: Mutex<HashSet<Arc<str>>>,
 }
 
 impl Default for Metrics {
@@ -415,9 +423,11 @@ impl Metrics {
             endpoint_open_sessions: Family::default(),
             stdio_processes: Family::default(),
             oauth_failures: Family::default(),
+            deprecated_calls: Family::default(),
             oauth_key_fetches: Family::default(),
             oauth_signing_keys: Gauge::default(),
             tool_names: Mutex::new(HashSet::new()),
+            caller_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
         registry.register_collector(Box::new(PerRequest(m.per_request.clone())));
@@ -496,24 +506,47 @@ impl Metrics {
             "Signing keys of the issuer in hand (0: oauth routes answer 503)",
             m.oauth_signing_keys.clone(),
         );
+        registry.register(
+            "deprecated_calls",
+            "Calls of deprecated tools before their sunset, by tool and caller (token id or OAuth client)",
+            m.deprecated_calls.clone(),
+        );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }
     }
 
-    /// The tool label for `name`: the name itself while the set of seen names is small.
-    pub fn tool_label(&self, name: &str) -> Label {
-        let mut seen = self.tool_names.lock().expect("metrics lock");
-        if let Some(known) = seen.get(name) {
-            return Label(known.clone());
-        }
-        if seen.len() < MAX_TOOL_LABELS {
-            let label: Arc<str> = Arc::from(name);
-            seen.insert(label.clone());
-            return Label(label);
-        }
-        Label::from("(other)")
+    /// Counts a call of the deprecated `tool` by `caller` (a token id or an OAuth client),
+    /// so operators see who still uses it before its sunset.
+    pub fn count_deprecated(&self, tool: &str, caller: &str) {
+        let labels = DeprecatedLabels {
+            tool: self.tool_label(tool),
+            caller: bounded(&self.caller_names, caller),
+        };
+        self.deprecated_calls.get_or_create(&labels).inc();
     }
 
+    /// The tool label for `name`: the name itself while the set of seen names is small.
+    pub fn tool_label(&self, name: &str) -> Label {
+        bounded(&self.tool_names, name)
+    }
+}
+
+/// `name` as a label while fewer than [`MAX_TOOL_LABELS`] distinct ones were seen in
+/// `seen`, `(other)` after.
+fn bounded(seen: &Mutex<HashSet<Arc<str>>>, name: &str) -> Label {
+    let mut seen = seen.lock().expect("metrics lock");
+    if let Some(known) = seen.get(name) {
+        return Label(known.clone());
+    }
+    if seen.len() < MAX_TOOL_LABELS {
+        let label: Arc<str> = Arc::from(name);
+        seen.insert(label.clone());
+        return Label(label);
+    }
+    Label::from("(other)")
+}
+
+impl Metrics {
     pub fn observe_upstream(&self, upstream: &Arc<str>, took: Duration) {
         self.per_request.with(|shard, bounds| {
             let key = OneKey(upstream);

@@ -188,6 +188,9 @@ async fn post<'s>(
     if let policy::Admit::Swallow = policy::admit(live, profile, &payload)? {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     }
+    if !live.deprecated.is_empty() {
+        count_deprecated(gw, live, &payload, ctx);
+    }
     let admitted = limits::admit(live, profile, peer, ctx, &payload)?;
     let shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
     drop(payload);
@@ -236,6 +239,23 @@ fn outgoing<'a>(
         proto: ctx.proto,
         request_id: &ctx.request_id,
         underscores: live.server.underscores_in_headers,
+    }
+}
+
+/// Counts the calls of deprecated tools (still listed: the policy refused those past
+/// their sunset) by caller.
+fn count_deprecated(gw: &Gateway, live: &Live, payload: &Payload<'_>, ctx: &Ctx<'_>) {
+    let caller = match (ctx.token_id, &ctx.caller) {
+        (Some(id), _) => id,
+        (None, Some(c)) => c.client_id.as_deref().or(c.sub.as_deref()).unwrap_or("-"),
+        (None, None) => "-",
+    };
+    for m in payload.messages() {
+        if let Some(ToolName::Name(tool)) = &m.tool
+            && live.deprecation(tool).is_some()
+        {
+            gw.metrics.count_deprecated(tool, caller);
+        }
     }
 }
 

@@ -210,6 +210,20 @@ fn tool_problem(
         }
         ToolName::Name(n) => n,
     };
+    // Past its sunset a deprecated tool is gone, and the message says what replaced it.
+    if let Some(d) = snapshot.deprecation(name)
+        && d.gone(std::time::SystemTime::now())
+    {
+        return Some((
+            deny,
+            format!(
+                "Unknown tool: {} (replaced by {})",
+                shown(name),
+                d.replacement
+            ),
+            Some(name.to_string()),
+        ));
+    }
     // Hidden tools must look exactly like tools that do not exist.
     if snapshot.hidden.matches(name) {
         return Some((

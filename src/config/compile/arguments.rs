@@ -1,9 +1,13 @@
 //! `[[tools.arguments]]`: rules on the value a tools/call passes at a JSON pointer
-//! (RFC 6901) in its `params.arguments`.
+//! (RFC 6901) in its `params.arguments`; and `[tools.deprecated.NAME]`, the tools on
+//! their way out.
 
 use super::{Fail, at, check_patterns, fail};
 use crate::config::glob::Matcher;
 use crate::config::raw::{self, S};
+use crate::config::units::parse_time;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 #[derive(Debug)]
 pub struct ArgumentRule {
@@ -56,6 +60,58 @@ pub fn pointer_tokens(pointer: &str) -> Result<Box<[Box<str>]>, String> {
             Ok(out.into_boxed_str())
         })
         .collect()
+}
+
+/// A deprecated tool: listed with a marker until `sunset`, hidden and refused from then.
+#[derive(Debug)]
+pub struct Deprecation {
+    pub replacement: Box<str>,
+    pub sunset: SystemTime,
+    /// As written, for the marker and messages.
+    pub sunset_text: Box<str>,
+}
+
+impl Deprecation {
+    pub fn gone(&self, now: SystemTime) -> bool {
+        now >= self.sunset
+    }
+
+    /// What its description is prefixed with while it is listed.
+    pub fn prefix(&self) -> String {
+        format!(
+            "[deprecated: use {}; removed {}] ",
+            self.replacement, self.sunset_text
+        )
+    }
+}
+
+pub(super) fn deprecations(
+    raw: &BTreeMap<String, S<raw::RawDeprecated>>,
+) -> Result<BTreeMap<Box<str>, Deprecation>, Fail> {
+    let mut out = BTreeMap::new();
+    for (name, d) in raw {
+        let d = d.get_ref();
+        let text = d.sunset.get_ref().trim();
+        // A bare date is the start of that day, UTC.
+        let full = if text.len() == 10 {
+            format!("{text}T00:00:00Z")
+        } else {
+            text.to_string()
+        };
+        let sunset = at(&d.sunset, parse_time(&full))?;
+        if d.replacement.get_ref() == name {
+            return fail(d.replacement.span(), "a tool cannot replace itself");
+        }
+        out.insert(
+            name.as_str().into(),
+            Deprecation {
+                replacement: d.replacement.get_ref().as_str().into(),
+                sunset,
+                sunset_text: text.into(),
+            },
+        );
+    }
+    Ok(out)
 }
 
 pub(super) fn argument_rules(raw: &[S<raw::RawArgumentRule>]) -> Result<Vec<ArgumentRule>, Fail> {

@@ -13,7 +13,7 @@ mod snapshot;
 mod tokens;
 mod upstreams;
 
-pub use arguments::{ArgumentRule, pointer_tokens};
+pub use arguments::{ArgumentRule, Deprecation, pointer_tokens};
 pub use audit::AuditSettings;
 pub use limits::{ConcurrencySpec, KeyKind, LimitRules, RateSpec, parse_rate};
 pub use oauth::{Grant, IdpUrl, Introspection, OAuthSettings, idp_url};
@@ -136,7 +136,7 @@ impl Compiler<'_> {
         let upstreams = self.upstreams(&raw.upstreams, &mut warnings)?;
         let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
 
-        let (hidden, deny_code, argument_rules) = match &raw.tools {
+        let (hidden, deny_code, argument_rules, deprecated) = match &raw.tools {
             Some(t) => {
                 check_patterns(&t.hidden)?;
                 let hidden = Matcher::new(t.hidden.iter().map(|s| s.get_ref().as_str()));
@@ -146,9 +146,15 @@ impl Compiler<'_> {
                         .as_ref()
                         .map_or(DEFAULT_DENY_CODE, |c| *c.get_ref()),
                     arguments::argument_rules(&t.arguments)?,
+                    arguments::deprecations(&t.deprecated)?,
                 )
             }
-            None => (Matcher::default(), DEFAULT_DENY_CODE, Vec::new()),
+            None => (
+                Matcher::default(),
+                DEFAULT_DENY_CODE,
+                Vec::new(),
+                Default::default(),
+            ),
         };
 
         let (max_body, limits) = match &raw.limits {
@@ -277,6 +283,7 @@ impl Compiler<'_> {
             hidden,
             deny_code,
             argument_rules,
+            deprecated,
             max_body,
             limits,
             sse_keepalive,

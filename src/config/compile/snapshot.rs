@@ -77,6 +77,8 @@ pub struct Snapshot {
     pub deny_code: i64,
     /// `[[tools.arguments]]`, in the order written.
     pub argument_rules: Vec<super::arguments::ArgumentRule>,
+    /// `[tools.deprecated.NAME]`, by name.
+    pub deprecated: BTreeMap<Box<str>, super::arguments::Deprecation>,
     pub max_body: u64,
     pub limits: LimitRules,
     pub sse_keepalive: Duration,
@@ -144,6 +146,14 @@ impl Snapshot {
             }
         }
         None
+    }
+
+    /// `tool`'s deprecation, if it has one.
+    pub fn deprecation(&self, tool: &str) -> Option<&super::arguments::Deprecation> {
+        if self.deprecated.is_empty() {
+            return None;
+        }
+        self.deprecated.get(tool)
     }
 
     /// Whether any profile names `tool` in its allow or deny list, so a refusal can say
@@ -328,6 +338,19 @@ impl Snapshot {
         let _ = writeln!(out, "\ntools:");
         let _ = writeln!(out, "  hidden:    {}", self.hidden.patterns().join(", "));
         let _ = writeln!(out, "  deny_code: {}", self.deny_code);
+        for (name, d) in &self.deprecated {
+            let _ = writeln!(
+                out,
+                "  deprecated: {name} -> {} (listed and marked until {}, hidden from then){}",
+                d.replacement,
+                d.sunset_text,
+                if d.gone(SystemTime::now()) {
+                    ": gone now"
+                } else {
+                    ""
+                }
+            );
+        }
         for r in &self.argument_rules {
             let allow = r.allow.as_ref().map_or(String::new(), |a| {
                 format!(" allow [{}]", a.patterns().join(", "))

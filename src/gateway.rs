@@ -106,6 +106,8 @@ pub struct Gateway {
     audit_writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     draining: AtomicBool,
     reload_lock: tokio::sync::Mutex<()>,
+    /// The task that tells GET streams when a deprecated tool's sunset passes.
+    sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Gateway {
@@ -133,6 +135,7 @@ impl Gateway {
         static IDS: AtomicU64 = AtomicU64::new(0);
         let pools = Registry::default();
         let live = Live::build(snapshot, &pools, &metrics, None);
+        let sunsets = watch_sunsets(&live.config, &streams);
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(live),
             pools,
@@ -146,6 +149,7 @@ impl Gateway {
             audit_writer: std::sync::Mutex::new(audit_writer),
             draining: AtomicBool::new(false),
             reload_lock: tokio::sync::Mutex::new(()),
+            sunsets: std::sync::Mutex::new(sunsets),
         }))
     }
 
@@ -258,12 +262,102 @@ impl Gateway {
         ));
         self.snapshot.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
+        // What a profile may list changed: its clients hear of it (SPEC §12).
+        for (profile, method) in list_changes(&current, &next) {
+            let told = self.streams.notify(&profile, method);
+            tracing::debug!(%profile, method, streams = told, "list change sent");
+        }
+        let watcher = watch_sunsets(&next.config, &self.streams);
+        if let Some(old) = std::mem::replace(
+            &mut *self.sunsets.lock().unwrap_or_else(|p| p.into_inner()),
+            watcher,
+        ) {
+            old.abort();
+        }
         // Streams of tokens that are gone or expired end now (SPEC §8).
         let now = SystemTime::now();
         Ok(self
             .streams
             .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
     }
+}
+
+const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+const RESOURCES_CHANGED: &str = "notifications/resources/list_changed";
+const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
+
+/// The list notifications a change from `old` to `new` owes each profile's clients: for
+/// each profile in both, whether what it may see of tools, resources and prompts differs
+/// (its upstream, rules, the hidden list, deprecations and whether they are past).
+fn list_changes(old: &Snapshot, new: &Snapshot) -> Vec<(Arc<str>, &'static str)> {
+    let now = SystemTime::now();
+    let tools = |s: &Snapshot, p: &config::Profile| {
+        let deprecated: Vec<String> = s
+            .deprecated
+            .iter()
+            .map(|(n, d)| format!("{n}>{}@{}:{}", d.replacement, d.sunset_text, d.gone(now)))
+            .collect();
+        (
+            p.upstream.name.clone(),
+            p.allow.patterns().join("\n"),
+            p.deny.patterns().join("\n"),
+            s.hidden.patterns().join("\n"),
+            deprecated,
+        )
+    };
+    let rules = |r: &Option<config::compile::NameRules>| {
+        r.as_ref()
+            .map(|r| (r.allow.patterns().join("\n"), r.deny.patterns().join("\n")))
+    };
+    let mut out = Vec::new();
+    for (name, p) in &new.profiles {
+        let Some(o) = old.profiles.get(name) else {
+            continue;
+        };
+        if tools(old, o) != tools(new, p) {
+            out.push((p.name.clone(), TOOLS_CHANGED));
+        }
+        if o.upstream.name != p.upstream.name || rules(&o.resources) != rules(&p.resources) {
+            out.push((p.name.clone(), RESOURCES_CHANGED));
+        }
+        if o.upstream.name != p.upstream.name || rules(&o.prompts) != rules(&p.prompts) {
+            out.push((p.name.clone(), PROMPTS_CHANGED));
+        }
+    }
+    out
+}
+
+/// A task that, as each future sunset of `config`'s deprecated tools passes, tells the
+/// GET streams of the profiles that could call the tool that their tool list changed.
+/// Replaced on every reload; none without future sunsets or outside a runtime.
+fn watch_sunsets(
+    config: &Arc<Snapshot>,
+    streams: &Arc<StreamRegistry>,
+) -> Option<tokio::task::AbortHandle> {
+    let now = SystemTime::now();
+    let mut due: Vec<(SystemTime, Box<str>)> = config
+        .deprecated
+        .iter()
+        .filter(|(_, d)| !d.gone(now))
+        .map(|(n, d)| (d.sunset, n.clone()))
+        .collect();
+    if due.is_empty() {
+        return None;
+    }
+    due.sort();
+    let rt = tokio::runtime::Handle::try_current().ok()?;
+    let (config, streams) = (config.clone(), streams.clone());
+    let task = rt.spawn(async move {
+        for (at, tool) in due {
+            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+            tokio::time::sleep(wait).await;
+            for p in config.profiles.values().filter(|p| p.allows_tool(&tool)) {
+                let told = streams.notify(&p.name, TOOLS_CHANGED);
+                tracing::info!(%tool, profile = %p.name, streams = told, "sunset passed: tool list change sent");
+            }
+        }
+    });
+    Some(task.abort_handle())
 }
 
 /// The verifier's series. Each handle is taken on its own: a family's read guard lives

@@ -810,3 +810,100 @@ profiles = ["docs-reader"]
         assert!(got.contains("-32602"), "{what}: the deny code: {got}");
     }
 }
+
+/// A change of what a profile may see reaches its clients: a reload that hides a tool,
+/// then a deprecated tool's sunset passing, each send `notifications/tools/list_changed`
+/// on the TypeScript SDK client's GET stream, and the client lists again without them.
+#[test]
+fn list_changes_reach_the_typescript_sdk_client_on_its_get_stream() {
+    use std::io::{BufRead, BufReader};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // A sample upstream that serves GET streams (one notification, then held open).
+    let up = rt.block_on(support::upstream(mcpgate::cli::sample::Options {
+        stream: Some((1, std::time::Duration::from_millis(100))),
+        ..Default::default()
+    }));
+    let sunset = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(20),
+    )
+    .to_string();
+    let text = |hidden: &str| {
+        format!(
+            r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[admin]
+addr = "127.0.0.1:0"
+
+[upstreams.docs]
+url = "{}"
+
+[tools]
+hidden = [{hidden}]
+
+[tools.deprecated.update_document]
+replacement = "patch_document"
+sunset = "{sunset}"
+
+[profiles.editor]
+upstream = "docs"
+allow = ["get_document", "update_document", "delete_document"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "editor"
+
+[[tokens]]
+id = "editor"
+sha256 = "{}"
+profiles = ["editor"]
+"#,
+            up.url(),
+            hash(T_EV)
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mcpgate.toml");
+    std::fs::write(&path, text("")).unwrap();
+    let gw = Gateway::start_at(&path);
+    let mut child = Command::new(node22())
+        .arg(peers().join("ts_list_changed.mjs"))
+        .arg(gw.url("/mcp"))
+        .arg(T_EV)
+        .arg("2")
+        .current_dir(peers())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+    };
+    assert_eq!(
+        next()["ready"],
+        serde_json::json!(["get_document", "update_document", "delete_document"])
+    );
+    // A reload hides delete_document.
+    std::fs::write(&path, text("\"delete_document\"")).unwrap();
+    let reload = rt.block_on(support::send(
+        http::Method::POST,
+        &gw.admin_url("/reload"),
+        &[],
+        "",
+    ));
+    assert_eq!(reload.status, 200, "{}", reload.body);
+    assert_eq!(
+        next()["changed"],
+        serde_json::json!(["get_document", "update_document"])
+    );
+    // The sunset passes, with no reload.
+    assert_eq!(next()["changed"], serde_json::json!(["get_document"]));
+    assert!(child.wait().unwrap().success());
+}

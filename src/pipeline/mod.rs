@@ -167,7 +167,10 @@ async fn run<'s>(
         body_deadline,
     );
     let answer = forward::send(live, upstream, out).await?;
-    let shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
+    let mut shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
+    if req.method == Method::GET {
+        shaping.notices = Some(profile.name.clone());
+    }
     respond::answer(gw, answer, shaping, upstream, ctx).await
 }
 

@@ -204,6 +204,8 @@ pub struct Shaping {
     /// The caller's credential: a stream ends when it expires, or when a reload revokes
     /// it.
     pub token: Option<Credential>,
+    /// A GET stream's profile: the list changes of that profile are sent on it.
+    pub notices: Option<Arc<str>>,
 }
 
 /// What a request was let in with, for the streams it opens and the rate limits.
@@ -235,6 +237,7 @@ impl Shaping {
                 idle: Some(upstream.stream_idle_timeout),
             },
             token,
+            notices: None,
         }
     }
 
@@ -271,6 +274,7 @@ impl Shaping {
                 idle: long_lived.then_some(profile.upstream.stream_idle_timeout),
             },
             token,
+            notices: None,
         }
     }
 
@@ -405,9 +409,10 @@ pub async fn upstream(
             _ => {
                 set_sse_headers(&mut parts.headers);
                 let token = shaping.token;
-                let guard = gw
-                    .streams
-                    .register(token.filter(|t| t.configured).map(|t| t.key));
+                let guard = gw.streams.register_for(
+                    token.filter(|t| t.configured).map(|t| t.key),
+                    shaping.notices,
+                );
                 let watch = StreamWatch::new(guard, token.and_then(|t| t.not_after));
                 let relay = SseRelay::new(
                     body,

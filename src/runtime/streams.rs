@@ -1,6 +1,8 @@
 //! Open SSE streams, so a reload can close the ones whose token was removed or has
-//! expired (SPEC §8), and so `/metrics` can count them. A relayed stream registers itself
-//! with its token's hash and holds a guard that unregisters it when the stream ends.
+//! expired (SPEC §8), so `/metrics` can count them, and so a change of what a profile may
+//! see reaches its clients' GET streams as a `notifications/*/list_changed` (SPEC §12). A
+//! relayed stream registers itself with its token's hash (and, for a GET stream, its
+//! profile) and holds a guard that unregisters it when the stream ends.
 
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::HashMap;
@@ -11,6 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
+use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -19,6 +22,8 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 struct Entry {
     token: Option<[u8; 32]>,
     cancel: CancellationToken,
+    /// A GET stream's profile and where its notices go.
+    notices: Option<(Arc<str>, mpsc::UnboundedSender<&'static str>)>,
 }
 
 #[derive(Debug)]
@@ -34,6 +39,7 @@ pub struct StreamGuard {
     id: u64,
     registry: Arc<StreamRegistry>,
     pub cancel: CancellationToken,
+    notices: Option<mpsc::UnboundedReceiver<&'static str>>,
 }
 
 impl Drop for StreamGuard {
@@ -44,15 +50,24 @@ impl Drop for StreamGuard {
     }
 }
 
-/// What a relayed stream polls to learn it must end: its token revoked by a reload, or
-/// past its `not_after`.
+/// What a relayed stream polls to learn it must end (its token revoked by a reload, or
+/// past its `not_after`) and, on a GET stream, what it must tell its client.
 pub struct StreamWatch {
-    _guard: StreamGuard,
+    guard: StreamGuard,
     revoked: Pin<Box<WaitForCancellationFutureOwned>>,
     expires: Option<Pin<Box<Sleep>>>,
 }
 
 impl StreamWatch {
+    /// The next notice for the client (the method of a notification without params), if
+    /// one is waiting.
+    pub fn poll_notice(&mut self, cx: &mut Context<'_>) -> Poll<Option<&'static str>> {
+        match &mut self.guard.notices {
+            Some(rx) => rx.poll_recv(cx),
+            None => Poll::Pending,
+        }
+    }
+
     pub fn new(guard: StreamGuard, not_after: Option<SystemTime>) -> Self {
         let revoked = Box::pin(guard.cancel.clone().cancelled_owned());
         let expires = not_after.map(|t| {
@@ -60,7 +75,7 @@ impl StreamWatch {
             Box::pin(tokio::time::sleep_until(Instant::now() + left))
         });
         StreamWatch {
-            _guard: guard,
+            guard,
             revoked,
             expires,
         }
@@ -88,14 +103,32 @@ impl StreamRegistry {
     }
 
     pub fn register(self: &Arc<Self>, token: Option<[u8; 32]>) -> StreamGuard {
+        self.register_for(token, None)
+    }
+
+    /// Registers a stream; with `profile` (a GET stream's), it also receives the notices
+    /// [`notify`](Self::notify) sends that profile.
+    pub fn register_for(
+        self: &Arc<Self>,
+        token: Option<[u8; 32]>,
+        profile: Option<Arc<str>>,
+    ) -> StreamGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
+        let (notices, rx) = match profile {
+            Some(p) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (Some((p, tx)), Some(rx))
+            }
+            None => (None, None),
+        };
         let mut open = self.open.lock().expect("stream registry lock");
         open.insert(
             id,
             Entry {
                 token,
                 cancel: cancel.clone(),
+                notices,
             },
         );
         self.gauge.set(open.len() as i64);
@@ -103,7 +136,19 @@ impl StreamRegistry {
             id,
             registry: self.clone(),
             cancel,
+            notices: rx,
         }
+    }
+
+    /// Sends `method` (a notification without params) to the GET streams of `profile`;
+    /// returns to how many.
+    pub fn notify(&self, profile: &str, method: &'static str) -> usize {
+        let open = self.open.lock().expect("stream registry lock");
+        open.values()
+            .filter_map(|e| e.notices.as_ref())
+            .filter(|(p, _)| **p == *profile)
+            .filter(|(_, tx)| tx.send(method).is_ok())
+            .count()
     }
 
     /// Cancels every stream whose token `still_valid` rejects; returns how many.
@@ -145,5 +190,19 @@ mod tests {
         assert!(!open.cancel.is_cancelled());
         drop(b);
         assert_eq!(r.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn notices_reach_the_get_streams_of_their_profile_only() {
+        let r = StreamRegistry::new(Gauge::default());
+        let mut a = StreamWatch::new(r.register_for(None, Some("readonly".into())), None);
+        let mut b = StreamWatch::new(r.register_for(None, Some("gpt".into())), None);
+        let _post = r.register(None);
+        assert_eq!(r.notify("readonly", "notifications/tools/list_changed"), 1);
+        let got = std::future::poll_fn(|cx| a.poll_notice(cx)).await;
+        assert_eq!(got, Some("notifications/tools/list_changed"));
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(b.poll_notice(&mut cx).is_pending());
     }
 }

@@ -227,6 +227,14 @@ impl Body for SseRelay {
                         });
                         continue;
                     }
+                    // A change of what the client may list (SPEC §12), between events.
+                    if let Some(Poll::Ready(Some(method))) =
+                        this.watch.as_mut().map(|w| w.poll_notice(cx))
+                    {
+                        let json = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
+                        this.out.push_back(super::sse::encode_json(&json, None));
+                        continue;
+                    }
                     if let Some((_, timer)) = &mut this.idle {
                         if timer.as_mut().poll(cx).is_ready() {
                             this.end(Ending::Failed {

@@ -423,11 +423,22 @@ async fn resource_and_prompt_rules_hold_against_smuggling() {
         &read(16, r#"{"uri":"kb://docs/private/plan"}"#),
     )
     .await;
-    assert!(
-        r.status == 400 || r.json()["error"]["code"] == -32602,
-        "{}",
-        r.body
-    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    // Nor may a name beside the uri stand in for it in Mcp-Name.
+    let r = post(
+        &url,
+        &[
+            ("authorization", &auth),
+            ("mcp-method", "resources/read"),
+            ("mcp-name", "kb://docs/ok"),
+        ],
+        &read(
+            17,
+            r#"{"name":"kb://docs/ok","uri":"kb://docs/private/plan"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
     assert!(
         up.received().is_empty(),
         "a refused request reached the upstream"

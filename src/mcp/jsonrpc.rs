@@ -172,7 +172,8 @@ pub struct Message<'a> {
     /// (`params.uri`) names: set for those methods only, read from the one field the
     /// server reads, never from the other.
     pub target: Option<ToolName<'a>>,
-    /// `params.name`, else `params.uri`, when a string: what an `Mcp-Name` header mirrors.
+    /// What an `Mcp-Name` header mirrors, when a string: `params.uri` for resources/read,
+    /// subscribe and unsubscribe, else `params.name`, else `params.uri`.
     pub mcp_name: Option<Cow<'a, str>>,
     /// `params.arguments` of a request, as its JSON text: for the audit trail.
     pub arguments: Option<&'a str>,
@@ -378,7 +379,12 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
                 Some(Field::Uri) => Some(named(uri_text.map(Cow::Borrowed), uri.is_some())),
                 None => None,
             };
-            mcp_name = name_text.or(uri_text).map(Cow::Borrowed);
+            // What `Mcp-Name` mirrors: the URI for resources methods, else the name.
+            mcp_name = match target_field(method) {
+                Some(Field::Uri) => uri_text,
+                _ => name_text.or(uri_text),
+            }
+            .map(Cow::Borrowed);
         }
         _ => {
             if method == "tools/call" {
@@ -455,7 +461,11 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
             Some(Field::Uri) => Some(named(uri_text.clone().map(|t| t.0), uri.is_some())),
             None => None,
         };
-        mcp_name = name_text.or(uri_text).map(|t| t.0);
+        mcp_name = match target_field(&method) {
+            Some(Field::Uri) => uri_text,
+            _ => name_text.or(uri_text),
+        }
+        .map(|t| t.0);
     } else {
         if method == "tools/call" {
             tool = Some(ToolName::Missing);

@@ -108,6 +108,8 @@ pub struct Gateway {
     reload_lock: tokio::sync::Mutex<()>,
     /// The task that tells GET streams when a deprecated tool's sunset passes.
     sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    /// The tasks that read what upstreams say of their tools, for annotation rules.
+    hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Gateway {
@@ -136,6 +138,7 @@ impl Gateway {
         let pools = Registry::default();
         let live = Live::build(snapshot, &pools, &metrics, None);
         let sunsets = watch_sunsets(&live.config, &streams);
+        let hint_fetches = fetch_hints(&live);
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(live),
             pools,
@@ -150,6 +153,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             reload_lock: tokio::sync::Mutex::new(()),
             sunsets: std::sync::Mutex::new(sunsets),
+            hint_fetches: std::sync::Mutex::new(hint_fetches),
         }))
     }
 
@@ -267,6 +271,13 @@ impl Gateway {
             let told = self.streams.notify(&profile, method);
             tracing::debug!(%profile, method, streams = told, "list change sent");
         }
+        let fetches = fetch_hints(&next);
+        for old in std::mem::replace(
+            &mut *self.hint_fetches.lock().unwrap_or_else(|p| p.into_inner()),
+            fetches,
+        ) {
+            old.abort();
+        }
         let watcher = watch_sunsets(&next.config, &self.streams);
         if let Some(old) = std::mem::replace(
             &mut *self.sunsets.lock().unwrap_or_else(|p| p.into_inner()),
@@ -358,6 +369,53 @@ fn watch_sunsets(
         }
     });
     Some(task.abort_handle())
+}
+
+/// How often mcpgate reads an upstream's tool list itself, for annotation rules.
+pub const HINTS_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// For each HTTP upstream that a profile judges by annotations: a task that reads its
+/// tool list in a session of mcpgate's own now and every [`HINTS_EVERY`], from the first
+/// endpoint that takes requests. (A stdio upstream learns from the lists that pass.)
+fn fetch_hints(live: &Live) -> Vec<tokio::task::AbortHandle> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return Vec::new();
+    };
+    let mut tasks = Vec::new();
+    for u in live.config.upstreams.values() {
+        if u.stdio.is_some() || !live.config.judges_hints(u) {
+            continue;
+        }
+        let state = live.upstream(u);
+        let (upstream, endpoints, store) =
+            (u.clone(), state.endpoints.clone(), state.hints.clone());
+        let task = rt.spawn(async move {
+            let pools: Vec<_> = endpoints.iter().map(|e| e.new_pool()).collect();
+            loop {
+                let at = endpoints
+                    .iter()
+                    .position(|e| e.available(upstream.outlier.as_ref()))
+                    .unwrap_or(0);
+                match crate::upstream::hints::fetch(&upstream, &upstream.endpoints[at], &pools[at])
+                    .await
+                {
+                    Ok(tools) => {
+                        tracing::debug!(upstream = %upstream.name, tools = tools.len(), "tool annotations read");
+                        store.replace(tools);
+                    }
+                    Err(error) => {
+                        tracing::warn!(upstream = %upstream.name, %error, "cannot read the upstream's tool list; calls that need its annotations are refused until it is known");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(HINTS_EVERY) => {}
+                    _ = store.stale() => {}
+                }
+            }
+        });
+        tasks.push(task.abort_handle());
+    }
+    tasks
 }
 
 /// The verifier's series. Each handle is taken on its own: a family's read guard lives

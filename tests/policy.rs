@@ -635,3 +635,82 @@ async fn a_deprecated_tool_is_marked_until_its_sunset_and_gone_from_it() {
     );
     assert_eq!(up.called_tools(), ["update_document", "update_document"]);
 }
+
+/// Annotation rules (SPEC §12): the upstream's own hints allow read-only tools beyond the
+/// name list and refuse destructive ones; mcpgate reads the tool list itself at start,
+/// so a call needs no client's tools/list first; tools/list is judged by the list's own
+/// hints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotation_rules_use_what_the_upstream_says_of_its_tools() {
+    let up = json_upstream().await;
+    let text = config(&up.url(), "10s").replace(
+        "deny = [\"get_document_for_rewrite\"]",
+        "deny = [\"get_document_for_rewrite\"]\n\n[profiles.hinted]\nupstream = \"docs\"\nallow = [\"search_knowledge\", \"update_document\"]\nallow_annotations = { readOnlyHint = true }\ndeny_annotations = { destructiveHint = true }",
+    ) + "\n[[routes]]\nlisten = \"main\"\npath = \"/hinted\"\nprofile = \"hinted\"\nauth = \"none\"\n";
+    let gw = Gateway::start(&text);
+    let url = gw.url("/hinted");
+    // The start's own read of the list: wait for it (its session shows at the upstream).
+    for _ in 0..200 {
+        if up
+            .received()
+            .iter()
+            .any(|r| r.json()["method"] == "tools/list")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let before = up.received().len();
+    // Read-only by the upstream's word, not by name: allowed, with no tools/list first.
+    let r = post(&url, &[], &call(1, "get_document")).await;
+    assert!(r.json()["result"].is_object(), "{}", r.body);
+    // Allowed by name but destructive by default (no hint says otherwise): refused.
+    let r = post(&url, &[], &call(2, "update_document")).await;
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Tool not allowed: update_document",
+        "{}",
+        r.body
+    );
+    let r = post(&url, &[], &call(3, "delete_document")).await;
+    assert_eq!(r.json()["error"]["code"], -32602);
+    assert_eq!(
+        up.received().len(),
+        before + 1,
+        "only the allowed call went up"
+    );
+    // The list shows what the hints and names allow: the read-only tools (by their own
+    // hints), search_knowledge by name, and not update_document (destructive).
+    let r = post(&url, &[], &list(4)).await;
+    assert_eq!(
+        r.tool_names(),
+        [
+            "search_knowledge",
+            "list_documents",
+            "get_document",
+            "get_document_for_rewrite",
+            "batch_read"
+        ]
+    );
+}
+
+/// Fail closed: when the rules need a tool's annotations and nobody has said them (the
+/// upstream could not be read), the call is refused by the policy, not guessed at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_annotations_are_unknown_is_refused() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let text = config(&url, "10s").replace(
+        "deny = [\"get_document_for_rewrite\"]",
+        "deny = [\"get_document_for_rewrite\"]\n\n[profiles.hinted]\nupstream = \"docs\"\nallow = [\"get_document\"]\ndeny_annotations = { destructiveHint = true }",
+    ) + "\n[[routes]]\nlisten = \"main\"\npath = \"/hinted\"\nprofile = \"hinted\"\nauth = \"none\"\n";
+    let gw = Gateway::start(&text);
+    let r = post(&gw.url("/hinted"), &[], &call(1, "get_document")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["error"]["message"],
+        "Tool not allowed: get_document (its annotations are not known yet)"
+    );
+    gw.log_with("cannot read the upstream's tool list", 1).await;
+}

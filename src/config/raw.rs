@@ -195,6 +195,10 @@ pub struct RawProfile {
     pub resources: Option<S<RawNameRules>>,
     /// Prompt names (globs) this profile may list and get; default all.
     pub prompts: Option<S<RawNameRules>>,
+    /// Tool annotations (hints the upstream publishes) that also allow a tool.
+    pub allow_annotations: Option<S<BTreeMap<String, S<toml::Value>>>>,
+    /// Tool annotations that refuse a tool, whatever else allows it.
+    pub deny_annotations: Option<S<BTreeMap<String, S<toml::Value>>>>,
 }
 
 /// `{ allow = [...], deny = [...] }`: `allow` defaults to everything; deny wins.

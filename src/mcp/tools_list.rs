@@ -11,6 +11,7 @@ use crate::config::compile::Deprecation;
 use crate::config::{Profile, Snapshot};
 use crate::mcp::jsonrpc::{ListKind, Text};
 use crate::mcp::pointer::Entries;
+use crate::upstream::hints::{HintStore, tool_hints};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;
@@ -19,25 +20,52 @@ use std::sync::Arc;
 /// Largest SSE event or JSON body held for a rewrite; past it the answer fails closed.
 pub const MAX_REWRITE_BYTES: usize = 32 << 20;
 
-/// What a profile may see: the global hidden list and the profile's allow/deny.
+/// What a profile may see: the global hidden list and the profile's rules.
 #[derive(Clone)]
 pub struct ToolFilter {
     snapshot: Arc<Snapshot>,
     profile: Arc<Profile>,
+    /// Where the annotations of the tools listed are kept, when a profile of the
+    /// upstream judges by them.
+    hints: Option<Arc<HintStore>>,
 }
 
 impl ToolFilter {
     pub fn new(snapshot: Arc<Snapshot>, profile: Arc<Profile>) -> Self {
-        ToolFilter { snapshot, profile }
+        ToolFilter {
+            snapshot,
+            profile,
+            hints: None,
+        }
+    }
+
+    /// The same, teaching `store` the annotations of the tools its lists carry.
+    pub fn learning(mut self, store: Arc<HintStore>) -> Self {
+        self.hints = Some(store);
+        self
     }
 
     pub fn keeps(&self, tool: &str) -> bool {
+        self.keeps_with(tool, None)
+    }
+
+    /// `keeps`, for a tool whose annotations (from the list itself) are `hints`.
+    fn keeps_with(
+        &self,
+        tool: &str,
+        hints: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> bool {
         !self.snapshot.hidden.matches(tool)
-            && self.profile.allows_tool(tool)
+            && self.profile.allows_tool_with(tool, hints).unwrap_or(false)
             && self
                 .snapshot
                 .deprecation(tool)
                 .is_none_or(|d| !d.gone(std::time::SystemTime::now()))
+    }
+
+    /// Whether the profile judges tools by their annotations.
+    fn judges_hints(&self) -> bool {
+        !self.profile.allow_annotations.is_empty() || !self.profile.deny_annotations.is_empty()
     }
 
     /// Whether an item of a `kind` list, named `name`, stays.
@@ -468,10 +496,29 @@ fn edits_for(
         let region = span_in(whole, first.get()).start..span_in(whole, last.get()).end;
         let mut kept = String::with_capacity(region.len());
         let mut changed = false;
+        // With annotation rules the tools are read whole: the list's own annotations judge
+        // them, and the upstream's store learns them.
+        let read_hints =
+            kind == ListKind::Tools && (filter.hints.is_some() || filter.judges_hints());
+        let mut learned = Vec::new();
         for tool in &tools {
             // An item whose name cannot be read cannot be shown to be allowed: drop it.
             let name = item_name(tool.get(), kind.key());
-            let Some(name) = name.filter(|n| filter.keeps_item(kind, n)) else {
+            let keep = match &name {
+                Some(n) if read_hints => {
+                    let hints = serde_json::from_str::<serde_json::Value>(tool.get())
+                        .ok()
+                        .as_ref()
+                        .and_then(tool_hints)
+                        .filter(|(listed, _)| **listed == **n);
+                    let keep = filter.keeps_with(n, hints.as_ref().map(|(_, h)| &**h));
+                    learned.extend(hints);
+                    keep
+                }
+                Some(n) => filter.keeps_item(kind, n),
+                None => false,
+            };
+            let Some(name) = name.filter(|_| keep) else {
                 changed = true;
                 continue;
             };
@@ -495,6 +542,9 @@ fn edits_for(
                 kept.push(',');
             }
             kept.push_str(&text);
+        }
+        if let Some(store) = &filter.hints {
+            store.learn(learned);
         }
         if changed {
             edits.push((region, kept));

@@ -188,7 +188,8 @@ async fn post<'s>(
     ctx.note(&payload);
     headers::check(&req.fields, &payload)?;
     audit::note_calls(gw, &payload, ctx);
-    if let policy::Admit::Swallow = policy::admit(live, profile, &payload)? {
+    let hints = &live.upstream(&profile.upstream).hints;
+    if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     }
     if !live.deprecated.is_empty() {

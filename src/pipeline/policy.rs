@@ -3,10 +3,12 @@
 //! whole: if any element would be refused, nothing is forwarded, so an upstream never
 //! runs half of what a client sent.
 
+use crate::config::compile::HintsUnknown;
 use crate::config::{Profile, Snapshot};
 use crate::error::{GateError, Refusal, code};
 use crate::mcp::jsonrpc::{Kind, Message, Payload, ToolName};
 use crate::mcp::pointer::{self, Found};
+use crate::upstream::hints::HintStore;
 
 #[derive(Debug)]
 pub enum Verdict {
@@ -32,9 +34,10 @@ pub enum Admit {
 pub fn admit(
     snapshot: &Snapshot,
     profile: &Profile,
+    hints: &HintStore,
     payload: &Payload,
 ) -> Result<Admit, GateError> {
-    match check(snapshot, profile, payload) {
+    match check(snapshot, profile, hints, payload) {
         Verdict::Forward => Ok(Admit::Forward),
         Verdict::Refuse { refusals, batch } => {
             for r in &refusals {
@@ -58,7 +61,13 @@ fn shown(name: &str) -> String {
     }
 }
 
-pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdict {
+/// `hints`: what the profile's upstream says of its tools, for annotation rules.
+pub fn check(
+    snapshot: &Snapshot,
+    profile: &Profile,
+    hints: &HintStore,
+    payload: &Payload,
+) -> Verdict {
     let messages = payload.messages();
     let problem = |m: &Message| match (m.kind, m.method()) {
         (Kind::Response, _) | (_, None) => None,
@@ -74,7 +83,7 @@ pub fn check(snapshot: &Snapshot, profile: &Profile, payload: &Payload) -> Verdi
                     None,
                 ))
             } else if let Some(t) = &m.tool {
-                tool_problem(snapshot, profile, t, m.arguments)
+                tool_problem(snapshot, profile, hints, t, m.arguments)
             } else {
                 m.target
                     .as_ref()
@@ -193,6 +202,7 @@ fn target_problem(
 fn tool_problem(
     snapshot: &Snapshot,
     profile: &Profile,
+    hints: &HintStore,
     tool: &ToolName,
     arguments: Option<&str>,
 ) -> Option<(i64, String, Option<String>)> {
@@ -232,8 +242,26 @@ fn tool_problem(
             Some(name.to_string()),
         ));
     }
-    if profile.allows_tool(name) {
-        return argument_problem(snapshot, name, arguments);
+    let known = if profile.needs_hints(name) {
+        hints.get(name)
+    } else {
+        None
+    };
+    match profile.allows_tool_with(name, known.as_deref()) {
+        Ok(true) => return argument_problem(snapshot, name, arguments),
+        Ok(false) => {}
+        // The rules need what the upstream says of this tool, and that is not known:
+        // refused rather than guessed.
+        Err(HintsUnknown) => {
+            return Some((
+                deny,
+                format!(
+                    "Tool not allowed: {} (its annotations are not known yet)",
+                    shown(name)
+                ),
+                Some(name.to_string()),
+            ));
+        }
     }
     let message = if snapshot.knows_tool(name) {
         "Tool not allowed"

@@ -206,6 +206,9 @@ pub struct Shaping {
     pub token: Option<Credential>,
     /// A GET stream's profile: the list changes of that profile are sent on it.
     pub notices: Option<Arc<str>>,
+    /// The upstream's tool hints, when a profile judges by them: marked stale when the
+    /// upstream announces a change.
+    pub hints: Option<Arc<crate::upstream::hints::HintStore>>,
 }
 
 /// What a request was let in with, for the streams it opens and the rate limits.
@@ -238,6 +241,9 @@ impl Shaping {
             },
             token,
             notices: None,
+            hints: live
+                .judges_hints(upstream)
+                .then(|| live.upstream(upstream).hints.clone()),
         }
     }
 
@@ -252,9 +258,16 @@ impl Shaping {
         token: Option<Credential>,
     ) -> Shaping {
         let ids = payload.list_ids();
-        let list = (!ids.is_empty()).then(|| ListRewrite {
-            ids,
-            filter: ToolFilter::new(live.config.clone(), profile.clone()),
+        let list = (!ids.is_empty()).then(|| {
+            let filter = ToolFilter::new(live.config.clone(), profile.clone());
+            ListRewrite {
+                ids,
+                filter: if live.judges_hints(&profile.upstream) {
+                    filter.learning(live.upstream(&profile.upstream).hints.clone())
+                } else {
+                    filter
+                },
+            }
         });
         let pending = payload
             .messages()
@@ -275,6 +288,9 @@ impl Shaping {
             },
             token,
             notices: None,
+            hints: live
+                .judges_hints(&profile.upstream)
+                .then(|| live.upstream(&profile.upstream).hints.clone()),
         }
     }
 
@@ -421,7 +437,8 @@ pub async fn upstream(
                     request_id.to_string(),
                     shaping.timing,
                     Some(watch),
-                );
+                )
+                .telling(shaping.hints);
                 GateBody::Stream(BodyExt::boxed_unsync(relay))
             }
         }

@@ -155,15 +155,53 @@ pub fn encode(
 /// the upstream's configured headers (an upstream that wants an API key wants it here too).
 pub fn ping(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
     const PING: &[u8] = br#"{"jsonrpc":"2.0","id":"mcpgate-health","method":"ping"}"#;
+    request_of_own(
+        upstream,
+        endpoint,
+        &Method::POST,
+        None,
+        PING,
+        "mcpgate-health",
+    )
+}
+
+/// A request of mcpgate's own to `endpoint` (`upstream::hints`): `body` (none for a
+/// DELETE), in `session`, with the upstream's configured headers.
+pub fn own(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    method: &Method,
+    session: Option<&str>,
+    body: &[u8],
+) -> Vec<u8> {
+    request_of_own(upstream, endpoint, method, session, body, "mcpgate")
+}
+
+fn request_of_own(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    method: &Method,
+    session: Option<&str>,
+    body: &[u8],
+    agent: &str,
+) -> Vec<u8> {
     let target = endpoint.url.path_and_query().map_or("/", |p| p.as_str());
-    let mut buf = Vec::with_capacity(256);
-    buf.extend_from_slice(b"POST ");
+    let mut buf = Vec::with_capacity(256 + body.len());
+    buf.extend_from_slice(method.as_str().as_bytes());
+    buf.push(b' ');
     buf.extend_from_slice(target.as_bytes());
     buf.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     buf.extend_from_slice(endpoint.host.as_bytes());
+    buf.extend_from_slice(b"\r\nuser-agent: ");
+    buf.extend_from_slice(agent.as_bytes());
     buf.extend_from_slice(
-        b"\r\nuser-agent: mcpgate-health\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n",
+        b"\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n",
     );
+    if let Some(id) = session.filter(|s| s.bytes().all(|b| b.is_ascii_graphic())) {
+        buf.extend_from_slice(b"mcp-session-id: ");
+        buf.extend_from_slice(id.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
     for (name, value) in &upstream.headers {
         buf.extend_from_slice(name.as_str().as_bytes());
         buf.extend_from_slice(b": ");
@@ -171,9 +209,9 @@ pub fn ping(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
         buf.extend_from_slice(b"\r\n");
     }
     buf.extend_from_slice(b"content-length: ");
-    buf.extend_from_slice(itoa::Buffer::new().format(PING.len()).as_bytes());
+    buf.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
     buf.extend_from_slice(b"\r\n\r\n");
-    buf.extend_from_slice(PING);
+    buf.extend_from_slice(body);
     buf
 }
 

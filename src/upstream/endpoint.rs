@@ -83,8 +83,8 @@ impl EndpointState {
         self.pools[slot].get_or_init(|| self.new_pool())
     }
 
-    /// A pool of its own (the health check's).
-    pub(super) fn new_pool(&self) -> Arc<Pool> {
+    /// A pool of its own (the health check's, the tool-hints fetch's).
+    pub fn new_pool(&self) -> Arc<Pool> {
         Pool::new(self.address.clone(), self.tls.clone(), self.connect_timeout)
     }
 

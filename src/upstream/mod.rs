@@ -1,12 +1,13 @@
 //! How a request reaches an MCP server: the request as it is sent (`encode`), per-worker
 //! pools of kept connections (`pool`), the order of one session's requests (`order`), an
 //! upstream's endpoints with their health (`endpoint`, `health`), sealed session ids
-//! (`session`), stdio servers run as processes (`stdio`), all kept across reloads by the
-//! gateway's `registry`.
+//! (`session`), stdio servers run as processes (`stdio`), what each says of its tools
+//! (`hints`), all kept across reloads by the gateway's `registry`.
 
 pub mod encode;
 pub mod endpoint;
 pub mod health;
+pub mod hints;
 pub mod order;
 pub mod pool;
 pub mod registry;

@@ -8,6 +8,7 @@
 //! session sealer and the round-robin position.
 
 use super::endpoint::{EndpointMetrics, EndpointState};
+use super::hints::HintStore;
 use super::session::{EndpointId, Sealer};
 use super::stdio::StdioUpstream;
 use crate::config::{Address, Balance, Endpoint, StdioCommand, Upstream};
@@ -45,6 +46,8 @@ pub struct UpstreamState {
     pub sealer: Option<Sealer>,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
+    /// What the upstream says of its tools, kept by upstream name across reloads.
+    pub hints: Arc<HintStore>,
     /// The next endpoint `round_robin` tries first.
     next: AtomicUsize,
 }
@@ -102,6 +105,8 @@ pub struct Registry {
     current: Mutex<HashMap<Key, Arc<EndpointState>>>,
     /// stdio upstreams by name and settings.
     stdio: Mutex<HashMap<StdioKey, Arc<StdioUpstream>>>,
+    /// What each upstream says of its tools, by upstream name.
+    hints: Mutex<HashMap<String, Arc<HintStore>>>,
 }
 
 /// How the gateway's metrics are reached from here: the series of an endpoint (made or
@@ -127,6 +132,8 @@ impl Registry {
         let mut next: HashMap<Key, Arc<EndpointState>> = HashMap::new();
         let mut stdio_current = self.stdio.lock().unwrap_or_else(|p| p.into_inner());
         let mut stdio_next = HashMap::new();
+        let mut hints_current = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hints_next: HashMap<String, Arc<HintStore>> = HashMap::new();
         let mut ordered: Vec<&Arc<Upstream>> = upstreams.values().collect();
         ordered.sort_by_key(|u| u.index);
         let table = ordered
@@ -167,7 +174,10 @@ impl Registry {
                     stdio_next.insert(key, up.clone());
                     up
                 });
+                let hints = hints_current.get(&*u.name).cloned().unwrap_or_default();
+                hints_next.insert(u.name.to_string(), hints.clone());
                 UpstreamState {
+                    hints,
                     endpoints,
                     sealer: (!u.session_keys.is_empty())
                         .then(|| Sealer::new(&u.name, &u.session_keys)),
@@ -191,6 +201,7 @@ impl Registry {
             }
         }
         *stdio_current = stdio_next;
+        *hints_current = hints_next;
         table
     }
 

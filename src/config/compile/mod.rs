@@ -23,8 +23,8 @@ pub use snapshot::{
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
-    Address, Balance, Endpoint, HealthCheck, NameRules, Outlier, Profile, SessionKey, Sharing,
-    StdioCommand, Upstream, plain_uri,
+    Address, Balance, Endpoint, HealthCheck, HintsUnknown, NameRules, Outlier, Profile, SessionKey,
+    Sharing, StdioCommand, Upstream, plain_uri,
 };
 
 use super::glob::Matcher;
@@ -273,7 +273,16 @@ impl Compiler<'_> {
         )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
 
+        let mut hinted = vec![false; upstreams.len()];
+        for p in profiles.values() {
+            if !p.allow_annotations.is_empty() || !p.deny_annotations.is_empty() {
+                if let Some(h) = hinted.get_mut(p.upstream.index) {
+                    *h = true;
+                }
+            }
+        }
         Ok(Snapshot {
+            hinted: hinted.into(),
             source: self.source.to_string(),
             listeners,
             routes,

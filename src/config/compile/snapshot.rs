@@ -77,6 +77,8 @@ pub struct Snapshot {
     pub deny_code: i64,
     /// `[[tools.arguments]]`, in the order written.
     pub argument_rules: Vec<super::arguments::ArgumentRule>,
+    /// By `Upstream::index`: whether a profile of it has annotation rules.
+    pub hinted: Box<[bool]>,
     /// `[tools.deprecated.NAME]`, by name.
     pub deprecated: BTreeMap<Box<str>, super::arguments::Deprecation>,
     pub max_body: u64,
@@ -146,6 +148,12 @@ impl Snapshot {
             }
         }
         None
+    }
+
+    /// Whether a profile of `upstream` judges tools by their annotations (then mcpgate
+    /// keeps what the upstream says of its tools).
+    pub fn judges_hints(&self, upstream: &super::upstreams::Upstream) -> bool {
+        self.hinted.get(upstream.index).copied().unwrap_or(false)
     }
 
     /// `tool`'s deprecation, if it has one.
@@ -299,6 +307,16 @@ impl Snapshot {
             }
             if let Some(m) = &p.methods {
                 let _ = writeln!(out, "    methods: {}", m.patterns().join(", "));
+            }
+            for (what, hints) in [
+                ("allow_annotations", &p.allow_annotations),
+                ("deny_annotations", &p.deny_annotations),
+            ] {
+                if !hints.is_empty() {
+                    let list: Vec<String> =
+                        hints.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    let _ = writeln!(out, "    {what}: {}", list.join(", "));
+                }
             }
             for (what, rules) in [("resources", &p.resources), ("prompts", &p.prompts)] {
                 let Some(r) = rules else { continue };

@@ -186,6 +186,38 @@ pub(super) fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     Ok((address, url, https))
 }
 
+/// `allow_annotations` or `deny_annotations`: hint names and the value each must have
+/// (a boolean, a string or an integer).
+fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> Result<HintRules, Fail> {
+    let Some(table) = raw else {
+        return Ok(Box::default());
+    };
+    if table.get_ref().is_empty() {
+        return fail(
+            table.span(),
+            "an empty annotations table would match every tool",
+        );
+    }
+    table
+        .get_ref()
+        .iter()
+        .map(|(name, v)| {
+            let value = match v.get_ref() {
+                toml::Value::Boolean(b) => serde_json::Value::Bool(*b),
+                toml::Value::String(s) => serde_json::Value::String(s.clone()),
+                toml::Value::Integer(i) => serde_json::Value::from(*i),
+                _ => {
+                    return fail(
+                        v.span(),
+                        "an annotation value is a boolean, a string or an integer",
+                    );
+                }
+            };
+            Ok((name.as_str().into(), value))
+        })
+        .collect()
+}
+
 /// `resources` or `prompts` of a profile.
 fn name_rules(raw: Option<&S<raw::RawNameRules>>) -> Result<Option<NameRules>, Fail> {
     let Some(r) = raw else { return Ok(None) };
@@ -326,7 +358,18 @@ pub struct Profile {
     pub resources: Option<NameRules>,
     /// `None`: every prompt may be listed and got.
     pub prompts: Option<NameRules>,
+    /// Hints that also allow a tool (all must hold); empty: none.
+    pub allow_annotations: HintRules,
+    /// Hints that refuse a tool (all must hold); empty: none.
+    pub deny_annotations: HintRules,
 }
+
+/// Hint names and the value each must have (`allow_annotations`, `deny_annotations`).
+pub type HintRules = Box<[(Box<str>, serde_json::Value)]>;
+
+/// A tool's annotations are needed to judge it and are not known (SPEC §12: fail closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HintsUnknown;
 
 /// An allow and a deny list of names or URIs; deny wins.
 #[derive(Debug)]
@@ -356,9 +399,59 @@ impl Profile {
             .is_none_or(|r| plain_uri(uri) && r.allows(uri))
     }
 
+    /// Whether judging `tool` needs its annotations: with `deny_annotations`, always;
+    /// with `allow_annotations`, when its name alone does not allow it.
+    pub fn needs_hints(&self, tool: &str) -> bool {
+        !self.deny_annotations.is_empty()
+            || (!self.allow_annotations.is_empty() && !self.allow.matches(tool))
+    }
+
+    /// Whether this profile may call `tool` whose annotations are `hints`: allowed by
+    /// name or by `allow_annotations`, and denied neither by name nor by
+    /// `deny_annotations`.
+    pub fn allows_tool_with(
+        &self,
+        tool: &str,
+        hints: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<bool, HintsUnknown> {
+        if self.deny.matches(tool) {
+            return Ok(false);
+        }
+        if !self.needs_hints(tool) {
+            return Ok(self.allow.matches(tool));
+        }
+        let hints = hints.ok_or(HintsUnknown)?;
+        if !self.deny_annotations.is_empty() && hints_hold(hints, &self.deny_annotations) {
+            return Ok(false);
+        }
+        Ok(self.allow.matches(tool)
+            || (!self.allow_annotations.is_empty() && hints_hold(hints, &self.allow_annotations)))
+    }
+
     pub fn allows_prompt(&self, name: &str) -> bool {
         self.prompts.as_ref().is_none_or(|r| r.allows(name))
     }
+}
+
+/// Whether every hint of `rules` holds in `hints`. The four hints MCP defines have its
+/// defaults when absent (`readOnlyHint` false, `destructiveHint` true unless read-only,
+/// `idempotentHint` false, `openWorldHint` true); any other absent hint holds nothing.
+fn hints_hold(
+    hints: &serde_json::Map<String, serde_json::Value>,
+    rules: &[(Box<str>, serde_json::Value)],
+) -> bool {
+    use serde_json::Value;
+    let read_only = hints.get("readOnlyHint") == Some(&Value::Bool(true));
+    rules.iter().all(|(name, want)| {
+        let have = match (&**name, hints.get(&**name)) {
+            ("destructiveHint", _) if read_only => Value::Bool(false),
+            (_, Some(v)) => v.clone(),
+            ("readOnlyHint" | "idempotentHint", None) => Value::Bool(false),
+            ("destructiveHint" | "openWorldHint", None) => Value::Bool(true),
+            (_, None) => return false,
+        };
+        have == *want
+    })
 }
 
 /// Whether `uri` means what its text says to a glob: no `.` or `..` path segment (also
@@ -779,7 +872,7 @@ impl Compiler<'_> {
             check_patterns(&p.allow)?;
             check_patterns(&p.deny)?;
             let allow = Matcher::new(p.allow.iter().map(|s| s.get_ref().as_str()));
-            if allow.is_empty() {
+            if allow.is_empty() && p.allow_annotations.is_none() {
                 warnings.push(format!("profile {name:?} allows no tool (allow is empty)"));
             }
             let methods = match &p.methods {
@@ -805,9 +898,42 @@ impl Compiler<'_> {
                     methods,
                     resources: name_rules(p.resources.as_ref())?,
                     prompts: name_rules(p.prompts.as_ref())?,
+                    allow_annotations: hint_rules(p.allow_annotations.as_ref())?,
+                    deny_annotations: hint_rules(p.deny_annotations.as_ref())?,
                 }),
             );
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn hints(v: Value) -> serde_json::Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn absent_hints_have_the_mcp_defaults() {
+        let rule = |k: &str, v: Value| vec![(Box::from(k), v)];
+        let none = hints(json!({}));
+        assert!(!hints_hold(&none, &rule("readOnlyHint", json!(true))));
+        assert!(hints_hold(&none, &rule("destructiveHint", json!(true))));
+        assert!(hints_hold(&none, &rule("openWorldHint", json!(true))));
+        assert!(!hints_hold(&none, &rule("idempotentHint", json!(true))));
+        assert!(!hints_hold(&none, &rule("custom", json!(true))));
+        // A read-only tool is not destructive, whatever else it says.
+        let ro = hints(json!({"readOnlyHint": true, "destructiveHint": true}));
+        assert!(!hints_hold(&ro, &rule("destructiveHint", json!(true))));
+        // Every listed hint must hold.
+        let two = vec![
+            (Box::from("readOnlyHint"), json!(false)),
+            (Box::from("idempotentHint"), json!(true)),
+        ];
+        assert!(hints_hold(&hints(json!({"idempotentHint": true})), &two));
+        assert!(!hints_hold(&hints(json!({"idempotentHint": false})), &two));
     }
 }

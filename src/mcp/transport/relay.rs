@@ -12,6 +12,7 @@ use crate::error::{GateError, code};
 use crate::http::body::{BoxError, DeadlineExceeded, GateBody};
 use crate::mcp::tools_list::{ListRewrite, MAX_REWRITE_BYTES};
 use crate::runtime::streams::StreamWatch;
+use crate::upstream::hints::HintStore;
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Limited};
@@ -20,6 +21,7 @@ use serde_json::value::RawValue;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
@@ -85,10 +87,18 @@ pub struct SseRelay {
     keepalive_timer: Pin<Box<Sleep>>,
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
     watch: Option<StreamWatch>,
+    /// Told when the upstream announces a change of its tool list (annotation rules).
+    tools_changed: Option<Arc<HintStore>>,
     done: bool,
 }
 
 impl SseRelay {
+    /// The same, marking `store` stale when the upstream says its tools changed.
+    pub fn telling(mut self, store: Option<Arc<HintStore>>) -> Self {
+        self.tools_changed = store;
+        self
+    }
+
     pub fn new(
         inner: GateBody,
         list: Option<ListRewrite>,
@@ -111,6 +121,7 @@ impl SseRelay {
                 .idle
                 .map(|d| (d, Box::pin(tokio::time::sleep_until(now + d)))),
             watch,
+            tools_changed: None,
             done: false,
         }
     }
@@ -119,6 +130,13 @@ impl SseRelay {
         let Some(data) = ev.data.as_deref().filter(|d| looks_like_json(d)) else {
             return Ok(ev.raw);
         };
+        if let Some(store) = &self.tools_changed
+            && data.contains("notifications/tools/list_changed")
+            && serde_json::from_str::<serde_json::Value>(data)
+                .is_ok_and(|m| m["method"] == "notifications/tools/list_changed")
+        {
+            store.mark_stale();
+        }
         let answered = response_ids(data);
         self.pending.retain(|p| !answered.contains(&p.get().trim()));
         match self
@@ -433,6 +451,51 @@ mod tests {
             ["\"a\"", "2"]
         );
         assert_eq!(response_ids("not json"), Vec::<&str>::new());
+    }
+
+    /// An upstream's tools/list_changed passing through marks its hints stale (the fetch
+    /// task then reads the list again); other events do not.
+    #[tokio::test]
+    async fn the_upstreams_list_changed_marks_its_hints_stale() {
+        let relay = |text: &'static str, store: Arc<HintStore>| {
+            SseRelay::new(
+                GateBody::full(text),
+                None,
+                Default::default(),
+                "r".into(),
+                StreamTiming {
+                    keepalive: Duration::from_secs(60),
+                    idle: None,
+                },
+                None,
+            )
+            .telling(Some(store))
+        };
+        let quick = |store: Arc<HintStore>| async move {
+            tokio::time::timeout(Duration::from_millis(50), store.stale())
+                .await
+                .is_ok()
+        };
+        let store = Arc::new(HintStore::default());
+        let body = relay(
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"notifications/tools/list_changed\"}}\n\n",
+            store.clone(),
+        );
+        body.collect().await.unwrap();
+        assert!(
+            !quick(store.clone()).await,
+            "a mere mention is not the notification"
+        );
+        let body = relay(
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n",
+            store.clone(),
+        );
+        let out = body.collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&out).contains("tools/list_changed"),
+            "passed on"
+        );
+        assert!(quick(store).await);
     }
 
     #[test]

@@ -1,0 +1,205 @@
+//! What each upstream says of its tools (SPEC §12): the `annotations` of its latest
+//! tools/list, kept per upstream for profiles with `allow_annotations` or
+//! `deny_annotations`. Filled from every tools/list answer that passes through, and by
+//! [`fetch`]: mcpgate's own session (initialize, tools/list page by page, DELETE) run by
+//! the gateway at start, on reload and every few minutes. The hints come from the
+//! upstream, which the operator runs: they are trusted as its own word about its tools.
+
+use super::pool::Pool;
+use crate::config::{Endpoint, Upstream};
+use arc_swap::ArcSwap;
+use bytes::BytesMut;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub type Hints = Arc<Map<String, Value>>;
+
+/// One upstream's tools and their annotations, swapped whole.
+#[derive(Default)]
+pub struct HintStore {
+    tools: ArcSwap<HashMap<Box<str>, Hints>>,
+    /// Woken when the upstream says its tool list changed.
+    stale: tokio::sync::Notify,
+}
+
+impl HintStore {
+    /// The upstream announced `notifications/tools/list_changed`: read the list again.
+    pub fn mark_stale(&self) {
+        self.stale.notify_one();
+    }
+
+    /// Ready once the list was marked stale.
+    pub async fn stale(&self) {
+        self.stale.notified().await;
+    }
+
+    pub fn get(&self, tool: &str) -> Option<Hints> {
+        self.tools.load().get(tool).cloned()
+    }
+
+    /// Adds what one page of a tools/list says (a later page or answer wins for a tool).
+    pub fn learn(&self, page: Vec<(Box<str>, Hints)>) {
+        if page.is_empty() {
+            return;
+        }
+        self.tools.rcu(|old| {
+            let mut next = HashMap::clone(old);
+            next.extend(page.iter().cloned());
+            next
+        });
+    }
+
+    /// Replaces everything with a whole list, as mcpgate's own fetch read it.
+    pub fn replace(&self, all: Vec<(Box<str>, Hints)>) {
+        self.tools.store(Arc::new(all.into_iter().collect()));
+    }
+}
+
+/// A tool object's name and annotations (an empty map when it has none: every hint then
+/// has its default), or `None` if the object cannot be read.
+pub fn tool_hints(tool: &Value) -> Option<(Box<str>, Hints)> {
+    let name = tool.get("name")?.as_str()?;
+    let hints = match tool.get("annotations") {
+        Some(Value::Object(m)) => m.clone(),
+        _ => Map::new(),
+    };
+    Some((name.into(), Arc::new(hints)))
+}
+
+/// The most pages of a tools/list mcpgate reads itself.
+const MAX_PAGES: usize = 50;
+/// The most of one answer read.
+const MAX_ANSWER: usize = 8 << 20;
+
+/// Reads the whole tool list of `upstream` from `endpoint` in a session of mcpgate's own.
+pub async fn fetch(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    pool: &Arc<Pool>,
+) -> Result<Vec<(Box<str>, Hints)>, String> {
+    let init = serde_json::json!({
+        "jsonrpc": "2.0", "id": "mcpgate-hints-0", "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")}
+        }
+    });
+    let (session, _) = exchange(upstream, endpoint, pool, &Method::POST, None, &init).await?;
+    let session = session.as_deref();
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    exchange(
+        upstream,
+        endpoint,
+        pool,
+        &Method::POST,
+        session,
+        &initialized,
+    )
+    .await?;
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    let result = loop {
+        pages += 1;
+        let mut list = serde_json::json!({"jsonrpc": "2.0", "id": format!("mcpgate-hints-{pages}"), "method": "tools/list"});
+        if let Some(c) = &cursor {
+            list["params"] = serde_json::json!({ "cursor": c });
+        }
+        let (_, answer) = exchange(upstream, endpoint, pool, &Method::POST, session, &list).await?;
+        let Some(result) = answer.and_then(|mut a| a.get_mut("result").map(Value::take)) else {
+            break Err("tools/list answered without a result".to_string());
+        };
+        let tools = result["tools"]
+            .as_array()
+            .ok_or("a tools/list result without tools")?;
+        all.extend(tools.iter().filter_map(tool_hints));
+        cursor = result["nextCursor"].as_str().map(str::to_string);
+        if cursor.is_none() {
+            break Ok(());
+        }
+        if pages >= MAX_PAGES {
+            break Err(format!("more than {MAX_PAGES} pages of tools"));
+        }
+    };
+    if session.is_some() {
+        // Best effort: the session ends with us either way.
+        let _ = exchange(
+            upstream,
+            endpoint,
+            pool,
+            &Method::DELETE,
+            session,
+            &Value::Null,
+        )
+        .await;
+    }
+    result.map(|()| all)
+}
+
+/// One request of mcpgate's own session: the session id the answer gives and the JSON-RPC
+/// message it holds (a JSON body, or the first message of an event stream).
+async fn exchange(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    pool: &Arc<Pool>,
+    method: &Method,
+    session: Option<&str>,
+    body: &Value,
+) -> Result<(Option<String>, Option<Value>), String> {
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        body.to_string().into_bytes()
+    };
+    let request = super::encode::own(upstream, endpoint, method, session, &body);
+    let answer = pool
+        .send(method, &request, &mut || {})
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = answer.status();
+    if !(status.is_success() || status == StatusCode::ACCEPTED) {
+        return Err(format!("status {status}"));
+    }
+    let session = answer
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let sse = answer
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            crate::http::headval::media_type(ct).eq_ignore_ascii_case("text/event-stream")
+        });
+    let mut body = answer.into_body();
+    let mut seen = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
+            seen.extend_from_slice(&data);
+        }
+        if sse && first_message(&seen, true).is_some() {
+            break;
+        }
+        if seen.len() > MAX_ANSWER {
+            return Err("the answer is too large".into());
+        }
+    }
+    Ok((session, first_message(&seen, sse)))
+}
+
+/// The JSON-RPC answer in `text`: the whole body, or the first `data:` of an event
+/// stream that holds a message with a result or an error.
+fn first_message(text: &[u8], sse: bool) -> Option<Value> {
+    if !sse {
+        return serde_json::from_slice(text).ok();
+    }
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .filter_map(|data| serde_json::from_slice::<Value>(data.trim_ascii()).ok())
+        .find(|m| m.get("result").is_some() || m.get("error").is_some())
+}

@@ -39,6 +39,7 @@ if [ $# -eq 0 ]; then
   bench/run.sh --smoke
   bench/stdio.sh --smoke
   bench/oauth.sh --smoke
+  bench/policy.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

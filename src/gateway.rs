@@ -362,7 +362,10 @@ fn watch_sunsets(
         for (at, tool) in due {
             let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
             tokio::time::sleep(wait).await;
-            for p in config.profiles.values().filter(|p| p.allows_tool(&tool)) {
+            // A profile that may call it, by name or (its hints unknown here) perhaps
+            // by annotations.
+            let could_see = |p: &&Arc<config::Profile>| p.allows_tool_with(&tool, None).unwrap_or(true);
+            for p in config.profiles.values().filter(could_see) {
                 let told = streams.notify(&p.name, TOOLS_CHANGED);
                 tracing::info!(%tool, profile = %p.name, streams = told, "sunset passed: tool list change sent");
             }

@@ -45,10 +45,6 @@ impl ToolFilter {
         self
     }
 
-    pub fn keeps(&self, tool: &str) -> bool {
-        self.keeps_with(tool, None)
-    }
-
     /// `keeps`, for a tool whose annotations (from the list itself) are `hints`.
     fn keeps_with(
         &self,
@@ -71,7 +67,7 @@ impl ToolFilter {
     /// Whether an item of a `kind` list, named `name`, stays.
     pub fn keeps_item(&self, kind: ListKind, name: &str) -> bool {
         match kind {
-            ListKind::Tools => self.keeps(name),
+            ListKind::Tools => self.keeps_with(name, None),
             ListKind::Resources | ListKind::ResourceTemplates => self.profile.allows_resource(name),
             ListKind::Prompts => self.profile.allows_prompt(name),
         }

@@ -179,14 +179,7 @@ impl Verifier {
     }
 
     async fn fetch(&self, state: &mut Refresh) -> Result<KeySet, String> {
-        let discovered = match &state.discovered {
-            Some(d) => d.clone(),
-            None => {
-                let d = keys::discover(&self.client, &self.settings).await?;
-                state.discovered = Some(d.clone());
-                d
-            }
-        };
+        let discovered = self.discovered_in(state).await?;
         let (status, body) = self.client.get(&discovered.jwks_uri).await?;
         if status != http::StatusCode::OK {
             return Err(format!("{}: status {status}", discovered.jwks_uri.uri));
@@ -203,7 +196,10 @@ impl Verifier {
 
     /// The issuer's metadata, read now if it has not been.
     async fn discovered(&self) -> Result<Discovered, String> {
-        let mut state = self.refresh.lock().await;
+        self.discovered_in(&mut *self.refresh.lock().await).await
+    }
+
+    async fn discovered_in(&self, state: &mut Refresh) -> Result<Discovered, String> {
         if let Some(d) = &state.discovered {
             return Ok(d.clone());
         }

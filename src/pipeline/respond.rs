@@ -425,7 +425,7 @@ pub async fn upstream(
             _ => {
                 set_sse_headers(&mut parts.headers);
                 let token = shaping.token;
-                let guard = gw.streams.register_for(
+                let guard = gw.streams.register(
                     token.filter(|t| t.configured).map(|t| t.key),
                     shaping.notices,
                 );

@@ -102,13 +102,9 @@ impl StreamRegistry {
         })
     }
 
-    pub fn register(self: &Arc<Self>, token: Option<[u8; 32]>) -> StreamGuard {
-        self.register_for(token, None)
-    }
-
     /// Registers a stream; with `profile` (a GET stream's), it also receives the notices
     /// [`notify`](Self::notify) sends that profile.
-    pub fn register_for(
+    pub fn register(
         self: &Arc<Self>,
         token: Option<[u8; 32]>,
         profile: Option<Arc<str>>,
@@ -180,9 +176,9 @@ mod tests {
     #[test]
     fn revoke_cancels_only_streams_of_invalid_tokens() {
         let r = StreamRegistry::new(Gauge::default());
-        let a = r.register(Some([1; 32]));
-        let b = r.register(Some([2; 32]));
-        let open = r.register(None);
+        let a = r.register(Some([1; 32]), None);
+        let b = r.register(Some([2; 32]), None);
+        let open = r.register(None, None);
         assert_eq!(r.len(), 3);
         assert_eq!(r.revoke(|t| *t == [1; 32]), 1);
         assert!(!a.cancel.is_cancelled());
@@ -195,9 +191,9 @@ mod tests {
     #[tokio::test]
     async fn notices_reach_the_get_streams_of_their_profile_only() {
         let r = StreamRegistry::new(Gauge::default());
-        let mut a = StreamWatch::new(r.register_for(None, Some("readonly".into())), None);
-        let mut b = StreamWatch::new(r.register_for(None, Some("gpt".into())), None);
-        let _post = r.register(None);
+        let mut a = StreamWatch::new(r.register(None, Some("readonly".into())), None);
+        let mut b = StreamWatch::new(r.register(None, Some("gpt".into())), None);
+        let _post = r.register(None, None);
         assert_eq!(r.notify("readonly", "notifications/tools/list_changed"), 1);
         let got = std::future::poll_fn(|cx| a.poll_notice(cx)).await;
         assert_eq!(got, Some("notifications/tools/list_changed"));

@@ -385,11 +385,6 @@ impl NameRules {
 }
 
 impl Profile {
-    /// Whether this profile may call `tool`, before the global hidden list.
-    pub fn allows_tool(&self, tool: &str) -> bool {
-        self.allow.matches(tool) && !self.deny.matches(tool)
-    }
-
     /// Whether this profile may list, read or subscribe to the resource `uri` (or list
     /// the template `uri`). A URI that could name another than it seems, by a dot
     /// segment or an encoded slash, never passes rules ([`plain_uri`]).

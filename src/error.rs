@@ -32,7 +32,8 @@ pub struct Refusal {
 pub enum Side {
     Downstream,
     Upstream,
-    /// mcpgate itself (its audit trail could not be written).
+    /// mcpgate itself (its audit trail could not be written, its rate-limit store is
+    /// out of reach).
     Gateway,
 }
 
@@ -91,6 +92,9 @@ pub enum GateError {
         "Service unavailable: the audit trail cannot be written, so this call is not forwarded"
     )]
     AuditUnavailable,
+    /// `[limits.store]` could not answer and `on_error = "deny"`.
+    #[error("Service unavailable: the rate-limit store cannot be reached; retry later")]
+    LimitStoreUnavailable,
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),
     #[error("Upstream error: {0}")]
@@ -125,9 +129,10 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            AuditUnavailable | NoHealthyEndpoint | TooManyProcesses { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            AuditUnavailable
+            | LimitStoreUnavailable
+            | NoHealthyEndpoint
+            | TooManyProcesses { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -149,7 +154,10 @@ impl GateError {
             RateLimited { .. } | ConcurrencyLimited { .. } => code::RATE_LIMITED,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
-            AuditUnavailable | NoHealthyEndpoint | TooManyProcesses { .. } => code::UNAVAILABLE,
+            AuditUnavailable
+            | LimitStoreUnavailable
+            | NoHealthyEndpoint
+            | TooManyProcesses { .. } => code::UNAVAILABLE,
         }
     }
 
@@ -162,7 +170,7 @@ impl GateError {
             | SessionNotFound
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => Side::Upstream,
-            AuditUnavailable => Side::Gateway,
+            AuditUnavailable | LimitStoreUnavailable => Side::Gateway,
             // The issuer could not be asked: not the client's doing.
             OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => Side::Upstream,
             _ => Side::Downstream,
@@ -175,6 +183,8 @@ impl GateError {
             GateError::RateLimited { retry_after } => Some(*retry_after),
             // A concurrency cap frees when a call ends: a short, fixed hint.
             GateError::ConcurrencyLimited { .. } => Some(std::time::Duration::from_secs(1)),
+            // The store reconnects by itself within seconds.
+            GateError::LimitStoreUnavailable => Some(std::time::Duration::from_secs(1)),
             _ => None,
         }
     }
@@ -202,6 +212,7 @@ impl GateError {
             UpstreamBadResponse(_) => "upstream_bad_response",
             UpstreamTimeout => "upstream_timeout",
             AuditUnavailable => "audit_unavailable",
+            LimitStoreUnavailable => "limit_store_unavailable",
             SessionNotFound => "session_not_found",
             NoHealthyEndpoint => "no_healthy_endpoint",
             TooManyProcesses { .. } => "too_many_processes",

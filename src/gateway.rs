@@ -12,6 +12,7 @@ use crate::observe::audit::{Audit, AuditError};
 use crate::observe::metrics::EndpointLabels;
 use crate::observe::metrics::{Metrics, ResultLabels};
 use crate::runtime::limiter::Limits;
+use crate::runtime::store::{RateStore, StoreMetrics};
 use crate::runtime::streams::StreamRegistry;
 use crate::upstream::endpoint::EndpointMetrics;
 use crate::upstream::registry::{EndpointSeries, Registry, UpstreamState};
@@ -50,9 +51,16 @@ impl Live {
                 _ => Verifier::start(settings.clone(), oauth_metrics(metrics)),
             }
         });
+        // The connections to Redis outlive a reload that keeps their address.
+        let store = config.limits.store.as_ref().map(|settings| {
+            match previous.and_then(|p| p.limiter.shared.as_ref()) {
+                Some(s) if s.store.settings.identity == settings.identity => s.store.clone(),
+                _ => RateStore::start(settings.clone(), store_metrics(metrics)),
+            }
+        });
         Live {
             upstreams: registry.table(&config.upstreams, metrics),
-            limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter)),
+            limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter), store),
             verifier,
             config: Arc::new(config),
         }
@@ -437,6 +445,26 @@ fn oauth_metrics(metrics: &Metrics) -> OAuthMetrics {
         fetched,
         fetch_failed,
         keys: metrics.oauth_signing_keys.clone(),
+    }
+}
+
+/// The rate-limit store's series (one handle per expression, as above).
+fn store_metrics(metrics: &Metrics) -> StoreMetrics {
+    let errors = |reason| {
+        metrics
+            .limit_store_errors
+            .get_or_create(&crate::observe::metrics::ReasonLabels { reason })
+            .clone()
+    };
+    let timeouts = errors("timeout");
+    let failed = errors("error");
+    let unavailable = errors("unavailable");
+    StoreMetrics {
+        up: metrics.limit_store_up.clone(),
+        timeouts,
+        errors: failed,
+        unavailable,
+        latency: metrics.limit_store_seconds.clone(),
     }
 }
 

@@ -245,6 +245,27 @@ pub struct RawLimits {
     /// Per-tool deadlines (name or glob → duration), replacing the upstream's `timeout`.
     #[serde(default)]
     pub timeouts: Option<S<toml::Table>>,
+    /// Where rate rules are counted when several replicas share them (SPEC §13).
+    pub store: Option<S<RawStore>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `redis://host:port/db`, `rediss://…` (TLS) or `unix:///path/redis.sock`; no
+    /// credentials in it (they go in `username` / `password`).
+    pub redis: S<String>,
+    pub username: Option<S<String>>,
+    /// Usually `${env:…}` or `${file:…}`.
+    pub password: Option<S<String>>,
+    /// How long a request waits for Redis before taking `on_error`; default `50ms`.
+    pub timeout: Option<S<String>>,
+    /// `local` (default), `deny` or `allow`.
+    pub on_error: Option<S<String>>,
+    /// Prepended to every key; default `mcpgate:`.
+    pub prefix: Option<S<String>>,
+    /// Connections to Redis, each multiplexed (pipelined); default 2.
+    pub connections: Option<S<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

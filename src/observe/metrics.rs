@@ -18,6 +18,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -395,6 +396,9 @@ pub struct Metrics {
     pub deprecated_calls: Family<DeprecatedLabels, Counter>,
     pub oauth_key_fetches: Family<ResultLabels, Counter>,
     pub oauth_signing_keys: Gauge,
+    pub limit_store_up: Gauge,
+    pub limit_store_errors: Family<ReasonLabels, Counter>,
+    pub limit_store_seconds: Histogram,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -426,6 +430,10 @@ impl Metrics {
             deprecated_calls: Family::default(),
             oauth_key_fetches: Family::default(),
             oauth_signing_keys: Gauge::default(),
+            limit_store_up: Gauge::default(),
+            limit_store_errors: Family::default(),
+            // 100 µs to about 0.8 s, doubling.
+            limit_store_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
             tool_names: Mutex::new(HashSet::new()),
             caller_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
@@ -510,6 +518,21 @@ impl Metrics {
             "deprecated_calls",
             "Calls of deprecated tools before their sunset, by tool and caller (token id or OAuth client)",
             m.deprecated_calls.clone(),
+        );
+        registry.register(
+            "limit_store_up",
+            "1 while a connection to the rate-limit store ([limits.store]) is up",
+            m.limit_store_up.clone(),
+        );
+        registry.register(
+            "limit_store_errors",
+            "Requests whose rate rules the store did not answer (they took on_error), by reason",
+            m.limit_store_errors.clone(),
+        );
+        registry.register(
+            "limit_store_duration_seconds",
+            "Round trips to the rate-limit store that answered",
+            m.limit_store_seconds.clone(),
         );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }

@@ -1,5 +1,6 @@
 //! The limits stage: rate rules and concurrency caps for the caller (their state is the
-//! gateway's, `runtime::limiter`), and the request's deadline from the per-tool timeouts.
+//! gateway's, `runtime::limiter`; with `[limits.store]` the rate rules are asked of Redis,
+//! the one await of this stage), and the request's deadline from the per-tool timeouts.
 //! A refused request never reaches the upstream.
 
 use super::{Ctx, Peer};
@@ -21,7 +22,7 @@ pub(super) struct Admitted {
 
 /// Takes the caller's rate-rule cells and concurrency permits for a request calling
 /// `tools`; the permits must live as long as the answer.
-pub(super) fn check(
+pub(super) async fn check(
     live: &Live,
     profile: &Profile,
     peer: &Peer,
@@ -33,11 +34,11 @@ pub(super) fn check(
         profile: &profile.name,
         ip: peer.addr.ip(),
     };
-    live.limiter.check(&caller, tools)
+    live.limiter.check(&caller, tools).await
 }
 
 /// [`check`] for a JSON-RPC payload's tools/call elements, and the deadline they get.
-pub(super) fn admit(
+pub(super) async fn admit(
     live: &Live,
     profile: &Profile,
     peer: &Peer,
@@ -52,7 +53,7 @@ pub(super) fn admit(
             _ => None,
         })
         .collect();
-    let permits = check(live, profile, peer, ctx, &tools)?;
+    let permits = check(live, profile, peer, ctx, &tools).await?;
     let timeout = live.limiter.timeout_for(&tools, profile.upstream.timeout);
     Ok(Admitted { permits, timeout })
 }

@@ -155,7 +155,7 @@ async fn run<'s>(
         Method::DELETE => (true, Want::Either),
         _ => return Err(GateError::MethodNotAllowed),
     };
-    limits::check(live, profile, peer, ctx, &[])?;
+    limits::check(live, profile, peer, ctx, &[]).await?;
     let upstream = &profile.upstream;
     let out = outgoing(
         live,
@@ -195,7 +195,7 @@ async fn post<'s>(
     if !live.deprecated.is_empty() {
         count_deprecated(gw, live, &payload, ctx);
     }
-    let admitted = limits::admit(live, profile, peer, ctx, &payload)?;
+    let admitted = limits::admit(live, profile, peer, ctx, &payload).await?;
     let shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
     drop(payload);
     // From here the calls count as allowed; the guard records them if the client leaves

@@ -3,12 +3,19 @@
 //! that [`Limits::build`] hands to the next configuration when the rule's signature is
 //! unchanged, so counters and calls in flight survive reloads. Keyed state is pruned on a
 //! timer and capped per rule. A refused request is refused at once, never queued.
+//!
+//! With `[limits.store]` the rate rules are counted in Redis instead (`runtime::store`),
+//! all of a request's keys in one round trip; this replica's own counters then serve only
+//! while the store fails and `on_error = "local"`. The brute-force guard (`auth_failure`)
+//! and concurrency caps always stay per replica (SPEC §13).
 
-use crate::config::compile::{ConcurrencySpec, KeyKind, LimitRules, RateSpec};
+use crate::config::compile::{ConcurrencySpec, KeyKind, LimitRules, OnError, RateSpec};
 use crate::config::glob::Matcher;
 use crate::error::GateError;
+use crate::runtime::store::{Cells, RateStore};
 use governor::DefaultKeyedRateLimiter;
 use governor::clock::Clock;
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +51,10 @@ pub struct RateRule {
     full: AtomicBool,
     /// For `auth_failure` rules: addresses refused until the given instant.
     blocked: Mutex<HashMap<IpAddr, Instant>>,
+    /// The rule's signature, hashed: a key's name in the shared store is this hash
+    /// continued with the key, so names are short, fixed-length and show nothing of the
+    /// caller (no token hash, tool or address in Redis).
+    seed: Sha256,
 }
 
 impl std::fmt::Debug for RateRule {
@@ -56,8 +67,12 @@ impl std::fmt::Debug for RateRule {
 
 impl RateRule {
     pub fn new(spec: RateSpec) -> Self {
+        let mut seed = Sha256::new();
+        seed.update(spec.signature.as_bytes());
+        seed.update([0]);
         RateRule {
             limiter: Keyed::keyed(spec.quota),
+            seed,
             spec,
             full: AtomicBool::new(false),
             blocked: Mutex::new(HashMap::new()),
@@ -111,6 +126,44 @@ impl RateRule {
     pub fn keys(&self) -> usize {
         self.limiter.len()
     }
+
+    /// The cell `key` takes in the shared store: its name there and the rule's rate.
+    fn shared_cell(&self, prefix: &str, key: &RateKey) -> Cells {
+        let mut h = self.seed.clone();
+        match key {
+            RateKey::Token(t) => {
+                h.update(b"t");
+                h.update(t);
+            }
+            RateKey::Profile(p) => {
+                h.update(b"p");
+                h.update(p.as_bytes());
+            }
+            RateKey::TokenTool(t, tool) => {
+                h.update(b"T");
+                h.update(t);
+                h.update(tool.as_bytes());
+            }
+            RateKey::Global => h.update(b"g"),
+            RateKey::Ip(ip) => {
+                h.update(b"i");
+                match ip {
+                    IpAddr::V4(a) => h.update(a.octets()),
+                    IpAddr::V6(a) => h.update(a.octets()),
+                }
+            }
+        }
+        let digest = h.finalize();
+        let mut name = String::with_capacity(prefix.len() + 32);
+        name.push_str(prefix);
+        crate::config::token::push_hex(&mut name, &digest[..16]);
+        Cells {
+            key: name,
+            interval_us: (self.spec.quota.replenish_interval().as_micros() as u64).max(1),
+            burst: self.spec.quota.burst_size().get(),
+            count: 1,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -135,6 +188,17 @@ pub struct Limits {
     pub concurrency: Vec<Arc<ConcurrencyRule>>,
     /// Per-tool deadlines, exact names first, then globs in file order.
     pub timeouts: Vec<(Matcher, String, Duration)>,
+    /// Where the rate rules are counted when `[limits.store]` is set.
+    pub shared: Option<Shared>,
+}
+
+/// The shared store and how this configuration uses it.
+#[derive(Debug)]
+pub struct Shared {
+    pub store: Arc<RateStore>,
+    pub timeout: Duration,
+    pub on_error: OnError,
+    pub prefix: String,
 }
 
 /// Who is asking, for building keys.
@@ -153,7 +217,13 @@ fn refused(wait: Duration) -> GateError {
 impl Limits {
     /// The state for `rules`: a rule or cap whose signature `previous` has too keeps its
     /// state (counters, blocked addresses, calls in flight); the others start afresh.
-    pub fn build(rules: &LimitRules, previous: Option<&Limits>) -> Limits {
+    /// `store` is the connection to `rules.store`, if set (the gateway keeps it across
+    /// reloads that keep its address).
+    pub fn build(
+        rules: &LimitRules,
+        previous: Option<&Limits>,
+        store: Option<Arc<RateStore>>,
+    ) -> Limits {
         let rate = rules
             .rate
             .iter()
@@ -178,10 +248,21 @@ impl Limits {
                     .unwrap_or_else(|| Arc::new(ConcurrencyRule::new(spec.clone())))
             })
             .collect();
+        let shared = rules
+            .store
+            .as_ref()
+            .zip(store)
+            .map(|(settings, store)| Shared {
+                store,
+                timeout: settings.timeout,
+                on_error: settings.on_error,
+                prefix: settings.prefix.clone(),
+            });
         Limits {
             rate,
             concurrency,
             timeouts: rules.timeouts.clone(),
+            shared,
         }
     }
 
@@ -216,41 +297,14 @@ impl Limits {
 
     /// Applies every rate rule and concurrency cap to one request whose tools/call
     /// elements name `tools`. The permits returned must live as long as the answer.
-    pub fn check(
+    pub async fn check(
         &self,
-        caller: &Caller,
+        caller: &Caller<'_>,
         tools: &[&str],
     ) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
-        for rule in self.rate.iter().filter(|r| !r.spec.auth_failure) {
-            let key = |tool: Option<&str>| -> Option<RateKey> {
-                Some(match rule.spec.key {
-                    KeyKind::Token => RateKey::Token(*caller.token?),
-                    KeyKind::TokenTool => {
-                        RateKey::TokenTool(*caller.token?, tool.unwrap_or("").into())
-                    }
-                    KeyKind::Profile => RateKey::Profile(caller.profile.into()),
-                    KeyKind::Global => RateKey::Global,
-                    KeyKind::ClientIp => RateKey::Ip(caller.ip),
-                })
-            };
-            match (&rule.spec.tools, rule.spec.key) {
-                // Per-tool rules (or per-tool keys) count each matching call.
-                (Some(_), _) | (None, KeyKind::TokenTool) => {
-                    for tool in tools
-                        .iter()
-                        .filter(|t| rule.spec.tools.as_ref().is_none_or(|m| m.matches(t)))
-                    {
-                        if let Some(k) = key(Some(tool)) {
-                            rule.take(&k).map_err(refused)?;
-                        }
-                    }
-                }
-                (None, _) => {
-                    if let Some(k) = key(None) {
-                        rule.take(&k).map_err(refused)?;
-                    }
-                }
-            }
+        match &self.shared {
+            Some(shared) => self.take_shared(shared, caller, tools).await?,
+            None => self.take_local(caller, tools)?,
         }
         let mut permits = Vec::new();
         for rule in &self.concurrency {
@@ -267,6 +321,89 @@ impl Limits {
             }
         }
         Ok(permits)
+    }
+
+    /// Calls `take` with each rate rule's key for the request, once per counted call:
+    /// per-tool rules (and per-tool keys) count each matching tools/call, the others the
+    /// request once. A rule whose key the caller lacks (a token rule without a token) does
+    /// not apply. `auth_failure` rules count elsewhere.
+    fn each_key(
+        &self,
+        caller: &Caller,
+        tools: &[&str],
+        mut take: impl FnMut(&RateRule, RateKey) -> Result<(), GateError>,
+    ) -> Result<(), GateError> {
+        for rule in self.rate.iter().filter(|r| !r.spec.auth_failure) {
+            let key = |tool: Option<&str>| -> Option<RateKey> {
+                Some(match rule.spec.key {
+                    KeyKind::Token => RateKey::Token(*caller.token?),
+                    KeyKind::TokenTool => {
+                        RateKey::TokenTool(*caller.token?, tool.unwrap_or("").into())
+                    }
+                    KeyKind::Profile => RateKey::Profile(caller.profile.into()),
+                    KeyKind::Global => RateKey::Global,
+                    KeyKind::ClientIp => RateKey::Ip(caller.ip),
+                })
+            };
+            match (&rule.spec.tools, rule.spec.key) {
+                (Some(_), _) | (None, KeyKind::TokenTool) => {
+                    for tool in tools
+                        .iter()
+                        .filter(|t| rule.spec.tools.as_ref().is_none_or(|m| m.matches(t)))
+                    {
+                        if let Some(k) = key(Some(tool)) {
+                            take(rule, k)?;
+                        }
+                    }
+                }
+                (None, _) => {
+                    if let Some(k) = key(None) {
+                        take(rule, k)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This replica's own counters.
+    fn take_local(&self, caller: &Caller, tools: &[&str]) -> Result<(), GateError> {
+        self.each_key(caller, tools, |rule, key| rule.take(&key).map_err(refused))
+    }
+
+    /// The shared store's counters: every key of the request in one round trip, all
+    /// taken or none. When the store cannot answer, `on_error` decides.
+    async fn take_shared(
+        &self,
+        shared: &Shared,
+        caller: &Caller<'_>,
+        tools: &[&str],
+    ) -> Result<(), GateError> {
+        let mut cells: smallvec::SmallVec<[Cells; 4]> = smallvec::SmallVec::new();
+        self.each_key(caller, tools, |rule, key| {
+            let cell = rule.shared_cell(&shared.prefix, &key);
+            match cells.iter_mut().find(|c| c.key == cell.key) {
+                Some(same) => same.count += 1,
+                None => cells.push(cell),
+            }
+            Ok(())
+        })?;
+        if cells.is_empty() {
+            return Ok(());
+        }
+        match shared
+            .store
+            .take(&cells, shared.timeout, shared.on_error.name())
+            .await
+        {
+            Ok(None) => Ok(()),
+            Ok(Some(wait)) => Err(refused(wait)),
+            Err(_) => match shared.on_error {
+                OnError::Local => self.take_local(caller, tools),
+                OnError::Deny => Err(GateError::LimitStoreUnavailable),
+                OnError::Allow => Ok(()),
+            },
+        }
     }
 
     /// The deadline of a request calling `tools`: the longest of their configured
@@ -304,6 +441,19 @@ mod tests {
     use super::*;
 
     use crate::config::compile::parse_rate;
+    use futures_util::FutureExt;
+
+    /// `Limits::check` without a store never waits.
+    fn check(
+        limits: &Limits,
+        caller: &Caller,
+        tools: &[&str],
+    ) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
+        limits
+            .check(caller, tools)
+            .now_or_never()
+            .expect("no store: answered at once")
+    }
 
     fn spec(key: KeyKind, rate: &str, tools: Option<&[&str]>) -> RateSpec {
         RateSpec {
@@ -337,13 +487,16 @@ mod tests {
             profile,
             ip: [127, 0, 0, 1].into(),
         };
-        assert!(limits.check(&a, &[]).is_ok());
-        assert!(limits.check(&a, &[]).is_ok());
-        let err = limits.check(&a, &[]).unwrap_err();
+        assert!(check(&limits, &a, &[]).is_ok());
+        assert!(check(&limits, &a, &[]).is_ok());
+        let err = check(&limits, &a, &[]).unwrap_err();
         assert!(
             matches!(err, GateError::RateLimited { retry_after } if retry_after > Duration::from_secs(20))
         );
-        assert!(limits.check(&b, &[]).is_ok(), "other tokens are unaffected");
+        assert!(
+            check(&limits, &b, &[]).is_ok(),
+            "other tokens are unaffected"
+        );
         // No token (auth = "none"): a token rule does not apply.
         let open = Caller {
             token: None,
@@ -351,7 +504,7 @@ mod tests {
             ip: [127, 0, 0, 1].into(),
         };
         for _ in 0..5 {
-            assert!(limits.check(&open, &[]).is_ok());
+            assert!(check(&limits, &open, &[]).is_ok());
         }
     }
 
@@ -390,12 +543,12 @@ mod tests {
             ip: [127, 0, 0, 1].into(),
         };
         for _ in 0..3 {
-            assert!(limits.check(&a, &["get_document"]).is_ok());
+            assert!(check(&limits, &a, &["get_document"]).is_ok());
         }
-        assert!(limits.check(&a, &["delete_document"]).is_ok());
-        assert!(limits.check(&a, &["delete_document"]).is_err());
+        assert!(check(&limits, &a, &["delete_document"]).is_ok());
+        assert!(check(&limits, &a, &["delete_document"]).is_err());
         assert!(
-            limits.check(&a, &["delete_other"]).is_ok(),
+            check(&limits, &a, &["delete_other"]).is_ok(),
             "a separate key per tool"
         );
     }
@@ -416,14 +569,14 @@ mod tests {
             profile,
             ip: [127, 0, 0, 1].into(),
         };
-        let held = limits.check(&c, &["ingest"]).unwrap();
+        let held = check(&limits, &c, &["ingest"]).unwrap();
         assert!(matches!(
-            limits.check(&c, &["ingest"]),
+            check(&limits, &c, &["ingest"]),
             Err(GateError::ConcurrencyLimited { max: 1 })
         ));
-        assert!(limits.check(&c, &["other"]).is_ok());
+        assert!(check(&limits, &c, &["other"]).is_ok());
         drop(held);
-        assert!(limits.check(&c, &["ingest"]).is_ok());
+        assert!(check(&limits, &c, &["ingest"]).is_ok());
     }
 
     #[test]
@@ -465,11 +618,11 @@ mod tests {
             )
         };
         let load = |rate: &str| crate::config::load_str(&text(rate), "f.toml").unwrap();
-        let first = Limits::build(&load("20/s").limits, None);
-        let second = Limits::build(&load("20/s").limits, Some(&first));
+        let first = Limits::build(&load("20/s").limits, None, None);
+        let second = Limits::build(&load("20/s").limits, Some(&first), None);
         assert!(Arc::ptr_eq(&first.rate[0], &second.rate[0]));
         assert!(Arc::ptr_eq(&first.concurrency[0], &second.concurrency[0]));
-        let third = Limits::build(&load("30/s").limits, Some(&second));
+        let third = Limits::build(&load("30/s").limits, Some(&second), None);
         assert!(!Arc::ptr_eq(&second.rate[0], &third.rate[0]));
         assert!(Arc::ptr_eq(&second.rate[1], &third.rate[1]));
     }

@@ -5,8 +5,10 @@
 use super::{Compiler, Fail, at, check_patterns, fail};
 use crate::config::glob::Matcher;
 use crate::config::raw;
-use crate::config::units::parse_duration;
+use crate::config::units::{parse_duration, resolve_secrets_noting};
 use governor::Quota;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which part of a request a rate rule counts by.
@@ -63,6 +65,97 @@ pub struct LimitRules {
     pub concurrency: Vec<ConcurrencySpec>,
     /// Per-tool deadlines, exact names first, then globs in file order.
     pub timeouts: Vec<(Matcher, String, Duration)>,
+    /// `[limits.store]`: rate rules counted in Redis, shared by every replica.
+    pub store: Option<Arc<StoreSettings>>,
+}
+
+/// What a request does when the shared store cannot answer in time (SPEC §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// This replica's own counters, as without a store.
+    Local,
+    /// 503, -32003.
+    Deny,
+    /// No rate rule applies.
+    Allow,
+}
+
+impl OnError {
+    pub fn name(self) -> &'static str {
+        match self {
+            OnError::Local => "local",
+            OnError::Deny => "deny",
+            OnError::Allow => "allow",
+        }
+    }
+}
+
+/// `[limits.store]`, compiled.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// As written, with `${…}` resolved; never holds credentials (refused in it).
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub connections: usize,
+    pub timeout: Duration,
+    pub on_error: OnError,
+    pub prefix: String,
+    /// Everything the connections depend on (the password by its hash): a reload with the
+    /// same identity keeps them.
+    pub identity: String,
+}
+
+impl std::fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSettings")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("connections", &self.connections)
+            .field("timeout", &self.timeout)
+            .field("on_error", &self.on_error)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(50);
+const DEFAULT_STORE_CONNECTIONS: u32 = 2;
+const MAX_STORE_CONNECTIONS: u32 = 16;
+
+/// Checks a Redis URL: one the client reads, with no credentials (they would show in
+/// `check`'s output and in logs) and no TLS shortcut (`#insecure`).
+fn redis_url(text: &str) -> Result<(), String> {
+    let url = redis::parse_redis_url(text).ok_or_else(|| {
+        format!(
+            "bad redis address {text:?}; write redis://host:6379/0, rediss://host:6380/0 or unix:///run/redis/redis.sock"
+        )
+    })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(
+            "the redis address must not hold credentials: put them in username and password (with ${env:…} or ${file:…})"
+                .into(),
+        );
+    }
+    if url.fragment().is_some() {
+        return Err(
+            "the redis address must not have a #fragment (TLS checks are never turned off)".into(),
+        );
+    }
+    if let Some((k, _)) = url
+        .query_pairs()
+        .find(|(k, _)| k != "db" && k != "protocol")
+    {
+        return Err(format!(
+            "the redis address may only have db= and protocol= in its query, not {k}= (credentials go in username and password)"
+        ));
+    }
+    let tcp = matches!(url.scheme(), "redis" | "rediss" | "valkey" | "valkeys");
+    if tcp && url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("the redis address {text:?} names no host"));
+    }
+    Ok(())
 }
 
 /// `"20/s"`, `"10/m"`, `"1000/h"` (also `sec`, `min`, `hour`) with an optional burst
@@ -196,7 +289,86 @@ impl Compiler<'_> {
             }
             out.timeouts = exact.into_iter().chain(globs).collect();
         }
+        if let Some(st) = &l.store {
+            out.store = Some(Arc::new(self.store(st.get_ref())?));
+        }
         Ok(out)
+    }
+
+    fn store(&self, st: &raw::RawStore) -> Result<StoreSettings, Fail> {
+        let secret = |v: &raw::S<String>| {
+            at(
+                v,
+                resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+            )
+        };
+        let url = secret(&st.redis)?;
+        at(&st.redis, redis_url(&url))?;
+        let username = st.username.as_ref().map(secret).transpose()?;
+        let password = st.password.as_ref().map(secret).transpose()?;
+        let timeout = match &st.timeout {
+            Some(t) => {
+                let d = at(t, parse_duration(t.get_ref()))?;
+                if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
+                    return fail(t.span(), "store timeout must be between 1ms and 10s");
+                }
+                d
+            }
+            None => DEFAULT_STORE_TIMEOUT,
+        };
+        let on_error = match st.on_error.as_ref().map(|o| (o, o.get_ref().as_str())) {
+            None | Some((_, "local")) => OnError::Local,
+            Some((_, "deny")) => OnError::Deny,
+            Some((_, "allow")) => OnError::Allow,
+            Some((o, other)) => {
+                return fail(
+                    o.span(),
+                    format!("unknown on_error = {other:?}; use \"local\", \"deny\" or \"allow\""),
+                );
+            }
+        };
+        let prefix = match &st.prefix {
+            Some(p) => {
+                let text = p.get_ref();
+                if text.is_empty() || text.len() > 64 || !text.bytes().all(|b| b.is_ascii_graphic())
+                {
+                    return fail(
+                        p.span(),
+                        "prefix must be 1 to 64 visible ASCII characters, e.g. \"mcpgate:\"",
+                    );
+                }
+                text.clone()
+            }
+            None => "mcpgate:".into(),
+        };
+        let connections = match &st.connections {
+            Some(c) if !(1..=MAX_STORE_CONNECTIONS).contains(c.get_ref()) => {
+                return fail(
+                    c.span(),
+                    format!("connections must be between 1 and {MAX_STORE_CONNECTIONS}"),
+                );
+            }
+            Some(c) => *c.get_ref(),
+            None => DEFAULT_STORE_CONNECTIONS,
+        } as usize;
+        let password_hash = password
+            .as_ref()
+            .map(|p| crate::config::token::to_hex(&Sha256::digest(p.as_bytes())));
+        let identity = format!(
+            "{url}|{}|{}|{connections}",
+            username.as_deref().unwrap_or(""),
+            password_hash.as_deref().unwrap_or("")
+        );
+        Ok(StoreSettings {
+            url,
+            username,
+            password,
+            connections,
+            timeout,
+            on_error,
+            prefix,
+            identity,
+        })
     }
 }
 

@@ -15,7 +15,10 @@ mod upstreams;
 
 pub use arguments::{ArgumentRule, Deprecation, pointer_tokens};
 pub use audit::AuditSettings;
-pub use limits::{ConcurrencySpec, KeyKind, LimitRules, RateSpec, parse_rate};
+pub use limits::{
+    ConcurrencySpec, DEFAULT_STORE_TIMEOUT, KeyKind, LimitRules, OnError, RateSpec, StoreSettings,
+    parse_rate,
+};
 pub use oauth::{Grant, IdpUrl, Introspection, OAuthSettings, idp_url};
 pub use routes::{Auth, HostRules, Listener, METADATA_PATH, OriginRules, Route};
 pub use snapshot::{
@@ -680,6 +683,99 @@ profiles = ["gpt"]
         assert!(e.contains("hiden"), "{e}");
         let line: usize = e.split(':').nth(1).unwrap().parse().unwrap();
         assert_eq!(line, BASE.lines().count() + 3);
+    }
+
+    /// `[limits.store]`: defaults, identity (what keeps connections across reloads), the
+    /// password kept out of `check`, and each mistake named at its line.
+    #[test]
+    fn limits_store_compiles_and_mistakes_are_named() {
+        let store = |body: &str| {
+            format!(
+                "{BASE}\n[limits]\nrate = [ {{ key = \"token\", rate = \"20/s\" }} ]\n[limits.store]\n{body}\n"
+            )
+        };
+        let s = load_str(&store("redis = \"redis://127.0.0.1:6379/0\""), "f.toml").unwrap();
+        let st = s.limits.store.as_deref().unwrap();
+        assert_eq!(st.timeout, DEFAULT_STORE_TIMEOUT);
+        assert_eq!(st.on_error, OnError::Local);
+        assert_eq!((st.prefix.as_str(), st.connections), ("mcpgate:", 2));
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("redis-password");
+        std::fs::write(&secret, "hunter2-redis\n").unwrap();
+        let with_password = store(&format!(
+            "redis = \"rediss://cache.internal:6380/2\"\npassword = \"${{file:{}}}\"\ntimeout = \"20ms\"\non_error = \"deny\"\nprefix = \"gw-a:\"\nconnections = 4",
+            secret.display()
+        ));
+        let s = load_str(&with_password, "f.toml").unwrap();
+        let st = s.limits.store.as_deref().unwrap();
+        assert_eq!(st.password.as_deref(), Some("hunter2-redis"));
+        assert_eq!(st.on_error, OnError::Deny);
+        let described = s.describe();
+        assert!(described.contains("store:     rediss://cache.internal:6380/2 timeout=20ms on_error=deny prefix=\"gw-a:\" connections=4 password=<set>"), "{described}");
+        assert!(!described.contains("hunter2") && !format!("{st:?}").contains("hunter2"));
+        // Same settings, same identity; another password, another identity.
+        let again = load_str(&with_password, "f.toml").unwrap();
+        assert_eq!(again.limits.store.unwrap().identity, st.identity);
+        std::fs::write(&secret, "other").unwrap();
+        let other = load_str(&with_password, "f.toml").unwrap();
+        assert_ne!(other.limits.store.unwrap().identity, st.identity);
+        assert!(!st.identity.contains("hunter2"));
+
+        let line_of = |e: &str| -> usize { e.split(':').nth(1).unwrap().parse().unwrap() };
+        let store_line = BASE.lines().count() + 5;
+        for (body, says) in [
+            (
+                "redis = \"redis://:secret@127.0.0.1:6379\"",
+                "must not hold credentials",
+            ),
+            (
+                "redis = \"redis://user:secret@127.0.0.1:6379\"",
+                "must not hold credentials",
+            ),
+            (
+                "redis = \"unix:///run/redis.sock?pass=secret\"",
+                "only have db= and protocol=",
+            ),
+            (
+                "redis = \"rediss://127.0.0.1:6380/#insecure\"",
+                "never turned off",
+            ),
+            ("redis = \"http://127.0.0.1:6379\"", "bad redis address"),
+            ("redis = \"127.0.0.1:6379\"", "bad redis address"),
+            (
+                "redis = \"redis://127.0.0.1\"\ntimeout = \"0ms\"",
+                "greater than zero",
+            ),
+            (
+                "redis = \"redis://127.0.0.1\"\ntimeout = \"1m\"",
+                "between 1ms and 10s",
+            ),
+            (
+                "redis = \"redis://127.0.0.1\"\non_error = \"fail\"",
+                "unknown on_error",
+            ),
+            (
+                "redis = \"redis://127.0.0.1\"\nprefix = \"a b\"",
+                "visible ASCII",
+            ),
+            (
+                "redis = \"redis://127.0.0.1\"\nconnections = 0",
+                "between 1 and 16",
+            ),
+            (
+                "redis = \"redis://127.0.0.1\"\nurl = \"x\"",
+                "unknown field",
+            ),
+        ] {
+            let e = err(&store(body));
+            assert!(e.contains(says), "{body}: {e}");
+            assert!(!e.contains("secret@") && !e.contains("pass=secret"), "{e}");
+            assert!(line_of(&e) >= store_line, "{body}: {e}");
+        }
+        let e = err(&store(
+            "redis = \"redis://127.0.0.1\"\npassword = \"${env:MCPGATE_UNIT_UNSET_PASSWORD}\"",
+        ));
+        assert!(e.contains("MCPGATE_UNIT_UNSET_PASSWORD is not set"), "{e}");
     }
 
     #[test]

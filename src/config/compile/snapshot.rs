@@ -404,6 +404,26 @@ impl Snapshot {
                 r.quota.burst_size()
             );
         }
+        if let Some(st) = &self.limits.store {
+            let _ = writeln!(
+                out,
+                "  store:     {} timeout={} on_error={} prefix={:?} connections={}{}",
+                st.url,
+                humantime::format_duration(st.timeout),
+                st.on_error.name(),
+                st.prefix,
+                st.connections,
+                if st.password.is_some() {
+                    " password=<set>"
+                } else {
+                    ""
+                }
+            );
+            let _ = writeln!(
+                out,
+                "             rate rules above are shared by every replica; client_ip on=auth_failure and concurrency stay per replica"
+            );
+        }
         for c in &self.limits.concurrency {
             let _ = writeln!(
                 out,

@@ -84,7 +84,7 @@ pub enum GateError {
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
     Refused { refusals: Vec<Refusal>, batch: bool },
-    #[error("Rate limit exceeded: retry after {} ms", retry_after.as_millis())]
+    #[error("Rate limit exceeded: retry after {} ms", retry_after.as_micros().div_ceil(1000))]
     RateLimited { retry_after: std::time::Duration },
     #[error("Too many calls of this tool in flight (at most {max}): retry later")]
     ConcurrencyLimited { max: u32 },

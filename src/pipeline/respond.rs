@@ -131,7 +131,10 @@ pub fn error(
         _ => {
             let message = err.to_string();
             let mut e = envelope(rpc_id, err.rpc_code(), &message, request_id);
-            e.error.data.retry_after_ms = err.retry_after().map(|d| d.as_millis().max(1) as u64);
+            // Rounded up: a client that waits this long is not refused again for being early.
+            e.error.data.retry_after_ms = err
+                .retry_after()
+                .map(|d| d.as_micros().div_ceil(1000).max(1) as u64);
             serde_json::to_vec(&e).expect("an envelope of strings and numbers serialises")
         }
     };

@@ -264,8 +264,6 @@ pub struct RawStore {
     pub on_error: Option<S<String>>,
     /// Prepended to every key; default `mcpgate:`.
     pub prefix: Option<S<String>>,
-    /// Connections to Redis, each multiplexed (pipelined); default 2.
-    pub connections: Option<S<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,7 +12,7 @@
 use crate::config::compile::{ConcurrencySpec, KeyKind, LimitRules, OnError, RateSpec};
 use crate::config::glob::Matcher;
 use crate::error::GateError;
-use crate::runtime::store::{Cells, RateStore};
+use crate::runtime::store::{Cells, Keys, RateStore};
 use governor::DefaultKeyedRateLimiter;
 use governor::clock::Clock;
 use sha2::{Digest, Sha256};
@@ -379,7 +379,7 @@ impl Limits {
         caller: &Caller<'_>,
         tools: &[&str],
     ) -> Result<(), GateError> {
-        let mut cells: smallvec::SmallVec<[Cells; 4]> = smallvec::SmallVec::new();
+        let mut cells = Keys::new();
         self.each_key(caller, tools, |rule, key| {
             let cell = rule.shared_cell(&shared.prefix, &key);
             match cells.iter_mut().find(|c| c.key == cell.key) {
@@ -393,7 +393,7 @@ impl Limits {
         }
         match shared
             .store
-            .take(&cells, shared.timeout, shared.on_error.name())
+            .take(cells, shared.timeout, shared.on_error.name())
             .await
         {
             Ok(None) => Ok(()),

@@ -2,53 +2,93 @@
 //! counted in Redis by one Lua script (GCRA, one round trip for all the request's keys),
 //! so replicas draw from the same cells and the retry hint is exact.
 //!
-//! Connections are multiplexed (requests pipelined on each) and kept by a task of their
-//! own: a request never connects and never waits longer than the configured timeout. A
-//! connection that fails or times out is dropped at once and made anew in the background;
-//! until one is back, requests go straight to `on_error` (the caller's choice) without
+//! Each worker thread has a lane of its own (as it has its own upstream pools): one
+//! multiplexed connection, made and driven on that worker, and a batching task. Requests
+//! hand their keys to their worker's batching task: what queued while the connection was
+//! busy goes in the next script call, each request judged in arrival order with every key
+//! of its own (all or none), so Redis parses one command and runs the script once for
+//! many requests, and mcpgate writes and reads once for them. Nothing waits to fill a
+//! batch: a lone request goes at once. No request wakes another thread.
+//!
+//! A lane starts with the first request on its worker, which waits for that first
+//! connection (within its timeout). The control thread's lane starts with the store: it
+//! is the one `mcpgate_limit_store_up` follows, and it pings every few seconds. A request
+//! never connects and never waits longer than the configured timeout. A connection that
+//! fails or times out is dropped at once and made anew in the background; until it is
+//! back, the lane's requests go straight to `on_error` (the caller's choice) without
 //! waiting. Failures are counted, and warned about at most once a minute.
 
 use crate::config::compile::StoreSettings;
+use crate::runtime::workers;
 use arc_swap::ArcSwapOption;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc, oneshot};
 
-/// GCRA over every key of one request. `KEYS[i]` holds a rule key's theoretical arrival
-/// time (µs of the Redis clock); `ARGV` has, per key, the emission interval (µs), the
-/// burst and the cells to take. Either every key takes its cells or none does. The answer
-/// is 0, or how many µs until the request would pass. A key expires when its cells are
-/// all back, so idle keys cost Redis nothing. Times are written with `%d`: Lua's default
-/// number format keeps 14 digits, and µs since 1970 have 16.
+/// GCRA over the keys of a batch of requests, in arrival order. `ARGV[1]` is the number
+/// of requests; then, per request, its number of keys and, per key, the emission interval
+/// (µs), the burst and the cells to take. `KEYS` holds every request's keys in that order;
+/// a key holds its theoretical arrival time (µs of the Redis clock). Each request takes
+/// every one of its keys' cells or none; its answer is 0, or how many µs until it would
+/// pass. A later request in the batch sees what an earlier one took. Keys are read once
+/// (one MGET) and each changed key written once, so requests of one caller that share a
+/// batch cost Redis little more than one. A key expires when its cells are all back, so
+/// idle keys cost Redis nothing. Times are written with `%d`: Lua's default number format
+/// keeps 14 digits, and µs since 1970 have 16.
 const GCRA: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local wait = 0
-local tats = {}
+local stored = redis.call('MGET', unpack(KEYS))
+local tat = {}
 for i = 1, #KEYS do
-  local interval = tonumber(ARGV[3 * i - 2])
-  local burst = tonumber(ARGV[3 * i - 1])
-  local cells = tonumber(ARGV[3 * i])
-  local tat = tonumber(redis.call('GET', KEYS[i])) or now
-  if tat < now then tat = now end
-  local next_tat = tat + interval * cells
-  local over = next_tat - interval * burst - now
-  if over > wait then wait = over end
-  tats[i] = next_tat
+  if tat[KEYS[i]] == nil then
+    local t = tonumber(stored[i]) or now
+    if t < now then t = now end
+    tat[KEYS[i]] = t
+  end
 end
-if wait > 0 then return wait end
-for i = 1, #KEYS do
-  local ttl = math.ceil((tats[i] - now) / 1000)
-  redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', ttl)
+local changed = {}
+local answers = {}
+local k = 1
+local a = 2
+for r = 1, tonumber(ARGV[1]) do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local wait = 0
+  local next_tat = {}
+  for i = 0, n - 1 do
+    local interval = tonumber(ARGV[a + 3 * i])
+    local burst = tonumber(ARGV[a + 3 * i + 1])
+    local cells = tonumber(ARGV[a + 3 * i + 2])
+    next_tat[i] = tat[KEYS[k + i]] + interval * cells
+    local over = next_tat[i] - interval * burst - now
+    if over > wait then wait = over end
+  end
+  if wait == 0 then
+    for i = 0, n - 1 do
+      tat[KEYS[k + i]] = next_tat[i]
+      changed[KEYS[k + i]] = true
+    end
+  end
+  answers[r] = wait
+  k = k + n
+  a = a + 3 * n
 end
-return 0
+for key in pairs(changed) do
+  local ttl = math.ceil((tat[key] - now) / 1000)
+  redis.call('SET', key, string.format('%d', tat[key]), 'PX', ttl)
+end
+return answers
 ";
+
+/// At most this many requests in one script call.
+const MOST_PER_BATCH: usize = 128;
 
 /// How long making a connection (and loading the script on it) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -63,7 +103,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// The store's series, taken by the gateway from its metrics.
 #[derive(Clone)]
 pub struct StoreMetrics {
-    /// 1 while at least one connection to Redis is up.
+    /// 1 while the control thread's connection to Redis is up.
     pub up: Gauge,
     pub timeouts: Counter,
     pub errors: Counter,
@@ -82,10 +122,19 @@ pub struct Cells {
     pub count: u32,
 }
 
+/// A request's keys on their way to its lane's batching task, and where its answer goes.
+struct Pending {
+    cells: Keys,
+    answer: oneshot::Sender<Result<u64, Failure>>,
+}
+
+/// A request's keys (rarely more than four rules).
+pub type Keys = smallvec::SmallVec<[Cells; 4]>;
+
 /// Why the store gave no answer; the request takes `on_error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// No connection was up: nothing was asked.
+    /// The lane had no connection: nothing was asked.
     Unavailable,
     Timeout,
     Error,
@@ -107,18 +156,36 @@ struct Connection {
     redis: MultiplexedConnection,
 }
 
+/// One thread's connection and batching task.
+#[derive(Default)]
+struct Lane {
+    connection: ArcSwapOption<Connection>,
+    /// To the lane's batching task, once it runs (on this lane's thread).
+    queue: OnceLock<mpsc::UnboundedSender<Pending>>,
+    /// Set once the lane's first connection attempt is over, whatever its outcome.
+    tried: AtomicBool,
+    /// Told when `tried` is set, and when the connection should be made anew.
+    tried_once: Notify,
+    broken: Arc<Notify>,
+}
+
 pub struct RateStore {
     pub settings: Arc<StoreSettings>,
-    slots: Box<[ArcSwapOption<Connection>]>,
-    /// Wakes the connection task when a slot empties.
-    wake: Arc<Notify>,
+    /// By `workers::slot()`: the control thread's, then each worker's.
+    lanes: Box<[Lane]>,
+    /// `None` when the address cannot be used (logged once; every request fails over).
+    client: Option<redis::Client>,
     script: redis::Script,
     metrics: StoreMetrics,
     started: Instant,
+    /// Numbers connections across lanes.
+    next_id: AtomicU64,
     /// When the last warning went out (ms since `started`, +1; 0: never).
     warned_at: AtomicU64,
     /// Failures since that warning.
     failures: AtomicU64,
+    /// What Redis or the connection said last when it failed, for the warning.
+    last_error: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for RateStore {
@@ -130,104 +197,130 @@ impl std::fmt::Debug for RateStore {
 }
 
 impl RateStore {
-    /// A store for `settings`. Inside a runtime its connections are made at once and then
-    /// kept for as long as the store lives; a store that cannot connect yet still answers
-    /// every request (with `Failure::Unavailable`).
+    /// A store for `settings`. Inside a runtime the control lane connects at once and
+    /// keeps its connection for as long as the store lives; the workers' lanes start with
+    /// their first request. A store that cannot connect still answers every request (with
+    /// a [`Failure`]).
     pub fn start(settings: Arc<StoreSettings>, metrics: StoreMetrics) -> Arc<RateStore> {
+        let client = match client(&settings) {
+            Ok(c) => Some(c),
+            Err(error) => {
+                tracing::error!(store = %settings.url, %error, "the rate-limit store's address cannot be used; rate rules follow on_error");
+                None
+            }
+        };
         let store = Arc::new(RateStore {
-            slots: (0..settings.connections)
-                .map(|_| ArcSwapOption::empty())
-                .collect(),
+            lanes: (0..=workers::count()).map(|_| Lane::default()).collect(),
+            client,
             settings,
-            wake: Arc::new(Notify::new()),
             script: redis::Script::new(GCRA),
             metrics,
             started: Instant::now(),
+            next_id: AtomicU64::new(0),
             warned_at: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            last_error: Mutex::new(None),
         });
         store.metrics.up.set(0);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(keep_connected(Arc::downgrade(&store), store.wake.clone()));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            store.lane_queue(0);
         }
         store
-    }
-
-    /// Whether a connection is up now.
-    pub fn is_up(&self) -> bool {
-        self.slots.iter().any(|s| s.load().is_some())
     }
 
     /// Takes every key's cells, or none: `Ok(None)` when the request passes,
     /// `Ok(Some(wait))` when it would pass after `wait`. Never waits longer than `timeout`;
     /// on failure the request is the caller's to decide (`on_error`, named in the warning).
     pub async fn take(
-        &self,
-        cells: &[Cells],
+        self: &Arc<Self>,
+        cells: Keys,
         timeout: Duration,
         on_error: &str,
     ) -> Result<Option<Duration>, Failure> {
-        let Some((slot, conn)) = self.connection() else {
-            return Err(self.failed(Failure::Unavailable, None, on_error));
+        let at = workers::slot() % self.lanes.len();
+        let Some(own) = self.lane_queue(at) else {
+            return Err(self.failed(Failure::Unavailable, on_error));
         };
-        let mut call = self.script.prepare_invoke();
-        for c in cells {
-            call.key(c.key.as_str())
-                .arg(c.interval_us)
-                .arg(c.burst)
-                .arg(c.count);
+        let lane = &self.lanes[at];
+        let deadline = tokio::time::Instant::now() + timeout;
+        if lane.connection.load().is_none() && !lane.tried.load(Ordering::Acquire) {
+            // A lane's first requests wait for its first connection.
+            let first = async {
+                loop {
+                    // Registered before the check, so a notice between the two is not lost.
+                    let told = lane.tried_once.notified();
+                    tokio::pin!(told);
+                    told.as_mut().enable();
+                    if lane.tried.load(Ordering::Acquire) {
+                        break;
+                    }
+                    told.await;
+                }
+            };
+            let _ = tokio::time::timeout_at(deadline, first).await;
         }
-        let mut redis = conn.redis.clone();
-        let started = Instant::now();
-        match tokio::time::timeout(timeout, call.invoke_async::<u64>(&mut redis)).await {
-            Ok(Ok(wait)) => {
-                self.metrics
-                    .latency
-                    .observe(started.elapsed().as_secs_f64());
-                Ok((wait > 0).then(|| Duration::from_micros(wait)))
-            }
-            Ok(Err(e)) => {
-                self.drop_connection(slot, conn.id);
-                Err(self.failed(Failure::Error, Some(&e), on_error))
-            }
-            Err(_) => {
-                // A Redis that stopped answering would hold every request for the whole
-                // timeout: the connection goes, and requests skip it until a new one is up.
-                self.drop_connection(slot, conn.id);
-                Err(self.failed(Failure::Timeout, None, on_error))
-            }
+        // A worker whose connection is being made anew borrows the control thread's (a
+        // hop between threads, for the few moments until its own is back).
+        let queue = if lane.connection.load().is_some() {
+            own
+        } else if at != 0
+            && self.lanes[0].connection.load().is_some()
+            && let Some(q) = self.lanes[0].queue.get()
+        {
+            q
+        } else {
+            return Err(self.failed(Failure::Unavailable, on_error));
+        };
+        let (answer, answered) = oneshot::channel();
+        if queue.send(Pending { cells, answer }).is_err() {
+            return Err(self.failed(Failure::Unavailable, on_error));
+        }
+        match tokio::time::timeout_at(deadline, answered).await {
+            Ok(Ok(Ok(wait))) => Ok((wait > 0).then(|| Duration::from_micros(wait))),
+            Ok(Ok(Err(why))) => Err(self.failed(why, on_error)),
+            // The lane's task is gone (its worker is stopping).
+            Ok(Err(_)) => Err(self.failed(Failure::Unavailable, on_error)),
+            Err(_) => Err(self.failed(Failure::Timeout, on_error)),
         }
     }
 
-    /// An up connection, taking them in turn per thread.
-    fn connection(&self) -> Option<(usize, Arc<Connection>)> {
-        thread_local! {
-            static TURN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The queue of lane `at`, starting its tasks on this thread's runtime the first time.
+    /// `None` outside a runtime, or when the address cannot be used.
+    fn lane_queue(self: &Arc<Self>, at: usize) -> Option<&mpsc::UnboundedSender<Pending>> {
+        if let Some(q) = self.lanes[at].queue.get() {
+            return Some(q);
         }
-        let n = self.slots.len();
-        let first = TURN.with(|t| {
-            let v = t.get().wrapping_add(1);
-            t.set(v);
-            v
+        let client = self.client.clone()?;
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        let mut started = None;
+        let queue = self.lanes[at].queue.get_or_init(|| {
+            let (queue, pending) = mpsc::unbounded_channel();
+            started = Some(pending);
+            queue
         });
-        (0..n).find_map(|i| {
-            let slot = (first + i) % n;
-            self.slots[slot].load_full().map(|c| (slot, c))
-        })
+        if let Some(pending) = started {
+            let broken = self.lanes[at].broken.clone();
+            rt.spawn(keep_connected(Arc::downgrade(self), at, client, broken));
+            rt.spawn(send_batches(Arc::downgrade(self), at, pending));
+        }
+        Some(queue)
     }
 
-    fn drop_connection(&self, slot: usize, id: u64) {
-        let current = self.slots[slot].load();
+    fn drop_connection(&self, at: usize, id: u64) {
+        let lane = &self.lanes[at];
+        let current = lane.connection.load();
         if current.as_ref().is_some_and(|c| c.id == id) {
             drop(current);
-            self.slots[slot].store(None);
-            self.metrics.up.set(i64::from(self.is_up()));
-            self.wake.notify_one();
+            lane.connection.store(None);
+            if at == 0 {
+                self.metrics.up.set(0);
+            }
+            lane.broken.notify_one();
         }
     }
 
     /// Counts a failure and warns, at most once a minute, with how many there were.
-    fn failed(&self, why: Failure, error: Option<&RedisError>, on_error: &str) -> Failure {
+    fn failed(&self, why: Failure, on_error: &str) -> Failure {
         match why {
             Failure::Unavailable => self.metrics.unavailable.inc(),
             Failure::Timeout => self.metrics.timeouts.inc(),
@@ -239,7 +332,7 @@ impl RateStore {
             tracing::warn!(
                 store = %self.settings.url,
                 reason = why.name(),
-                error = error.map(|e| e.to_string()),
+                error = self.last_error.lock().unwrap_or_else(|p| p.into_inner()).as_deref(),
                 failures,
                 on_error,
                 "the rate-limit store did not answer; rate rules follow on_error until it does (warned at most once a minute)"
@@ -258,6 +351,105 @@ impl RateStore {
         self.warned_at
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
+    }
+
+    fn note_error(&self, error: String) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+    }
+
+    /// One script call for `batch` on lane `at`: each request's answer, in order.
+    async fn call(&self, at: usize, batch: &[Pending]) -> Vec<Result<u64, Failure>> {
+        let all = |why| vec![Err(why); batch.len()];
+        let Some(conn) = self.lanes[at].connection.load_full() else {
+            return all(Failure::Unavailable);
+        };
+        // EVALSHA hash nkeys KEYS… ARGV…, built in one buffer.
+        let mut cmd = redis::cmd("EVALSHA");
+        let keys: usize = batch.iter().map(|p| p.cells.len()).sum();
+        cmd.arg(self.script.get_hash()).arg(keys);
+        for c in batch.iter().flat_map(|p| &p.cells) {
+            cmd.arg(c.key.as_str());
+        }
+        cmd.arg(batch.len());
+        for p in batch {
+            cmd.arg(p.cells.len());
+            for c in &p.cells {
+                cmd.arg(c.interval_us).arg(c.burst).arg(c.count);
+            }
+        }
+        let mut redis = conn.redis.clone();
+        let started = Instant::now();
+        let script = &self.script;
+        let answer = async {
+            match cmd.query_async::<Vec<u64>>(&mut redis).await {
+                // Redis restarted (or flushed its scripts) since this connection loaded it.
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.prepare_invoke().load_async(&mut redis).await?;
+                    cmd.query_async::<Vec<u64>>(&mut redis).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.settings.timeout, answer).await {
+            Ok(Ok(waits)) if waits.len() == batch.len() => {
+                self.metrics
+                    .latency
+                    .observe(started.elapsed().as_secs_f64());
+                waits.into_iter().map(Ok).collect()
+            }
+            Ok(Ok(waits)) => {
+                self.note_error(format!(
+                    "the script answered {} values for {} requests",
+                    waits.len(),
+                    batch.len()
+                ));
+                all(Failure::Error)
+            }
+            Ok(Err(e)) => {
+                self.note_error(e.to_string());
+                self.drop_connection(at, conn.id);
+                all(Failure::Error)
+            }
+            Err(_) => {
+                // A Redis that stopped answering would hold every request for the whole
+                // timeout: the connection goes, and requests skip it until a new one is up.
+                self.drop_connection(at, conn.id);
+                all(Failure::Timeout)
+            }
+        }
+    }
+}
+
+/// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], sends it as
+/// one script call and hands out the answers; while a call is in flight, the queue fills
+/// the next batch. Ends when the store does.
+async fn send_batches(
+    store: Weak<RateStore>,
+    at: usize,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+) {
+    let mut batch = Vec::with_capacity(MOST_PER_BATCH);
+    while let Some(first) = pending.recv().await {
+        batch.push(first);
+        while batch.len() < MOST_PER_BATCH {
+            match pending.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        // Those whose request already gave up are left out.
+        batch.retain(|p: &Pending| !p.answer.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let Some(store) = store.upgrade() else { return };
+        let answers = store.call(at, &batch).await;
+        drop(store);
+        for (p, answer) in batch.drain(..).zip(answers) {
+            let _ = p.answer.send(answer);
+        }
     }
 }
 
@@ -288,75 +480,83 @@ fn client(settings: &StoreSettings) -> Result<redis::Client, RedisError> {
     redis::Client::open(info.set_redis_settings(redis))
 }
 
-/// Keeps every slot connected while the store lives: fills empty slots (waiting longer
-/// after each failed attempt, up to [`RETRY_MOST`]), and pings the others every
-/// [`PING_EVERY`].
-async fn keep_connected(store: Weak<RateStore>, wake: Arc<Notify>) {
-    let client = match store.upgrade().map(|s| client(&s.settings)) {
-        Some(Ok(c)) => c,
-        Some(Err(error)) => {
-            tracing::error!(%error, "the rate-limit store's address cannot be used; rate rules follow on_error");
-            return;
-        }
-        None => return,
-    };
-    let mut ids = 0u64;
+/// Keeps lane `at` connected while the store lives: makes its connection (waiting longer
+/// after each failed attempt, up to [`RETRY_MOST`]) when it has none, and pings it every
+/// [`PING_EVERY`]. Runs on the lane's thread, so the connection is driven there.
+async fn keep_connected(
+    store: Weak<RateStore>,
+    at: usize,
+    client: redis::Client,
+    broken: Arc<Notify>,
+) {
     let mut retry = RETRY_FIRST;
     let mut was_up = false;
     loop {
         let Some(s) = store.upgrade() else { return };
-        let mut missing = false;
-        for slot in s.slots.iter() {
-            if let Some(c) = slot.load_full() {
-                let mut redis = c.redis.clone();
-                let ping = redis::cmd("PING");
-                let answer =
-                    tokio::time::timeout(CONNECT_TIMEOUT, ping.query_async::<()>(&mut redis));
-                if matches!(answer.await, Ok(Ok(()))) {
-                    continue;
-                }
-                slot.store(None);
+        let lane = &s.lanes[at];
+        if let Some(c) = lane.connection.load_full() {
+            let mut redis = c.redis.clone();
+            let ping = redis::cmd("PING");
+            let answer = tokio::time::timeout(CONNECT_TIMEOUT, ping.query_async::<()>(&mut redis));
+            if !matches!(answer.await, Ok(Ok(()))) {
+                s.drop_connection(at, c.id);
             }
+        }
+        let mut missing = false;
+        if lane.connection.load().is_none() {
             match tokio::time::timeout(CONNECT_TIMEOUT * 2, connect(&client, &s.script)).await {
                 Ok(Ok(redis)) => {
-                    ids += 1;
-                    slot.store(Some(Arc::new(Connection { id: ids, redis })));
+                    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+                    lane.connection
+                        .store(Some(Arc::new(Connection { id, redis })));
                 }
                 Ok(Err(error)) => {
                     missing = true;
+                    s.note_error(error.to_string());
                     if s.may_warn() {
                         tracing::warn!(store = %s.settings.url, %error, "cannot connect to the rate-limit store; retrying");
                     }
-                    break;
                 }
                 Err(_) => {
                     missing = true;
+                    s.note_error("connecting timed out".into());
                     if s.may_warn() {
                         tracing::warn!(store = %s.settings.url, "connecting to the rate-limit store timed out; retrying");
                     }
-                    break;
+                }
+            }
+            if !lane.tried.swap(true, Ordering::AcqRel) {
+                lane.tried_once.notify_waiters();
+            }
+        }
+        let up = lane.connection.load().is_some();
+        if at == 0 {
+            s.metrics.up.set(i64::from(up));
+            if up != was_up {
+                if up {
+                    tracing::info!(store = %s.settings.url, "rate-limit store connected; rate rules are shared");
+                    // Workers waiting to try again may try now.
+                    for other in s.lanes.iter().skip(1) {
+                        other.broken.notify_one();
+                    }
+                } else if s.may_warn() {
+                    tracing::warn!(store = %s.settings.url, "rate-limit store lost; rate rules follow on_error");
                 }
             }
         }
-        let up = s.is_up();
-        s.metrics.up.set(i64::from(up));
-        if up != was_up {
-            if up {
-                tracing::info!(store = %s.settings.url, "rate-limit store connected; rate rules are shared");
-            } else if s.may_warn() {
-                tracing::warn!(store = %s.settings.url, "rate-limit store lost; rate rules follow on_error");
-            }
-            was_up = up;
-        }
+        was_up = up;
         drop(s);
         if missing {
-            tokio::time::sleep(retry).await;
+            tokio::select! {
+                _ = broken.notified() => {}
+                _ = tokio::time::sleep(retry) => {}
+            }
             retry = (retry * 2).min(RETRY_MOST);
             continue;
         }
         retry = RETRY_FIRST;
         tokio::select! {
-            _ = wake.notified() => {}
+            _ = broken.notified() => {}
             _ = tokio::time::sleep(PING_EVERY) => {}
         }
     }

@@ -97,12 +97,11 @@ pub struct StoreSettings {
     pub url: String,
     pub username: Option<String>,
     pub password: Option<String>,
-    pub connections: usize,
     pub timeout: Duration,
     pub on_error: OnError,
     pub prefix: String,
-    /// Everything the connections depend on (the password by its hash): a reload with the
-    /// same identity keeps them.
+    /// Everything the store depends on (the password by its hash; the timeout, which
+    /// bounds its calls): a reload with the same identity keeps it and its connections.
     pub identity: String,
 }
 
@@ -112,7 +111,6 @@ impl std::fmt::Debug for StoreSettings {
             .field("url", &self.url)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("connections", &self.connections)
             .field("timeout", &self.timeout)
             .field("on_error", &self.on_error)
             .field("prefix", &self.prefix)
@@ -121,8 +119,6 @@ impl std::fmt::Debug for StoreSettings {
 }
 
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_millis(50);
-const DEFAULT_STORE_CONNECTIONS: u32 = 2;
-const MAX_STORE_CONNECTIONS: u32 = 16;
 
 /// Checks a Redis URL: one the client reads, with no credentials (they would show in
 /// `check`'s output and in logs) and no TLS shortcut (`#insecure`).
@@ -341,21 +337,11 @@ impl Compiler<'_> {
             }
             None => "mcpgate:".into(),
         };
-        let connections = match &st.connections {
-            Some(c) if !(1..=MAX_STORE_CONNECTIONS).contains(c.get_ref()) => {
-                return fail(
-                    c.span(),
-                    format!("connections must be between 1 and {MAX_STORE_CONNECTIONS}"),
-                );
-            }
-            Some(c) => *c.get_ref(),
-            None => DEFAULT_STORE_CONNECTIONS,
-        } as usize;
         let password_hash = password
             .as_ref()
             .map(|p| crate::config::token::to_hex(&Sha256::digest(p.as_bytes())));
         let identity = format!(
-            "{url}|{}|{}|{connections}",
+            "{url}|{}|{}|{timeout:?}",
             username.as_deref().unwrap_or(""),
             password_hash.as_deref().unwrap_or("")
         );
@@ -363,7 +349,6 @@ impl Compiler<'_> {
             url,
             username,
             password,
-            connections,
             timeout,
             on_error,
             prefix,

@@ -698,12 +698,12 @@ profiles = ["gpt"]
         let st = s.limits.store.as_deref().unwrap();
         assert_eq!(st.timeout, DEFAULT_STORE_TIMEOUT);
         assert_eq!(st.on_error, OnError::Local);
-        assert_eq!((st.prefix.as_str(), st.connections), ("mcpgate:", 2));
+        assert_eq!(st.prefix, "mcpgate:");
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("redis-password");
         std::fs::write(&secret, "hunter2-redis\n").unwrap();
         let with_password = store(&format!(
-            "redis = \"rediss://cache.internal:6380/2\"\npassword = \"${{file:{}}}\"\ntimeout = \"20ms\"\non_error = \"deny\"\nprefix = \"gw-a:\"\nconnections = 4",
+            "redis = \"rediss://cache.internal:6380/2\"\npassword = \"${{file:{}}}\"\ntimeout = \"20ms\"\non_error = \"deny\"\nprefix = \"gw-a:\"",
             secret.display()
         ));
         let s = load_str(&with_password, "f.toml").unwrap();
@@ -711,7 +711,7 @@ profiles = ["gpt"]
         assert_eq!(st.password.as_deref(), Some("hunter2-redis"));
         assert_eq!(st.on_error, OnError::Deny);
         let described = s.describe();
-        assert!(described.contains("store:     rediss://cache.internal:6380/2 timeout=20ms on_error=deny prefix=\"gw-a:\" connections=4 password=<set>"), "{described}");
+        assert!(described.contains("store:     rediss://cache.internal:6380/2 timeout=20ms on_error=deny prefix=\"gw-a:\" password=<set>"), "{described}");
         assert!(!described.contains("hunter2") && !format!("{st:?}").contains("hunter2"));
         // Same settings, same identity; another password, another identity.
         let again = load_str(&with_password, "f.toml").unwrap();
@@ -757,10 +757,6 @@ profiles = ["gpt"]
             (
                 "redis = \"redis://127.0.0.1\"\nprefix = \"a b\"",
                 "visible ASCII",
-            ),
-            (
-                "redis = \"redis://127.0.0.1\"\nconnections = 0",
-                "between 1 and 16",
             ),
             (
                 "redis = \"redis://127.0.0.1\"\nurl = \"x\"",

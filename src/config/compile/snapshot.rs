@@ -407,12 +407,11 @@ impl Snapshot {
         if let Some(st) = &self.limits.store {
             let _ = writeln!(
                 out,
-                "  store:     {} timeout={} on_error={} prefix={:?} connections={}{}",
+                "  store:     {} timeout={} on_error={} prefix={:?}{}",
                 st.url,
                 humantime::format_duration(st.timeout),
                 st.on_error.name(),
                 st.prefix,
-                st.connections,
                 if st.password.is_some() {
                     " password=<set>"
                 } else {

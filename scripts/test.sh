@@ -41,6 +41,7 @@ if [ $# -eq 0 ]; then
   bench/stdio.sh --smoke
   bench/oauth.sh --smoke
   bench/policy.sh --smoke
+  bench/scale.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

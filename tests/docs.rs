@@ -1,6 +1,6 @@
 //! The documentation cannot drift from the code: every TOML example in the README and in
-//! `docs/`, every file in `config/`, the config `docker/compose.yaml` mounts, and the one in
-//! the Kubernetes ConfigMap pass `mcpgate check`. A complete example (it has a
+//! `docs/`, every file in `config/` and the config `docker/compose.yaml` mounts pass
+//! `mcpgate check` (the Kubernetes ConfigMap's is checked in tests/deploy.rs). A complete example (it has a
 //! `[[listen]]`) is checked as it is; a fragment is merged into a small base first.
 
 mod support;
@@ -148,30 +148,6 @@ fn shipped_configs_pass_check() {
 }
 
 #[test]
-fn the_kubernetes_configmap_passes_check() {
-    let yaml = std::fs::read_to_string(root().join("deploy/kubernetes/configmap.yaml")).unwrap();
-    let start =
-        yaml.find("mcpgate.toml: |\n").expect("the embedded file") + "mcpgate.toml: |\n".len();
-    let text: String = yaml[start..]
-        .lines()
-        .map(|l| l.strip_prefix("    ").unwrap_or(l.trim()))
-        .collect::<Vec<_>>()
-        .join("\n");
-    // The Secret's files, as the pod would mount them.
-    let tokens = tempfile::tempdir().unwrap();
-    for name in ["chatgpt-app", "reader"] {
-        let hash = mcpgate::config::token::to_hex(&mcpgate::config::token::Secret(name).hash());
-        std::fs::write(
-            tokens.path().join(format!("{name}.sha256")),
-            format!("{hash}\n"),
-        )
-        .unwrap();
-    }
-    let text = text.replace("/etc/mcpgate-tokens", &tokens.path().display().to_string());
-    check(&text, "deploy/kubernetes/configmap.yaml");
-}
-
-#[test]
 fn packaging_files_say_what_they_must() {
     let docker = std::fs::read_to_string(root().join("docker/Dockerfile")).unwrap();
     for want in [
@@ -187,7 +163,7 @@ fn packaging_files_say_what_they_must() {
     let compose = std::fs::read_to_string(root().join("docker/compose.yaml")).unwrap();
     assert!(
         compose.contains("./mcpgate.toml:/etc/mcpgate/mcpgate.toml:ro")
-            && compose.contains("server-everything")
+            && compose.contains("sample-upstream")
     );
     let unit = std::fs::read_to_string(root().join("deploy/mcpgate.service")).unwrap();
     for want in [

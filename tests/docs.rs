@@ -44,6 +44,7 @@ fn check(text: &str, what: &str) {
         .arg(&path)
         .env("AGENT_DATA_API_KEY", "doc-test")
         .env("NOTES_API_KEY", "doc-test")
+        .env("MCPGATE_REDIS_PASSWORD", "doc-test")
         .env(
             "MCPGATE_SESSION_KEY",
             "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",

@@ -35,7 +35,9 @@ pub struct RawConfig {
     /// Token hashes and the profiles each may use.
     #[serde(default)]
     pub tokens: Vec<S<RawToken>>,
-    pub limits: Option<S<RawLimits>>,
+    /// Not spanned: toml cannot give a span to a table only dotted keys define
+    /// (`[limits.store]` or `[[limits.rate]]` without a `[limits]` line).
+    pub limits: Option<RawLimits>,
     /// Streaming behaviour shared by all listeners.
     pub transport: Option<S<RawTransport>>,
     /// The audit trail.

@@ -162,7 +162,6 @@ impl Compiler<'_> {
 
         let (max_body, limits) = match &raw.limits {
             Some(l) => {
-                let l = l.get_ref();
                 let max_body = match &l.max_body {
                     Some(v) => at(v, parse_size(v.get_ref()))?,
                     None => DEFAULT_MAX_BODY,
@@ -772,6 +771,13 @@ profiles = ["gpt"]
             "redis = \"redis://127.0.0.1\"\npassword = \"${env:MCPGATE_UNIT_UNSET_PASSWORD}\"",
         ));
         assert!(e.contains("MCPGATE_UNIT_UNSET_PASSWORD is not set"), "{e}");
+        // `[limits]` made only by dotted headers (no `[limits]` line) reads the same.
+        let implicit = format!(
+            "{BASE}\n[[limits.rate]]\nkey = \"token\"\nrate = \"20/s\"\n\n[limits.store]\nredis = \"redis://127.0.0.1:6379/0\"\n"
+        );
+        let s = load_str(&implicit, "f.toml").unwrap();
+        assert_eq!(s.limits.rate.len(), 1);
+        assert!(s.limits.store.is_some());
     }
 
     #[test]

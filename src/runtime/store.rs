@@ -89,6 +89,8 @@ return answers
 
 /// At most this many requests in one script call.
 const MOST_PER_BATCH: usize = 128;
+/// Script calls one lane has in flight at once.
+const CALLS_IN_FLIGHT: usize = 2;
 
 /// How long making a connection (and loading the script on it) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -422,33 +424,46 @@ impl RateStore {
     }
 }
 
-/// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], sends it as
-/// one script call and hands out the answers; while a call is in flight, the queue fills
-/// the next batch. Ends when the store does.
+/// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], and sends it
+/// as one script call, with at most [`CALLS_IN_FLIGHT`] calls in flight; while they are,
+/// the queue fills the next batch. Hands out the answers. Ends when the store does.
 async fn send_batches(
     store: Weak<RateStore>,
     at: usize,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
-    let mut batch = Vec::with_capacity(MOST_PER_BATCH);
-    while let Some(first) = pending.recv().await {
-        batch.push(first);
-        while batch.len() < MOST_PER_BATCH {
-            match pending.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
+    use futures_util::StreamExt;
+    let mut flying = futures_util::stream::FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some((batch, answers)) = flying.next(), if !flying.is_empty() => {
+                let batch: Vec<Pending> = batch;
+                let answers: Vec<Result<u64, Failure>> = answers;
+                for (p, answer) in batch.into_iter().zip(answers) {
+                    let _ = p.answer.send(answer);
+                }
             }
-        }
-        // Those whose request already gave up are left out.
-        batch.retain(|p: &Pending| !p.answer.is_closed());
-        if batch.is_empty() {
-            continue;
-        }
-        let Some(store) = store.upgrade() else { return };
-        let answers = store.call(at, &batch).await;
-        drop(store);
-        for (p, answer) in batch.drain(..).zip(answers) {
-            let _ = p.answer.send(answer);
+            first = pending.recv(), if flying.len() < CALLS_IN_FLIGHT => {
+                let Some(first) = first else { return };
+                let mut batch = vec![first];
+                while batch.len() < MOST_PER_BATCH {
+                    match pending.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                // Those whose request already gave up are left out.
+                batch.retain(|p| !p.answer.is_closed());
+                if batch.is_empty() {
+                    continue;
+                }
+                let Some(store) = store.upgrade() else { return };
+                flying.push(async move {
+                    let answers = store.call(at, &batch).await;
+                    (batch, answers)
+                });
+            }
         }
     }
 }

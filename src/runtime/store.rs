@@ -36,7 +36,8 @@ use tokio::sync::{Notify, mpsc, oneshot};
 /// (µs), the burst and the cells to take. `KEYS` holds every request's keys in that order;
 /// a key holds its theoretical arrival time (µs of the Redis clock). Each request takes
 /// every one of its keys' cells or none; its answer is 0, or how many µs until it would
-/// pass. A later request in the batch sees what an earlier one took. Keys are read once
+/// pass. The reply is the integer 0 when every request passed (the usual case, and the
+/// cheapest reply to read), else the answers as one string of numbers and spaces. A later request in the batch sees what an earlier one took. Keys are read once
 /// (one MGET) and each changed key written once, so requests of one caller that share a
 /// batch cost Redis little more than one. A key expires when its cells are all back, so
 /// idle keys cost Redis nothing. Times are written with `%d`: Lua's default number format
@@ -55,6 +56,7 @@ for i = 1, #KEYS do
 end
 local changed = {}
 local answers = {}
+local refused = false
 local k = 1
 local a = 2
 for r = 1, tonumber(ARGV[1]) do
@@ -76,7 +78,8 @@ for r = 1, tonumber(ARGV[1]) do
       changed[KEYS[k + i]] = true
     end
   end
-  answers[r] = wait
+  if wait > 0 then refused = true end
+  answers[r] = string.format('%d', wait)
   k = k + n
   a = a + 3 * n
 end
@@ -84,13 +87,14 @@ for key in pairs(changed) do
   local ttl = math.ceil((tat[key] - now) / 1000)
   redis.call('SET', key, string.format('%d', tat[key]), 'PX', ttl)
 end
-return answers
+if not refused then return 0 end
+return table.concat(answers, ' ')
 ";
 
 /// At most this many requests in one script call.
 const MOST_PER_BATCH: usize = 128;
 /// Script calls one lane has in flight at once.
-const CALLS_IN_FLIGHT: usize = 2;
+const CALLS_IN_FLIGHT: usize = 1;
 
 /// How long making a connection (and loading the script on it) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -383,32 +387,33 @@ impl RateStore {
         let started = Instant::now();
         let script = &self.script;
         let answer = async {
-            match cmd.query_async::<Vec<u64>>(&mut redis).await {
+            match cmd.query_async::<redis::Value>(&mut redis).await {
                 // Redis restarted (or flushed its scripts) since this connection loaded it.
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
                     script.prepare_invoke().load_async(&mut redis).await?;
-                    cmd.query_async::<Vec<u64>>(&mut redis).await
+                    cmd.query_async::<redis::Value>(&mut redis).await
                 }
                 other => other,
             }
         };
         match tokio::time::timeout(self.settings.timeout, answer).await {
-            Ok(Ok(waits)) if waits.len() == batch.len() => {
-                self.metrics
-                    .latency
-                    .observe(started.elapsed().as_secs_f64());
-                waits.into_iter().map(Ok).collect()
-            }
-            Ok(Ok(waits)) => {
-                self.note_error(format!(
-                    "the script answered {} values for {} requests",
-                    waits.len(),
-                    batch.len()
-                ));
-                all(Failure::Error)
-            }
+            Ok(Ok(reply)) => match waits(&reply, batch.len()) {
+                Some(waits) => {
+                    self.metrics
+                        .latency
+                        .observe(started.elapsed().as_secs_f64());
+                    waits
+                }
+                None => {
+                    self.note_error(format!(
+                        "the script's reply does not fit {} requests",
+                        batch.len()
+                    ));
+                    all(Failure::Error)
+                }
+            },
             Ok(Err(e)) => {
                 self.note_error(e.to_string());
                 self.drop_connection(at, conn.id);
@@ -421,6 +426,22 @@ impl RateStore {
                 all(Failure::Timeout)
             }
         }
+    }
+}
+
+/// The answers of `n` requests in the script's reply: 0 (all passed) or their waits.
+fn waits(reply: &redis::Value, n: usize) -> Option<Vec<Result<u64, Failure>>> {
+    match reply {
+        redis::Value::Int(0) => Some(vec![Ok(0); n]),
+        redis::Value::BulkString(text) => {
+            let waits: Vec<Result<u64, Failure>> = std::str::from_utf8(text)
+                .ok()?
+                .split(' ')
+                .map(|w| w.parse().ok().map(Ok))
+                .collect::<Option<_>>()?;
+            (waits.len() == n).then_some(waits)
+        }
+        _ => None,
     }
 }
 

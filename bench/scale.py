@@ -49,7 +49,7 @@ def main():
         gates = {}
         for case, port, admin, store in [
             ("local", PORTS["LOCAL"], PORTS["LOCAL_ADMIN"], ""),
-            ("redis", PORTS["REDIS_GW"], PORTS["REDIS_GW_ADMIN"], f'[limits.store]\nredis = "redis://127.0.0.1:{PORTS["REDIS"]}/0"' + os.environ.get("BENCH_STORE_EXTRA", "")),
+            ("redis", PORTS["REDIS_GW"], PORTS["REDIS_GW_ADMIN"], f'[limits.store]\nredis = "redis://127.0.0.1:{PORTS["REDIS"]}/0"'),
         ]:
             text = template
             for k, v in dict(UPSTREAM=PORTS["UPSTREAM"], MCPGATE=port, ADMIN=admin, STORE=store,
@@ -67,11 +67,14 @@ def main():
             time.sleep(0.1)
         else:
             raise SystemExit("the redis gateway never connected to redis-server")
-        before_evals = int(redis_cli("INFO", "commandstats").split("cmdstat_evalsha:calls=")[1].split(",")[0]) if "evalsha" in redis_cli("INFO", "commandstats") else 0
+        def evalsha_calls():
+            stats = redis_cli("INFO", "commandstats")
+            return int(stats.split("cmdstat_evalsha:calls=")[1].split(",")[0]) if "cmdstat_evalsha:" in stats else 0
+
+        before_evals = evalsha_calls()
 
         def measure(case, connections, label):
             proc, url, _ = gates[case]
-            pids = [proc.pid] + ([redis.pid] if case == "redis" else [])
             before = cpu_ticks([proc.pid])
             before_redis = cpu_ticks([redis.pid])
             r = wrk(url, "call.lua", AUTH, connections)
@@ -84,7 +87,7 @@ def main():
                 measure(case, 1, "1 connection")
             for case in ["local", "redis"]:
                 measure(case, CONNECTIONS, f"{CONNECTIONS} connections")
-        evals = int(redis_cli("INFO", "commandstats").split("cmdstat_evalsha:calls=")[1].split(",")[0]) - before_evals
+        evals = evalsha_calls() - before_evals
         timed = sum(r["requests"] for (case, _), rs in results.items() if case == "redis" for r in rs)
 
         # Memory: KEYS calls, each a new rate key (token+tool with a new tool name).

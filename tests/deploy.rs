@@ -55,14 +55,6 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn wait_port(port: u16) {
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -173,7 +165,7 @@ async fn the_compose_services_serve_the_demo_calls_on_both_replicas() {
         "each replica on its own host port"
     );
     for gw in &replicas {
-        wait_store_up(gw).await;
+        wait_store_up(gw, true).await;
     }
 
     let base = |i: usize| format!("http://{}", replicas[i].listeners["public"]);
@@ -237,19 +229,6 @@ async fn the_compose_services_serve_the_demo_calls_on_both_replicas() {
         }
     }
     assert_eq!(passed, 3);
-}
-
-async fn wait_store_up(gw: &Gateway) {
-    for _ in 0..150 {
-        let m = send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
-            .await
-            .body;
-        if m.contains("mcpgate_limit_store_up 1") {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("the store never came up:\n{}", gw.log());
 }
 
 /// The Kubernetes files, indexed by kind and name.

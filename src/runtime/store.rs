@@ -93,8 +93,6 @@ return table.concat(answers, ' ')
 
 /// At most this many requests in one script call.
 const MOST_PER_BATCH: usize = 128;
-/// Script calls one lane has in flight at once.
-const CALLS_IN_FLIGHT: usize = 1;
 
 /// How long making a connection (and loading the script on it) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -404,7 +402,7 @@ impl RateStore {
                     self.metrics
                         .latency
                         .observe(started.elapsed().as_secs_f64());
-                    waits
+                    waits.into_iter().map(Ok).collect()
                 }
                 None => {
                     self.note_error(format!(
@@ -430,14 +428,14 @@ impl RateStore {
 }
 
 /// The answers of `n` requests in the script's reply: 0 (all passed) or their waits.
-fn waits(reply: &redis::Value, n: usize) -> Option<Vec<Result<u64, Failure>>> {
+fn waits(reply: &redis::Value, n: usize) -> Option<Vec<u64>> {
     match reply {
-        redis::Value::Int(0) => Some(vec![Ok(0); n]),
+        redis::Value::Int(0) => Some(vec![0; n]),
         redis::Value::BulkString(text) => {
-            let waits: Vec<Result<u64, Failure>> = std::str::from_utf8(text)
+            let waits: Vec<u64> = std::str::from_utf8(text)
                 .ok()?
                 .split(' ')
-                .map(|w| w.parse().ok().map(Ok))
+                .map(|w| w.parse().ok())
                 .collect::<Option<_>>()?;
             (waits.len() == n).then_some(waits)
         }
@@ -445,46 +443,33 @@ fn waits(reply: &redis::Value, n: usize) -> Option<Vec<Result<u64, Failure>>> {
     }
 }
 
-/// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], and sends it
-/// as one script call, with at most [`CALLS_IN_FLIGHT`] calls in flight; while they are,
-/// the queue fills the next batch. Hands out the answers. Ends when the store does.
+/// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], sends it as
+/// one script call and hands out the answers. One call is in flight at a time: while it
+/// is, the queue fills the next batch, so batches grow with load. Ends when the store does.
 async fn send_batches(
     store: Weak<RateStore>,
     at: usize,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
-    use futures_util::StreamExt;
-    let mut flying = futures_util::stream::FuturesUnordered::new();
-    loop {
-        tokio::select! {
-            biased;
-            Some((batch, answers)) = flying.next(), if !flying.is_empty() => {
-                let batch: Vec<Pending> = batch;
-                let answers: Vec<Result<u64, Failure>> = answers;
-                for (p, answer) in batch.into_iter().zip(answers) {
-                    let _ = p.answer.send(answer);
-                }
+    let mut batch = Vec::with_capacity(MOST_PER_BATCH);
+    while let Some(first) = pending.recv().await {
+        batch.push(first);
+        while batch.len() < MOST_PER_BATCH {
+            match pending.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
             }
-            first = pending.recv(), if flying.len() < CALLS_IN_FLIGHT => {
-                let Some(first) = first else { return };
-                let mut batch = vec![first];
-                while batch.len() < MOST_PER_BATCH {
-                    match pending.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
-                    }
-                }
-                // Those whose request already gave up are left out.
-                batch.retain(|p| !p.answer.is_closed());
-                if batch.is_empty() {
-                    continue;
-                }
-                let Some(store) = store.upgrade() else { return };
-                flying.push(async move {
-                    let answers = store.call(at, &batch).await;
-                    (batch, answers)
-                });
-            }
+        }
+        // Those whose request already gave up are left out.
+        batch.retain(|p: &Pending| !p.answer.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let Some(store) = store.upgrade() else { return };
+        let answers = store.call(at, &batch).await;
+        drop(store);
+        for (p, answer) in batch.drain(..).zip(answers) {
+            let _ = p.answer.send(answer);
         }
     }
 }

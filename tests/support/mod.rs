@@ -755,11 +755,7 @@ impl Redis {
 
     /// With extra `redis-server` arguments (`--requirepass`, …).
     pub fn start_with(args: &[&str]) -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let mut redis = Redis {
             child: None,
             port,
@@ -855,4 +851,29 @@ impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (up to 15 s: the store's reconnect backoff is at most 5 s) until the gateway's
+/// `mcpgate_limit_store_up` is `up`.
+pub async fn wait_store_up(gw: &Gateway, up: bool) {
+    let want = format!("mcpgate_limit_store_up {}", u8::from(up));
+    for _ in 0..150 {
+        let m = send(Method::GET, &gw.admin_url("/metrics"), &[], "")
+            .await
+            .body;
+        if m.lines().any(|l| l == want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the store never became up={up}:\n{}", gw.log());
 }

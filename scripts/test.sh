@@ -10,6 +10,8 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the benchmark smoke
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)   # installs the MCP peers
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)  # shared rate limits (tests/shared_limits.rs)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)          # renders the status page (tests/observability.rs)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)        # checks the alert rules and /metrics (same)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -17,6 +17,8 @@ use crate::runtime::streams::StreamRegistry;
 use crate::upstream::endpoint::EndpointMetrics;
 use crate::upstream::registry::{EndpointSeries, Registry, UpstreamState};
 use arc_swap::ArcSwap;
+
+mod status;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -118,6 +120,18 @@ pub struct Gateway {
     sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
     /// The tasks that read what upstreams say of their tools, for annotation rules.
     hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    started: SystemTime,
+    /// The last reload's time, trigger and error (for the status page).
+    last_reload: std::sync::Mutex<Option<ReloadNote>>,
+    /// Spans of requests, when `[telemetry]` exports them.
+    pub tracer: Option<crate::observe::trace::Tracer>,
+}
+
+/// What the status page says of the last reload.
+struct ReloadNote {
+    at: SystemTime,
+    trigger: String,
+    error: Option<String>,
 }
 
 impl Gateway {
@@ -147,6 +161,12 @@ impl Gateway {
         let live = Live::build(snapshot, &pools, &metrics, None);
         let sunsets = watch_sunsets(&live.config, &streams);
         let hint_fetches = fetch_hints(&live);
+        show_cert_expiry(&metrics, &live.config);
+        let tracer = live
+            .config
+            .telemetry
+            .as_ref()
+            .map(|t| crate::observe::trace::Tracer::start(t, metrics.trace_spans.clone()));
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(live),
             pools,
@@ -162,6 +182,9 @@ impl Gateway {
             reload_lock: tokio::sync::Mutex::new(()),
             sunsets: std::sync::Mutex::new(sunsets),
             hint_fetches: std::sync::Mutex::new(hint_fetches),
+            started: SystemTime::now(),
+            last_reload: std::sync::Mutex::new(None),
+            tracer,
         }))
     }
 
@@ -239,6 +262,11 @@ impl Gateway {
         self.metrics
             .last_reload_success
             .set(i64::from(result.is_ok()));
+        *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(ReloadNote {
+            at: SystemTime::now(),
+            trigger: trigger.to_string(),
+            error: result.as_ref().err().map(ToString::to_string),
+        });
         match &result {
             Ok(revoked) => {
                 tracing::info!(trigger, revoked_streams = revoked, "configuration reloaded");
@@ -258,6 +286,9 @@ impl Gateway {
         if current.log != next.log {
             tracing::warn!("[log] changes take effect at the next restart");
         }
+        if current.telemetry != next.telemetry {
+            tracing::warn!("[telemetry] changes take effect at the next restart");
+        }
         for l in &next.listeners {
             if let (Some(t), Some(store)) = (&l.tls, self.certs.get(&*l.name)) {
                 store.replace(t.key.clone());
@@ -266,6 +297,7 @@ impl Gateway {
         for w in &next.warnings {
             tracing::warn!("{w}");
         }
+        show_cert_expiry(&self.metrics, &next);
         let next = Arc::new(Live::build(
             next,
             &self.pools,
@@ -298,6 +330,29 @@ impl Gateway {
         Ok(self
             .streams
             .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+    }
+}
+
+/// Sets each TLS listener's certificate expiry metric from the certificate it serves.
+fn show_cert_expiry(metrics: &Metrics, config: &Snapshot) {
+    use crate::observe::metrics::{Label, ListenerLabels};
+    for l in &config.listeners {
+        let Some(tls) = &l.tls else { continue };
+        let Some(cert) = tls.key.cert.first() else {
+            continue;
+        };
+        match x509_parser::parse_x509_certificate(cert.as_ref()) {
+            Ok((_, parsed)) => {
+                let labels = ListenerLabels {
+                    listener: Label(l.name.clone()),
+                };
+                let not_after = parsed.validity().not_after.timestamp();
+                metrics.cert_expiry.get_or_create(&labels).set(not_after);
+            }
+            Err(error) => {
+                tracing::warn!(listener = %l.name, %error, "cannot read the certificate's expiry");
+            }
+        }
     }
 }
 
@@ -558,6 +613,10 @@ impl crate::observe::admin::Admin for Gateway {
 
     fn metrics(&self) -> String {
         self.metrics.render()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        Gateway::status(self)
     }
 
     async fn reload(&self, trigger: &'static str) -> Result<(), ReloadError> {

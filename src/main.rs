@@ -268,6 +268,10 @@ fn init_logging(settings: &config::LogSettings) {
     let terminal = std::io::stderr().is_terminal();
     let json = match settings.format {
         config::LogFormat::Json => true,
+        config::LogFormat::Combined => {
+            mcpgate::observe::combined::use_combined();
+            true
+        }
         config::LogFormat::Pretty => false,
         config::LogFormat::Auto => !terminal,
     };

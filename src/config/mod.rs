@@ -12,5 +12,5 @@ pub mod watch;
 pub use compile::{
     Address, Auth, Balance, ConfigError, Endpoint, HealthCheck, Listener, LogFormat, LogSettings,
     Outlier, Profile, Route, RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot,
-    StdioCommand, TokenEntry, Upstream, load, load_str,
+    StdioCommand, TelemetrySettings, TokenEntry, Upstream, load, load_str,
 };

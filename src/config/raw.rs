@@ -45,6 +45,8 @@ pub struct RawConfig {
     /// OAuth 2.1 resource server: the issuer whose access tokens `auth = "oauth"` routes
     /// accept, and the grants that map them to profiles.
     pub oauth: Option<S<RawOAuth>>,
+    /// Traces exported over OTLP/HTTP.
+    pub telemetry: Option<S<RawTelemetry>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -318,6 +320,20 @@ pub struct RawAdmin {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// The OTLP/HTTP collector, `http://host:4318` (`/v1/traces` is added to a bare
+    /// address). Absent: no traces.
+    pub otlp: Option<S<String>>,
+    /// The share of new traces recorded, 0 to 1; default 1. A client's sampled flag wins.
+    pub sampling: Option<S<f64>>,
+    /// `service.name` of the spans; default `mcpgate`.
+    pub service_name: Option<S<String>>,
+    /// Spans waiting for export at most; more are dropped and counted. Default 4096.
+    pub queue: Option<S<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawServer {
     /// Time in-flight requests and streams get after SIGTERM; default `30s`.
     pub shutdown_grace: Option<S<String>>,
@@ -341,7 +357,9 @@ pub struct RawServer {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLog {
-    /// `auto` (human on a terminal, JSON otherwise), `json` or `pretty`; default `auto`.
+    /// `auto` (human on a terminal, JSON otherwise), `json`, `pretty`, or `combined`
+    /// (request lines in nginx's combined format on stdout, the rest as JSON on stderr);
+    /// default `auto`.
     pub format: Option<S<String>>,
     /// A tracing filter such as `info` or `mcpgate=debug`; `RUST_LOG` wins when set.
     pub level: Option<S<String>>,

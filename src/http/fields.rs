@@ -42,11 +42,13 @@ pub enum Kind {
     ProxyAuthorization,
     KeepAlive,
     ProxyConnection,
+    Traceparent,
+    Tracestate,
 }
 
 impl Kind {
     /// Every kind but `Other`, with its name as HTTP/2 writes it (lower case).
-    pub const NAMED: [(Kind, &'static str); 26] = [
+    pub const NAMED: [(Kind, &'static str); 28] = [
         (Kind::Host, "host"),
         (Kind::ContentLength, "content-length"),
         (Kind::ContentType, "content-type"),
@@ -73,6 +75,8 @@ impl Kind {
         (Kind::ProxyAuthorization, "proxy-authorization"),
         (Kind::KeepAlive, "keep-alive"),
         (Kind::ProxyConnection, "proxy-connection"),
+        (Kind::Traceparent, "traceparent"),
+        (Kind::Tracestate, "tracestate"),
     ];
 
     /// The kind of a field name, in any case: the name is put in lower case on the stack
@@ -98,6 +102,8 @@ impl Kind {
             b"upgrade" => Kind::Upgrade,
             b"mcp-name" => Kind::McpName,
             b"connection" => Kind::Connection,
+            b"tracestate" => Kind::Tracestate,
+            b"traceparent" => Kind::Traceparent,
             b"keep-alive" => Kind::KeepAlive,
             b"mcp-method" => Kind::McpMethod,
             b"content-type" => Kind::ContentType,

@@ -9,3 +9,4 @@ pub mod headval;
 pub mod request;
 pub mod server;
 pub mod tls;
+pub mod traceparent;

@@ -259,8 +259,11 @@ macro_rules! request_event {
 /// target `mcpgate::pipeline`. With the process's JSON layer installed it is written
 /// straight to that layer's sink, exactly as the event would reach it but without the
 /// dispatch and the field visitor; otherwise (the human format, tests) it is the event.
+/// With the combined access log on, that log has the line instead.
 pub fn request(fields: &RequestLine<'_>, now: std::time::SystemTime) {
-    if !tracing::enabled!(target: "mcpgate::pipeline", tracing::Level::INFO) {
+    if super::combined::on()
+        || !tracing::enabled!(target: "mcpgate::pipeline", tracing::Level::INFO)
+    {
         return;
     }
     let Some(sink) = DIRECT.get() else {

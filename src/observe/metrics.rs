@@ -79,6 +79,11 @@ pub struct EndpointLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    pub listener: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -193,6 +198,114 @@ impl Equivalent<UpstreamLabels> for OneKey<'_> {
     }
 }
 
+/// A row of the status page: requests of one profile and method (and tool, for
+/// tools/call). Not a Prometheus series: the page's own, with finer latency buckets.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct RowLabels {
+    pub profile: Label,
+    pub method: &'static str,
+    /// The tool of a tools/call (bounded as tool labels are), else empty.
+    pub tool: Label,
+}
+
+#[derive(Hash)]
+struct RowKey<'a> {
+    profile: &'a str,
+    method: &'static str,
+    tool: &'a str,
+}
+
+impl Equivalent<RowLabels> for RowKey<'_> {
+    fn equivalent(&self, k: &RowLabels) -> bool {
+        self.method == k.method && *self.profile == *k.profile.0 && *self.tool == *k.tool.0
+    }
+}
+
+/// The latency buckets of a status row: four per doubling from 10 µs, the last open.
+pub const ROW_BUCKETS: usize = 96;
+
+/// The upper bound of row bucket `i`, in seconds.
+pub fn row_bound(i: usize) -> f64 {
+    10e-6 * (i as f64 / 4.0).exp2()
+}
+
+/// What the status page shows of one row.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub requests: u64,
+    /// Refused by mcpgate (the client's doing or the gateway's), by reason.
+    pub refusals: Vec<(&'static str, u64)>,
+    /// Failed upstream (unreachable, timed out, a bad answer).
+    pub upstream_errors: u64,
+    pub latency: Vec<u64>,
+}
+
+impl Row {
+    fn add(&mut self, other: &Row) {
+        self.requests += other.requests;
+        self.upstream_errors += other.upstream_errors;
+        for (reason, n) in &other.refusals {
+            self.refuse(reason, *n);
+        }
+        if self.latency.is_empty() {
+            self.latency = vec![0; ROW_BUCKETS];
+        }
+        for (mine, theirs) in self.latency.iter_mut().zip(&other.latency) {
+            *mine += theirs;
+        }
+    }
+
+    fn refuse(&mut self, reason: &'static str, n: u64) {
+        match self.refusals.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, count)) => *count += n,
+            None => self.refusals.push((reason, n)),
+        }
+    }
+
+    /// The `q` quantile (0 to 1) of the latency, as the upper bound of its bucket (at
+    /// most 19% over the true value); `None` before any request.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total: u64 = self.latency.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.latency.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(row_bound(i));
+            }
+        }
+        Some(row_bound(ROW_BUCKETS - 1))
+    }
+}
+
+/// How a request ended, for its status row.
+#[derive(Clone, Copy, Debug)]
+pub enum Ending {
+    Answered,
+    Refused(&'static str),
+    UpstreamError,
+}
+
+/// A tools/call decision, for the status page's latest ones: who (a token id or an OAuth
+/// subject, never a token), what, and how it ended.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub at: std::time::SystemTime,
+    pub request_id: Arc<str>,
+    pub caller: Box<str>,
+    pub profile: Arc<str>,
+    pub tool: Arc<str>,
+    pub outcome: &'static str,
+    pub reason: &'static str,
+    pub status: u16,
+}
+
+/// How many decisions each thread keeps, and the page shows.
+pub const RECENT: usize = 25;
+
 /// What one thread counted of the per-request series.
 #[derive(Default)]
 struct Shard {
@@ -202,10 +315,30 @@ struct Shard {
     upstream_seconds: FastMap<UpstreamLabels, Tally>,
     /// Tool labels this thread has used: the shared set is asked only for a new name.
     tools: FastMap<Box<str>, Label>,
+    rows: FastMap<RowLabels, Row>,
+    recent: std::collections::VecDeque<Decision>,
 }
 
 impl Shard {
+    /// The bounded label of `tool`, through this thread's cache of them.
+    fn tool(&mut self, metrics: &Metrics, tool: &str) -> Label {
+        if let Some(label) = self.tools.get(tool) {
+            return label.clone();
+        }
+        // A copy of the text: the thread's own, so using it touches no count another
+        // thread shares.
+        let fresh = Label::from(&*metrics.tool_label(tool).0);
+        if *fresh.0 != *"(other)" {
+            self.tools.insert(tool.into(), fresh.clone());
+        }
+        fresh
+    }
+
     fn merge_into(&self, all: &mut Shard) {
+        for (k, v) in &self.rows {
+            all.rows.entry(k.clone()).or_default().add(v);
+        }
+        all.recent.extend(self.recent.iter().cloned());
         for (k, v) in &self.requests {
             *all.requests.entry(k.clone()).or_default() += v;
         }
@@ -399,6 +532,8 @@ pub struct Metrics {
     pub limit_store_up: Gauge,
     pub limit_store_errors: Family<ReasonLabels, Counter>,
     pub limit_store_seconds: Histogram,
+    pub cert_expiry: Family<ListenerLabels, Gauge>,
+    pub trace_spans: Family<ResultLabels, Counter>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -434,6 +569,8 @@ impl Metrics {
             limit_store_errors: Family::default(),
             // 100 µs to about 0.8 s, doubling.
             limit_store_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+            cert_expiry: Family::default(),
+            trace_spans: Family::default(),
             tool_names: Mutex::new(HashSet::new()),
             caller_names: Mutex::new(HashSet::new()),
             registry: Registry::default(),
@@ -534,6 +671,16 @@ impl Metrics {
             "Round trips to the rate-limit store that answered",
             m.limit_store_seconds.clone(),
         );
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the certificate a TLS listener serves expires (notAfter), in Unix seconds",
+            m.cert_expiry.clone(),
+        );
+        registry.register(
+            "trace_spans",
+            "Spans by result: exported, dropped (the export queue was full) or failed (the collector did not take them)",
+            m.trace_spans.clone(),
+        );
         m.last_reload_success.set(1);
         Metrics { registry, ..m }
     }
@@ -618,47 +765,98 @@ impl Metrics {
         });
     }
 
-    /// Counts a tools/call of `tool` (bounded as [`Metrics::tool_label`] says). A thread
-    /// remembers the names that got a label of their own (at most `MAX_TOOL_LABELS`), so
-    /// the shared set is locked only for a name it has not seen.
-    pub fn count_tool_call(&self, profile: &str, tool: &str, outcome: &'static str) {
+    /// Counts a request in its status row: `tool` is a tools/call's (bounded as
+    /// [`Metrics::tool_label`] says).
+    pub fn count_row(
+        &self,
+        profile: &str,
+        method: &'static str,
+        tool: Option<&str>,
+        ending: Ending,
+        took: Duration,
+    ) {
         self.per_request.with(|shard, _| {
-            let Shard {
-                tools, tool_calls, ..
-            } = shard;
-            let fresh;
-            let label = match tools.get(tool) {
-                Some(label) => label,
+            let label = tool.map(|t| shard.tool(self, t));
+            let key = RowKey {
+                profile,
+                method,
+                tool: label.as_ref().map_or("", |l| &l.0),
+            };
+            let row = match shard.rows.get_mut(&key) {
+                Some(row) => row,
                 None => {
-                    // A copy of the text: the thread's own, so using it touches no count
-                    // another thread shares.
-                    fresh = Label::from(&*self.tool_label(tool).0);
-                    if *fresh.0 != *"(other)" {
-                        tools.insert(tool.into(), fresh.clone());
-                    }
-                    &fresh
+                    let labels = RowLabels {
+                        profile: Label::from(profile),
+                        method,
+                        tool: label.unwrap_or_else(|| Label::from("")),
+                    };
+                    shard.rows.entry(labels).or_default()
                 }
             };
+            row.requests += 1;
+            match ending {
+                Ending::Answered => {}
+                Ending::Refused(reason) => row.refuse(reason, 1),
+                Ending::UpstreamError => row.upstream_errors += 1,
+            }
+            if row.latency.is_empty() {
+                row.latency = vec![0; ROW_BUCKETS];
+            }
+            let us = took.as_secs_f64() / 10e-6;
+            let at = if us <= 1.0 {
+                0
+            } else {
+                ((us.log2() * 4.0).ceil() as usize).min(ROW_BUCKETS - 1)
+            };
+            row.latency[at] += 1;
+        });
+    }
+
+    /// Counts a tools/call of `tool` (bounded as [`Metrics::tool_label`] says), and keeps
+    /// its decision among this thread's latest. A thread remembers the names that got a
+    /// label of their own (at most `MAX_TOOL_LABELS`), so the shared set is locked only
+    /// for a name it has not seen.
+    pub fn count_tool_call(&self, profile: &str, tool: &str, decision: Decision) {
+        self.per_request.with(|shard, _| {
+            let label = shard.tool(self, tool);
             let key = ToolKey {
                 profile,
                 tool: &label.0,
-                outcome,
+                outcome: decision.outcome,
             };
-            match tool_calls.get_mut(&key) {
+            match shard.tool_calls.get_mut(&key) {
                 Some(n) => *n += 1,
                 None => {
                     let labels = ToolLabels {
                         profile: Label::from(profile),
-                        tool: label.clone(),
-                        outcome,
+                        tool: label,
+                        outcome: decision.outcome,
                     };
-                    tool_calls.insert(labels, 1);
+                    shard.tool_calls.insert(labels, 1);
                 }
             }
+            if shard.recent.len() == RECENT {
+                shard.recent.pop_front();
+            }
+            shard.recent.push_back(decision);
         });
     }
 
-    /// The Prometheus text exposition.
+    /// The status page's rows (sorted by profile, method, tool) and the latest
+    /// decisions (newest first), summed over every thread.
+    pub fn status_rows(&self) -> (Vec<(RowLabels, Row)>, Vec<Decision>) {
+        let all = self.per_request.merged();
+        let mut rows: Vec<_> = all.rows.into_iter().collect();
+        rows.sort_by(|(a, _), (b, _)| {
+            (&*a.profile.0, a.method, &*a.tool.0).cmp(&(&*b.profile.0, b.method, &*b.tool.0))
+        });
+        let mut recent: Vec<_> = all.recent.into_iter().collect();
+        recent.sort_by_key(|d| std::cmp::Reverse(d.at));
+        recent.truncate(RECENT);
+        (rows, recent)
+    }
+
+    /// The metrics in the OpenMetrics text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
@@ -666,9 +864,54 @@ impl Metrics {
     }
 }
 
+/// The OpenMetrics text of [`Metrics::render`] in Prometheus's older text format (0.0.4),
+/// for scrapers that do not ask for OpenMetrics (and `promtool check metrics`): a
+/// counter's `HELP` and `TYPE` name its `_total` samples, and there is no `# EOF`. The
+/// samples themselves read the same in both.
+pub fn to_text_format(openmetrics: &str) -> String {
+    let counters: HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 1024);
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_older_text_format_names_counters_by_their_samples() {
+        let om = "# HELP mcpgate_refusals Requests refused.\n# TYPE mcpgate_refusals counter\nmcpgate_refusals_total{reason=\"policy\"} 1\n# HELP mcpgate_open_streams Streams.\n# TYPE mcpgate_open_streams gauge\nmcpgate_open_streams 0\n# EOF\n";
+        assert_eq!(
+            to_text_format(om),
+            "# HELP mcpgate_refusals_total Requests refused.\n# TYPE mcpgate_refusals_total counter\nmcpgate_refusals_total{reason=\"policy\"} 1\n# HELP mcpgate_open_streams Streams.\n# TYPE mcpgate_open_streams gauge\nmcpgate_open_streams 0\n"
+        );
+    }
 
     #[test]
     fn tool_labels_are_bounded() {
@@ -681,6 +924,66 @@ mod tests {
         }
         assert_eq!(m.tool_label("one-more"), Label::from("(other)"));
         assert_eq!(m.tool_label("t0"), Label::from("t0"));
+    }
+
+    fn decision(outcome: &'static str) -> Decision {
+        Decision {
+            at: std::time::SystemTime::now(),
+            request_id: Arc::from("r"),
+            caller: "chatgpt-app".into(),
+            profile: Arc::from("gpt"),
+            tool: Arc::from("get_document"),
+            outcome,
+            reason: "-",
+            status: 200,
+        }
+    }
+
+    /// Rows from several threads add up; quantiles are their bucket's bound, within 19%
+    /// of the true value; each thread keeps its latest decisions.
+    #[test]
+    fn status_rows_are_summed_and_their_quantiles_near() {
+        let m = Metrics::new();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for ms in 1..=100u64 {
+                        let ending = if ms % 10 == 0 {
+                            Ending::Refused("rate_limited")
+                        } else {
+                            Ending::Answered
+                        };
+                        let took = Duration::from_millis(ms);
+                        m.count_row("gpt", "tools/call", Some("get_document"), ending, took);
+                        m.count_tool_call("gpt", "get_document", decision("forwarded"));
+                    }
+                });
+            }
+        });
+        m.count_row(
+            "gpt",
+            "tools/list",
+            None,
+            Ending::UpstreamError,
+            Duration::ZERO,
+        );
+        let (rows, recent) = m.status_rows();
+        assert_eq!(rows.len(), 2);
+        let (labels, row) = &rows[0];
+        assert_eq!(
+            (&*labels.tool.0, labels.method),
+            ("get_document", "tools/call")
+        );
+        assert_eq!(row.requests, 200);
+        assert_eq!(row.refusals, vec![("rate_limited", 20)]);
+        let p50 = row.quantile(0.5).unwrap();
+        let p99 = row.quantile(0.99).unwrap();
+        assert!((0.050..=0.050 * 1.19).contains(&p50), "{p50}");
+        assert!((0.099..=0.099 * 1.19).contains(&p99), "{p99}");
+        assert_eq!(rows[1].1.upstream_errors, 1);
+        assert_eq!(rows[1].1.quantile(0.5), Some(row_bound(0)));
+        assert_eq!(recent.len(), RECENT);
+        assert!(recent.windows(2).all(|w| w[0].at >= w[1].at));
     }
 
     /// Counts made on several threads add up, and the histograms read exactly as
@@ -702,7 +1005,7 @@ mod tests {
                 s.spawn(|| {
                     for t in times {
                         m.count_request(&key, Duration::from_secs_f64(t));
-                        m.count_tool_call("gpt", "get_document", "forwarded");
+                        m.count_tool_call("gpt", "get_document", decision("forwarded"));
                         m.observe_upstream(&upstream, Duration::from_secs_f64(t));
                     }
                 });

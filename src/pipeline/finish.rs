@@ -10,10 +10,13 @@ use crate::error::{GateError, Side};
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
 use crate::mcp::transport::accept::Want;
+use crate::observe::combined;
 use crate::observe::log;
 use crate::observe::metrics::Metrics;
+use crate::observe::trace;
 use http::{Method, Response};
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 pub(super) fn finish(
@@ -46,8 +49,16 @@ pub(super) fn finish(
         None => response,
     };
     let status = response.status().as_u16();
+    if let Some(access) = &ctx.access {
+        log_combined(ctx, access, method, &response, now);
+    }
     log_request(live, ctx, method, status, reason.as_ref(), head_ms, now);
-    record_metrics(&gw.metrics, ctx, method, status, reason.as_ref(), took);
+    if let (Some(tracer), Some(trace)) = (&gw.tracer, &ctx.trace)
+        && trace.sampled
+    {
+        tracer.end(span(ctx, trace, method, status, reason.as_ref(), took, now));
+    }
+    record_metrics(&gw.metrics, ctx, method, status, reason.as_ref(), took, now);
     response
 }
 
@@ -98,6 +109,75 @@ fn log_request(
         Some(e) if e.side() != Side::Downstream => log::request_failed(&line, e),
         _ => log::request(&line, now),
     }
+}
+
+/// The request's span, as it ended.
+fn span(
+    ctx: &Ctx<'_>,
+    trace: &trace::Context,
+    method: &Method,
+    status: u16,
+    error: Option<&GateError>,
+    took: std::time::Duration,
+    now: SystemTime,
+) -> trace::Record {
+    let caller = ctx.caller.as_deref();
+    trace::Record {
+        context: trace.clone(),
+        start: now.checked_sub(took).unwrap_or(now),
+        end: now,
+        method: http_method_label(method),
+        route: ctx.route.map(|r| r.template.clone()),
+        profile: ctx.route.map(|r| r.profile.name.clone()),
+        token_id: ctx.token_id.map(Box::from),
+        sub: caller.and_then(|c| c.sub.as_deref()).map(Box::from),
+        client_id: caller.and_then(|c| c.client_id.as_deref()).map(Box::from),
+        rpc: ctx.rpc_method.clone(),
+        tool: ctx.tool.clone(),
+        status,
+        outcome: error.map_or("ok", GateError::reason),
+        failed: error.is_some_and(|e| e.side() != Side::Downstream),
+        request_id: ctx.request_id.clone(),
+        listener: ctx.listener.into(),
+        peer: ctx.peer.addr.ip(),
+        total_ms: took.as_secs_f64() * 1000.0,
+        upstream_ms: ctx.upstream_ms,
+    }
+}
+
+/// The request's line in the combined access log (`observe::combined`).
+fn log_combined(
+    ctx: &Ctx<'_>,
+    access: &combined::Access,
+    method: &Method,
+    response: &Response<GateBody>,
+    now: SystemTime,
+) {
+    use http_body::Body as _;
+    let user = match (ctx.token_id, &ctx.caller) {
+        (Some(id), _) => id,
+        (None, Some(c)) => c.sub.as_deref().unwrap_or("-"),
+        (None, None) => "-",
+    };
+    let line = combined::Line {
+        peer: ctx.peer.addr.ip(),
+        user,
+        now,
+        method: method.as_str(),
+        path: ctx.route.map_or("-", |r| &*r.template),
+        access,
+        status: response.status().as_u16(),
+        bytes: response.body().size_hint().exact().unwrap_or(0),
+    };
+    thread_local! {
+        static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let _ = LINE.try_with(|buf| {
+        if let Ok(mut buf) = buf.try_borrow_mut() {
+            combined::format(&mut buf, &line);
+            combined::write(&buf);
+        }
+    });
 }
 
 /// MCP methods that may be metric labels as they are; anything else a client invents is
@@ -168,8 +248,11 @@ fn record_metrics(
     status: u16,
     error: Option<&GateError>,
     took: std::time::Duration,
+    now: SystemTime,
 ) {
-    use crate::observe::metrics::{Label, ReasonLabels, RequestKey, UpstreamErrorLabels};
+    use crate::observe::metrics::{
+        Decision, Ending, Label, ReasonLabels, RequestKey, UpstreamErrorLabels,
+    };
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let method = method_label(ctx.rpc_method.as_ref(), http);
@@ -204,6 +287,16 @@ fn record_metrics(
             }
         };
     }
+    let ending = match error {
+        None => Ending::Answered,
+        Some(e) if e.side() == Side::Upstream => Ending::UpstreamError,
+        Some(e) => Ending::Refused(e.reason()),
+    };
+    // Requests no route took have no profile: the page counts only routed ones.
+    if ctx.route.is_some() {
+        let tool = ctx.tool.as_deref().filter(|_| method == "tools/call");
+        m.count_row(profile, method, tool, ending, took);
+    }
     if let Some(tool) = &ctx.tool {
         let outcome = match error {
             None => "forwarded",
@@ -212,7 +305,24 @@ fn record_metrics(
             Some(e) if e.side() == Side::Upstream => "upstream_error",
             Some(_) => "rejected",
         };
-        m.count_tool_call(profile, tool, outcome);
+        let caller = match (ctx.token_id, &ctx.caller) {
+            (Some(id), _) => id,
+            (None, Some(c)) => c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-"),
+            (None, None) => "-",
+        };
+        let decision = Decision {
+            at: now,
+            request_id: ctx.request_id.clone(),
+            caller: caller.into(),
+            profile: ctx
+                .route
+                .map_or_else(|| Arc::from("-"), |r| r.profile.name.clone()),
+            tool: tool.clone(),
+            outcome,
+            reason: error.map_or("-", GateError::reason),
+            status,
+        };
+        m.count_tool_call(profile, tool, decision);
     }
 }
 

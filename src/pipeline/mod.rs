@@ -31,6 +31,7 @@ use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::jsonrpc::{self, Payload, ToolName};
 use crate::mcp::transport::accept::{self, Want};
 use crate::observe::audit as trail;
+use crate::observe::combined;
 use crate::observe::log;
 use crate::upstream::encode::Outgoing;
 use bytes::Bytes;
@@ -70,6 +71,10 @@ struct Ctx<'s> {
     started: Instant,
     /// The audit records' shared fields, once made.
     audit_base: Option<Arc<trail::Base>>,
+    /// What the combined access log needs of the request, when that log is on.
+    access: Option<Box<combined::Access>>,
+    /// The request's trace context, when traces are exported.
+    trace: Option<Box<crate::observe::trace::Context>>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -104,6 +109,11 @@ pub async fn handle(
         rpc_id: None,
         rpc_method: None,
         tool: None,
+        access: combined::on().then(|| Box::new(access(&req))),
+        trace: gw
+            .tracer
+            .as_ref()
+            .map(|t| Box::new(t.begin(req.fields.all(Kind::Traceparent)))),
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -243,6 +253,25 @@ fn outgoing<'a>(
         proto: ctx.proto,
         request_id: &ctx.request_id,
         underscores: live.server.underscores_in_headers,
+        trace: ctx.trace.as_deref(),
+    }
+}
+
+/// The request's version, `Referer` and `User-Agent`, for the combined access log.
+fn access(req: &ClientRequest) -> combined::Access {
+    let field = |name: &[u8]| {
+        req.fields
+            .iter()
+            .find(|(kind, n, _)| *kind == Kind::Other && n.eq_ignore_ascii_case(name))
+            .map(|(_, _, v)| Box::<[u8]>::from(v))
+    };
+    combined::Access {
+        version: match req.body {
+            crate::http::request::ClientBody::H2(_) => "HTTP/2.0",
+            _ => "HTTP/1.1",
+        },
+        referer: field(b"referer"),
+        agent: field(b"user-agent"),
     }
 }
 

@@ -66,6 +66,9 @@ pub struct Outgoing<'a> {
     pub request_id: &'a str,
     /// Whether fields whose names hold `_` go upstream (`server.underscores_in_headers`).
     pub underscores: bool,
+    /// With tracing on: the request's trace context, whose `traceparent` replaces the
+    /// client's (and whose `tracestate` goes only with a continued trace).
+    pub trace: Option<&'a crate::http::traceparent::Context>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -104,6 +107,9 @@ pub fn encode(
         if stays_here(kind)
             || (post && kind == Kind::Accept)
             || (session.is_some() && kind == Kind::McpSessionId)
+            || out.trace.is_some_and(|t| {
+                kind == Kind::Traceparent || (kind == Kind::Tracestate && !t.continued())
+            })
             || (!out.underscores && name.contains(&b'_'))
             || listed
                 .iter()
@@ -133,6 +139,9 @@ pub fn encode(
         crate::http::headval::X_REQUEST_ID.as_str().as_bytes(),
         if id_ok { id } else { b"-" },
     );
+    if let Some(t) = out.trace {
+        line(b"traceparent", &t.header);
+    }
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
         line(b"accept", b"application/json, text/event-stream");
@@ -309,6 +318,7 @@ auth = "none"
             forwarded_for: &forwarded_for,
             timeout: std::time::Duration::from_secs(1),
             proto: "https",
+            trace: None,
             request_id: "rid-1",
             underscores: false,
         };

@@ -162,6 +162,18 @@ impl EndpointState {
     }
 
     /// Sets the gauge from the state.
+    /// What the status page says of it: `up`, `down` (its health check fails) or
+    /// `ejected` (failing requests took it out for a while).
+    pub fn health(&self) -> &'static str {
+        if !self.healthy.load(Ordering::Relaxed) {
+            "down"
+        } else if self.ejected_until.load(Ordering::Relaxed) > now_ms() {
+            "ejected"
+        } else {
+            "up"
+        }
+    }
+
     fn show(&self) {
         let in_ =
             self.healthy.load(Ordering::Relaxed) && self.ejected_until.load(Ordering::Relaxed) == 0;

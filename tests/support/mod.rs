@@ -196,6 +196,7 @@ pub struct Gateway {
     child: Child,
     pub listeners: HashMap<String, SocketAddr>,
     log: Arc<Mutex<String>>,
+    out: Arc<Mutex<String>>,
     path: std::path::PathBuf,
     _dir: Option<tempfile::TempDir>,
 }
@@ -231,11 +232,22 @@ impl Gateway {
             .arg(path)
             .env("MCPGATE_TEST_API_KEY", API_KEY)
             .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let stderr = child.stderr.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let out = Arc::new(Mutex::new(String::new()));
+        let out_sink = out.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let mut o = out_sink.lock().unwrap();
+                o.push_str(&line);
+                o.push('\n');
+            }
+        });
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
         let sink = log.clone();
@@ -267,6 +279,7 @@ impl Gateway {
             child,
             listeners,
             log,
+            out,
             path: path.to_path_buf(),
             _dir: None,
         })
@@ -282,6 +295,11 @@ impl Gateway {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// What the gateway wrote to stdout (the combined access log).
+    pub fn stdout(&self) -> String {
+        self.out.lock().unwrap().clone()
     }
 
     /// The log once `what` is in it `times` times. A worker writes the info lines it

@@ -23,6 +23,7 @@ pub use oauth::{Grant, IdpUrl, Introspection, OAuthSettings, idp_url};
 pub use routes::{Auth, HostRules, Listener, METADATA_PATH, OriginRules, Route};
 pub use snapshot::{
     DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
+    TelemetrySettings,
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
@@ -219,11 +220,12 @@ impl Compiler<'_> {
                     None | Some((_, "auto")) => LogFormat::Auto,
                     Some((_, "json")) => LogFormat::Json,
                     Some((_, "pretty")) => LogFormat::Pretty,
+                    Some((_, "combined")) => LogFormat::Combined,
                     Some((f, other)) => {
                         return fail(
                             f.span(),
                             format!(
-                                "unknown log format {other:?}; use \"auto\", \"json\" or \"pretty\""
+                                "unknown log format {other:?}; use \"auto\", \"json\", \"pretty\" or \"combined\""
                             ),
                         );
                     }
@@ -255,6 +257,10 @@ impl Compiler<'_> {
                 level: None,
                 slow_request: DEFAULT_SLOW_REQUEST,
             },
+        };
+        let telemetry = match &raw.telemetry {
+            Some(t) => telemetry(t.get_ref())?,
+            None => None,
         };
         let audit = match &raw.audit {
             Some(a) => Some(self.audit(a.get_ref())?),
@@ -303,6 +309,7 @@ impl Compiler<'_> {
             oauth,
             server,
             log,
+            telemetry,
             files: self.files.take(),
             warnings,
         })
@@ -362,6 +369,69 @@ impl Compiler<'_> {
                 .as_ref()
                 .map_or(d.underscores_in_headers, |v| *v.get_ref()),
         })
+    }
+}
+
+/// `[telemetry]`: `None` without an `otlp` address (nothing else does anything then).
+fn telemetry(t: &raw::RawTelemetry) -> Result<Option<TelemetrySettings>, Fail> {
+    let Some(otlp) = &t.otlp else {
+        return Ok(None);
+    };
+    let url = at(otlp, otlp_url(otlp.get_ref()))?;
+    let sampling = match &t.sampling {
+        Some(v) if !(0.0..=1.0).contains(v.get_ref()) => {
+            return fail(v.span(), "sampling is a share of traces: from 0 to 1");
+        }
+        Some(v) => *v.get_ref(),
+        None => 1.0,
+    };
+    let service_name = match &t.service_name {
+        Some(v) if v.get_ref().trim().is_empty() => return fail(v.span(), "empty service_name"),
+        Some(v) => v.get_ref().clone(),
+        None => "mcpgate".to_string(),
+    };
+    let queue = match &t.queue {
+        Some(v) => at(
+            v,
+            usize::try_from(*v.get_ref())
+                .ok()
+                .filter(|n| (1..=1_000_000).contains(n))
+                .ok_or_else(|| "queue is a number of spans, from 1 to 1000000".to_string()),
+        )?,
+        None => 4096,
+    };
+    Ok(Some(TelemetrySettings {
+        otlp: url,
+        sampling,
+        service_name,
+        queue,
+    }))
+}
+
+/// The traces URL of an OTLP/HTTP collector: `http://host:port` gets OTLP's `/v1/traces`;
+/// a URL with a path is taken as it is.
+fn otlp_url(text: &str) -> Result<String, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("otlp is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(
+            "otlp must be an http:// URL (a collector on the host or in the pod; https is not supported)"
+                .into(),
+        );
+    }
+    let Some(authority) = uri.authority() else {
+        return Err("otlp has no host".into());
+    };
+    if authority.as_str().contains('@') {
+        return Err("otlp must not carry credentials".into());
+    }
+    if uri.query().is_some() {
+        return Err("otlp must not have a query".into());
+    }
+    match uri.path() {
+        "" | "/" => Ok(format!("http://{authority}/v1/traces")),
+        _ => Ok(text.to_string()),
     }
 }
 

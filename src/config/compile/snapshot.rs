@@ -46,6 +46,18 @@ pub enum LogFormat {
     Auto,
     Json,
     Pretty,
+    /// The access log in nginx's `combined` format on stdout; other events as JSON.
+    Combined,
+}
+
+/// `[telemetry]`: where spans go and how many. Fixed at start, like `[log]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// The collector's traces URL (`…/v1/traces`).
+    pub otlp: String,
+    pub sampling: f64,
+    pub service_name: String,
+    pub queue: usize,
 }
 
 /// The operational log (`[log]`); format and level apply at start.
@@ -90,6 +102,8 @@ pub struct Snapshot {
     pub oauth: Option<Arc<super::oauth::OAuthSettings>>,
     pub server: ServerSettings,
     pub log: LogSettings,
+    /// `[telemetry]` with an `otlp` address: traces are exported.
+    pub telemetry: Option<TelemetrySettings>,
     /// The config file and every file it references (secrets, certificates): what the
     /// reload watcher watches.
     pub files: Vec<PathBuf>,

@@ -473,6 +473,17 @@ fn conflict() -> Response<UpstreamBody> {
 
 /// Runs `task` on the control thread's runtime (see `runtime::workers::control`), where
 /// it outlives the workers: closing a process must finish even during shutdown.
+impl StdioUpstream {
+    /// Processes running now, and sessions open (for the status page).
+    pub fn counts(&self) -> (usize, usize) {
+        let sessions = self.sessions.lock().map_or(0, |s| s.len());
+        (
+            self.processes.load(std::sync::atomic::Ordering::Relaxed),
+            sessions,
+        )
+    }
+}
+
 pub fn background(task: impl std::future::Future<Output = ()> + Send + 'static) {
     match crate::runtime::workers::control() {
         Some(rt) => {

@@ -44,6 +44,7 @@ if [ $# -eq 0 ]; then
   bench/oauth.sh --smoke
   bench/policy.sh --smoke
   bench/scale.sh --smoke
+  bench/trace.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -328,7 +328,7 @@ pub struct RawTelemetry {
     pub sampling: Option<S<f64>>,
     /// `service.name` of the spans; default `mcpgate`.
     pub service_name: Option<S<String>>,
-    /// Spans waiting for export at most; more are dropped and counted. Default 4096.
+    /// Spans waiting for export at most; more are dropped and counted. Default 16384.
     pub queue: Option<S<i64>>,
 }
 

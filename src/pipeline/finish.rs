@@ -138,7 +138,6 @@ fn span(
         outcome: error.map_or("ok", GateError::reason),
         failed: error.is_some_and(|e| e.side() != Side::Downstream),
         request_id: ctx.request_id.clone(),
-        listener: ctx.listener.into(),
         peer: ctx.peer.addr.ip(),
         total_ms: took.as_secs_f64() * 1000.0,
         upstream_ms: ctx.upstream_ms,

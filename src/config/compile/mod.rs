@@ -398,7 +398,7 @@ fn telemetry(t: &raw::RawTelemetry) -> Result<Option<TelemetrySettings>, Fail> {
                 .filter(|n| (1..=1_000_000).contains(n))
                 .ok_or_else(|| "queue is a number of spans, from 1 to 1000000".to_string()),
         )?,
-        None => 4096,
+        None => 16384,
     };
     Ok(Some(TelemetrySettings {
         otlp: url,
@@ -971,6 +971,43 @@ profiles = ["gpt"]
         );
         assert!(listed.listeners[0].hosts.allows("mcp.example.com:8443"));
         assert!(!listed.listeners[0].hosts.allows("other.example.com"));
+    }
+
+    /// `[telemetry]`: a bare collector address gets OTLP's traces path; what cannot work
+    /// is refused with its position.
+    #[test]
+    fn telemetry_settings() {
+        let with = |t: &str| load_str(&format!("{BASE}\n[telemetry]\n{t}\n"), "t.toml");
+        let s = with("otlp = \"http://127.0.0.1:4318\"\nsampling = 0.25").unwrap();
+        let t = s.telemetry.unwrap();
+        assert_eq!(t.otlp, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(
+            (t.sampling, t.queue, t.service_name.as_str()),
+            (0.25, 16384, "mcpgate")
+        );
+        let s = with("otlp = \"http://collector:4318/custom/traces\"").unwrap();
+        assert_eq!(
+            s.telemetry.unwrap().otlp,
+            "http://collector:4318/custom/traces"
+        );
+        assert!(with("sampling = 0.5").unwrap().telemetry.is_none());
+        for (bad, says) in [
+            ("otlp = \"https://collector:4318\"", "http:// URL"),
+            ("otlp = \"http://user:pw@collector:4318\"", "credentials"),
+            ("otlp = \"collector:4318\"", "http:// URL"),
+            ("otlp = \"http://c:4318\"\nsampling = 1.5", "from 0 to 1"),
+            ("otlp = \"http://c:4318\"\nqueue = 0", "from 1 to 1000000"),
+            (
+                "otlp = \"http://c:4318\"\nservice_name = \" \"",
+                "empty service_name",
+            ),
+            ("otlp = \"http://c:4318\"\nexport = 1", "unknown field"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("t.toml:"), "{bad}: {e}");
+        }
+        let s = load_str(&format!("{BASE}\n[log]\nformat = \"combined\"\n"), "t.toml").unwrap();
+        assert_eq!(s.log.format, LogFormat::Combined);
     }
 
     #[test]

@@ -465,11 +465,22 @@ impl Snapshot {
         let _ = writeln!(out, "\nadmin:");
         match self.admin {
             Some(a) => {
-                let _ = writeln!(out, "  http://{a}  /healthz /readyz /metrics, POST /reload");
+                let _ = writeln!(
+                    out,
+                    "  http://{a}  / (status page) /status /healthz /readyz /metrics, POST /reload"
+                );
             }
             None => {
                 let _ = writeln!(out, "  (none)");
             }
+        }
+        if let Some(t) = &self.telemetry {
+            let _ = writeln!(out, "\ntelemetry:");
+            let _ = writeln!(
+                out,
+                "  traces to {} (OTLP/HTTP), sampling {}, service.name {}, queue {}",
+                t.otlp, t.sampling, t.service_name, t.queue
+            );
         }
         let sv = &self.server;
         let _ = writeln!(out, "\nserver:");

@@ -5,10 +5,10 @@ seen before (cached: a hash and a lookup), and first seen (the signature checked
 RS256, ES256 and EdDSA. Interleaved rounds; mcpgate's CPU per call, medians, ratios to
 the static token. Prints Markdown tables."""
 
-import json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import TICK, cpu_ticks, free, rss_kib, wait_port, wrk  # the main harness's helpers
+from run import TICK, cpu_ticks, free, rss_kib, wait_port, wrk, stop  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -96,13 +96,7 @@ def main():
                 measure(f"JWT first seen, {alg}", "/mcp", "tokens.lua", {"BENCH_TOKENS": files[(alg, rnd)], "BENCH_THREADS": "2"})
         rss = rss_kib([gate.pid])
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
     med = lambda case, k: statistics.median(r[k] for r in results[case])

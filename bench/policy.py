@@ -4,10 +4,10 @@ whose profile also checks an argument rule (a JSON pointer into the arguments, g
 and annotation rules (the upstream's hints for the tool). Interleaved rounds; mcpgate's
 CPU per call, medians, the ratio. Prints a Markdown table."""
 
-import os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import TICK, cpu_ticks, free, wait_port, wrk  # the main harness's helpers
+from run import TICK, cpu_ticks, free, wait_port, wrk, stop  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -64,13 +64,7 @@ def main():
             measure("allowed by name", "/names/mcp")
             measure("by name + argument rule + annotations", "/rules/mcp")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
     med = lambda case, k: statistics.median(r[k] for r in results[case])

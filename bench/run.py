@@ -92,6 +92,17 @@ def wrk_result(url, out):
     return {"requests": requests, "rps": rps, "p50": p50, "p99": p99, "failed": failed}
 
 
+def stop(procs):
+    """SIGTERM to every process, then a wait of up to 10 s each; SIGKILL past it."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def main():
     for name, port in PORTS.items():
         if not free(port):
@@ -275,13 +286,7 @@ def main():
         demo_calls = sum(wrk(demo_url, "list.lua")["requests"] for _ in range(1 if SMOKE else 6))
         demo_growth = rss_kib([demo.pid]) - demo_before
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         # The audit trail and logs of a full run take close to 1 GB.
         if os.environ.get("BENCH_KEEP_WORK"):
             print(f"work files kept in {work}", file=sys.stderr)

@@ -5,10 +5,10 @@ round trip to Redis adds), requests/s and CPU at 16. Then 100,000 calls with a t
 each never used before (a rate key each) against each gateway, and their RSS before
 and after. Prints a Markdown table."""
 
-import hashlib, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import hashlib, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import TICK, TOKEN, cpu_ticks, free, rss_kib, wait_port, wrk, wrk_result, wrk_start  # the main harness's helpers
+from run import TICK, TOKEN, cpu_ticks, free, rss_kib, wait_port, wrk, wrk_result, wrk_start, stop  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -103,13 +103,7 @@ def main():
             if case == "redis":
                 memory[case]["redis_keys"] = int(redis_cli("DBSIZE"))
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         if not os.environ.get("BENCH_KEEP"):
             shutil.rmtree(work, ignore_errors=True)
 

@@ -5,10 +5,10 @@ answers 200), and tracing on with sampling 0 (trace context passed on, nothing
 exported). Interleaved rounds; each process's CPU per call, medians, ratios to off.
 Prints a Markdown table."""
 
-import http.server, os, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, urllib.request
+import http.server, os, re, shutil, statistics, subprocess, sys, tempfile, threading, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import TICK, cpu_ticks, free, wait_port, wrk  # the main harness's helpers
+from run import TICK, cpu_ticks, free, wait_port, wrk, stop  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -90,13 +90,7 @@ def main():
         counts = {case: spans(admin) for case, (_, admin, _) in CASES.items()}
         requests = {case: sum(r["requests"] for r in results[case]) for case in CASES}
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         sink.shutdown()
         if os.environ.get("BENCH_KEEP"):
             print("kept", work)

@@ -66,10 +66,12 @@ async fn the_status_page_shows_what_the_gateway_did() {
         429
     );
     post(&gpt, &[], &list(13)).await;
+    // A tool name is the client's text: the page shows it, never runs it.
+    post(&gpt, &[], &call(14, "<img src=x onerror=alert(1)>")).await;
 
     let s = status(&gw).await;
-    assert_eq!(s["requests"], 9, "{s:#}");
-    assert_eq!(s["refused"], 2, "{s:#}");
+    assert_eq!(s["requests"], 10, "{s:#}");
+    assert_eq!(s["refused"], 3, "{s:#}");
     let get = row(&s, "tools/call", Some("get_document"));
     assert_eq!(get["requests"], 5);
     assert_eq!(get["refused"], 0);
@@ -88,7 +90,9 @@ async fn the_status_page_shows_what_the_gateway_did() {
     assert_eq!(s["upstreams"][0]["name"], "docs");
     assert_eq!(s["reload"], Value::Null);
     let decisions = s["decisions"].as_array().unwrap();
-    assert_eq!(decisions.len(), 8);
+    assert_eq!(decisions.len(), 9);
+    assert_eq!(decisions[0]["tool"], "<img src=x onerror=alert(1)>");
+    let decisions = &decisions[1..];
     assert_eq!(decisions[0]["tool"], "delete_document");
     assert_eq!(decisions[0]["outcome"], "rejected");
     assert_eq!(decisions[0]["reason"], "rate_limited");
@@ -117,9 +121,17 @@ async fn the_status_page_shows_what_the_gateway_did() {
     assert_eq!(page.header("content-type"), "text/html; charset=utf-8");
     let csp = page.header("content-security-policy");
     assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'sha256-"));
-    assert!(page.body.contains("<b id=requests>9</b>"), "{}", page.body);
+    assert!(page.body.contains("<b id=requests>10</b>"), "{}", page.body);
+    assert!(
+        !page.body.contains("<img") && page.body.contains("&#60;img src=x onerror=alert(1)&#62;")
+    );
     assert!(page.body.contains("rate_limited 1"));
-    assert!(!page.body.contains("src=") && !page.body.contains("href="));
+    // Nothing from elsewhere: one inline script, no link, image or frame.
+    assert_eq!(page.body.matches("<script").count(), 1);
+    assert!(page.body.contains("<script>"));
+    for tag in ["<link", "<img", "<iframe", "<object", "@import", "url("] {
+        assert!(!page.body.contains(tag), "{tag}");
+    }
     for t in ALL_TOKENS {
         assert!(!page.body.contains(t) && !s.to_string().contains(t));
     }
@@ -132,8 +144,9 @@ async fn the_status_page_shows_what_the_gateway_did() {
         &["--virtual-time-budget=6000", "--dump-dom"],
     );
     assert!(dom.contains("<span id=\"live\">live</span>"), "{dom}");
-    assert!(dom.contains("<b id=\"requests\">10</b>"), "{dom}");
-    assert!(dom.contains("<b id=\"refused\">2</b>"), "{dom}");
+    assert!(dom.contains("<b id=\"requests\">11</b>"), "{dom}");
+    assert!(dom.contains("<b id=\"refused\">3</b>"), "{dom}");
+    assert!(!dom.contains("<img") && dom.contains("&lt;img src=x onerror=alert(1)&gt;"));
     let get_row = dom
         .split("<tr>")
         .find(|r| r.contains("get_document</td>"))

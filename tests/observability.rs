@@ -459,13 +459,26 @@ async fn spans_the_collector_cannot_take_are_counted() {
     }
     gw.log_with("the trace collector did not take spans", 1)
         .await;
-    let m = send(Method::GET, &gw.admin_url("/metrics"), &[], "")
-        .await
-        .body;
+    // The three may have gone in one export or two.
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = send(Method::GET, &gw.admin_url("/metrics"), &[], "")
+            .await
+            .body;
+        if m.contains("mcpgate_trace_spans_total{result=\"failed\"} 3") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         m.contains("mcpgate_trace_spans_total{result=\"failed\"} 3"),
         "{m}"
     );
+    let warnings = gw
+        .log()
+        .matches("the trace collector did not take spans")
+        .count();
+    assert_eq!(warnings, 1);
 }
 
 /// `[log] format = "combined"`: one nginx combined line per request on stdout, with the

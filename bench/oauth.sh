@@ -5,12 +5,4 @@
 # then runs bench/oauth.py.
 #   bench/oauth.sh            full run (about two minutes); prints the table for docs/benchmarks.md
 #   bench/oauth.sh --smoke    one short round on a debug build: checks the harness works
-set -euo pipefail
-cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--smoke" ]; then
-  cargo build --quiet --bin mcpgate
-  export MCPGATE_BIN=target/debug/mcpgate
-else
-  cargo build --release --quiet --bin mcpgate
-fi
-exec python3 bench/oauth.py "$@"
+exec "$(dirname "$0")/harness.sh" oauth "$@"

@@ -4,12 +4,4 @@
 # 100,000 distinct rate keys take. Builds a release binary, then runs bench/scale.py.
 #   bench/scale.sh            full run (about two minutes); prints the table for docs/benchmarks.md
 #   bench/scale.sh --smoke    one short round on a debug build: checks the harness works
-set -euo pipefail
-cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--smoke" ]; then
-  cargo build --quiet --bin mcpgate
-  export MCPGATE_BIN=target/debug/mcpgate
-else
-  cargo build --release --quiet --bin mcpgate
-fi
-exec python3 bench/scale.py "$@"
+exec "$(dirname "$0")/harness.sh" scale "$@"

@@ -20,10 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
 
-fn with_admin(text: String) -> String {
-    format!("{text}\n[admin]\naddr = \"127.0.0.1:0\"\n")
-}
-
 /// The test config with a delete rate of 1 a minute, so a second delete is refused.
 fn config_with_rate(upstream: &str) -> String {
     config(upstream, "10s").replace(

@@ -15,10 +15,6 @@ use support::*;
 
 const NEW_TOKEN: &str = "tok-rotated-in-Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz";
 
-fn with_admin(text: String) -> String {
-    format!("{text}\n[admin]\naddr = \"127.0.0.1:0\"\n")
-}
-
 /// The config plus one more token for the gpt profile.
 fn with_new_token(text: &str) -> String {
     format!(

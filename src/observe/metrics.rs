@@ -289,6 +289,13 @@ pub enum Ending {
     UpstreamError,
 }
 
+/// What a request's status row needs beyond its [`RequestKey`]: the tool of a tools/call
+/// (bounded as [`Metrics::tool_label`] says) and how it ended.
+pub struct RowNote<'a> {
+    pub tool: Option<&'a str>,
+    pub ending: Ending,
+}
+
 /// A tools/call decision, for the status page's latest ones: who (a token id or an OAuth
 /// subject, never a token), what, and how it ended.
 #[derive(Clone, Debug)]
@@ -296,7 +303,9 @@ pub struct Decision {
     pub at: std::time::SystemTime,
     pub request_id: Arc<str>,
     pub caller: Box<str>,
-    pub profile: Arc<str>,
+    /// A copy, not the configuration's shared `Arc`: its count would be written by both
+    /// workers per call.
+    pub profile: Box<str>,
     pub tool: Arc<str>,
     pub outcome: &'static str,
     pub reason: &'static str,
@@ -332,6 +341,50 @@ impl Shard {
             self.tools.insert(tool.into(), fresh.clone());
         }
         fresh
+    }
+
+    /// Counts a request of `profile` in its status row (see [`RowNote`]).
+    fn count_row(
+        &mut self,
+        metrics: &Metrics,
+        profile: &str,
+        method: &'static str,
+        note: &RowNote<'_>,
+        took: Duration,
+    ) {
+        let label = note.tool.map(|t| self.tool(metrics, t));
+        let key = RowKey {
+            profile,
+            method,
+            tool: label.as_ref().map_or("", |l| &l.0),
+        };
+        let row = match self.rows.get_mut(&key) {
+            Some(row) => row,
+            None => {
+                let labels = RowLabels {
+                    profile: Label::from(profile),
+                    method,
+                    tool: label.unwrap_or_else(|| Label::from("")),
+                };
+                self.rows.entry(labels).or_default()
+            }
+        };
+        row.requests += 1;
+        match note.ending {
+            Ending::Answered => {}
+            Ending::Refused(reason) => row.refuse(reason, 1),
+            Ending::UpstreamError => row.upstream_errors += 1,
+        }
+        if row.latency.is_empty() {
+            row.latency = vec![0; ROW_BUCKETS];
+        }
+        let us = took.as_secs_f64() / 10e-6;
+        let at = if us <= 1.0 {
+            0
+        } else {
+            ((us.log2() * 4.0).ceil() as usize).min(ROW_BUCKETS - 1)
+        };
+        row.latency[at] += 1;
     }
 
     fn merge_into(&self, all: &mut Shard) {
@@ -736,8 +789,12 @@ impl Metrics {
 
     /// Counts an answered request and the time to its answer's head, in this thread's
     /// shard.
-    pub fn count_request(&self, key: &RequestKey<'_>, took: Duration) {
+    /// With `row`, it counts in the status page's row too (under the same lock).
+    pub fn count_request(&self, key: &RequestKey<'_>, took: Duration, row: Option<&RowNote<'_>>) {
         self.per_request.with(|shard, bounds| {
+            if let Some(note) = row {
+                shard.count_row(self, key.profile, key.method, note, took);
+            }
             match shard.requests.get_mut(key) {
                 Some(n) => *n += 1,
                 None => {
@@ -762,53 +819,6 @@ impl Metrics {
                     shard.request_seconds.insert(labels, t);
                 }
             }
-        });
-    }
-
-    /// Counts a request in its status row: `tool` is a tools/call's (bounded as
-    /// [`Metrics::tool_label`] says).
-    pub fn count_row(
-        &self,
-        profile: &str,
-        method: &'static str,
-        tool: Option<&str>,
-        ending: Ending,
-        took: Duration,
-    ) {
-        self.per_request.with(|shard, _| {
-            let label = tool.map(|t| shard.tool(self, t));
-            let key = RowKey {
-                profile,
-                method,
-                tool: label.as_ref().map_or("", |l| &l.0),
-            };
-            let row = match shard.rows.get_mut(&key) {
-                Some(row) => row,
-                None => {
-                    let labels = RowLabels {
-                        profile: Label::from(profile),
-                        method,
-                        tool: label.unwrap_or_else(|| Label::from("")),
-                    };
-                    shard.rows.entry(labels).or_default()
-                }
-            };
-            row.requests += 1;
-            match ending {
-                Ending::Answered => {}
-                Ending::Refused(reason) => row.refuse(reason, 1),
-                Ending::UpstreamError => row.upstream_errors += 1,
-            }
-            if row.latency.is_empty() {
-                row.latency = vec![0; ROW_BUCKETS];
-            }
-            let us = took.as_secs_f64() / 10e-6;
-            let at = if us <= 1.0 {
-                0
-            } else {
-                ((us.log2() * 4.0).ceil() as usize).min(ROW_BUCKETS - 1)
-            };
-            row.latency[at] += 1;
         });
     }
 
@@ -931,7 +941,7 @@ mod tests {
             at: std::time::SystemTime::now(),
             request_id: Arc::from("r"),
             caller: "chatgpt-app".into(),
-            profile: Arc::from("gpt"),
+            profile: "gpt".into(),
             tool: Arc::from("get_document"),
             outcome,
             reason: "-",
@@ -944,6 +954,12 @@ mod tests {
     #[test]
     fn status_rows_are_summed_and_their_quantiles_near() {
         let m = Metrics::new();
+        let key = |method| RequestKey {
+            route: "/mcp",
+            profile: "gpt",
+            method,
+            status: 200,
+        };
         std::thread::scope(|s| {
             for _ in 0..2 {
                 s.spawn(|| {
@@ -954,19 +970,21 @@ mod tests {
                             Ending::Answered
                         };
                         let took = Duration::from_millis(ms);
-                        m.count_row("gpt", "tools/call", Some("get_document"), ending, took);
+                        let note = RowNote {
+                            tool: Some("get_document"),
+                            ending,
+                        };
+                        m.count_request(&key("tools/call"), took, Some(&note));
                         m.count_tool_call("gpt", "get_document", decision("forwarded"));
                     }
                 });
             }
         });
-        m.count_row(
-            "gpt",
-            "tools/list",
-            None,
-            Ending::UpstreamError,
-            Duration::ZERO,
-        );
+        let note = RowNote {
+            tool: None,
+            ending: Ending::UpstreamError,
+        };
+        m.count_request(&key("tools/list"), Duration::ZERO, Some(&note));
         let (rows, recent) = m.status_rows();
         assert_eq!(rows.len(), 2);
         let (labels, row) = &rows[0];
@@ -1004,14 +1022,14 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     for t in times {
-                        m.count_request(&key, Duration::from_secs_f64(t));
+                        m.count_request(&key, Duration::from_secs_f64(t), None);
                         m.count_tool_call("gpt", "get_document", decision("forwarded"));
                         m.observe_upstream(&upstream, Duration::from_secs_f64(t));
                     }
                 });
             }
         });
-        m.count_request(&key, Duration::from_secs_f64(0.003));
+        m.count_request(&key, Duration::from_secs_f64(0.003), None);
         let text = m.render();
         assert!(
             text.contains("mcpgate_requests_total{route=\"/mcp/{token}\",profile=\"gpt\",method=\"tools/call\",status=\"200\"} 11\n"),

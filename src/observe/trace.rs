@@ -47,8 +47,10 @@ pub struct Record {
     pub start: SystemTime,
     pub end: SystemTime,
     pub method: &'static str,
-    pub route: Option<Arc<str>>,
-    pub profile: Option<Arc<str>>,
+    /// Copies, not the configuration's shared `Arc`s (both workers would write their
+    /// counts per request); moved into the span, not copied again.
+    pub route: Option<Box<str>>,
+    pub profile: Option<Box<str>>,
     pub token_id: Option<Box<str>>,
     pub sub: Option<Box<str>>,
     pub client_id: Option<Box<str>>,
@@ -242,10 +244,17 @@ fn span_data(r: Record, scope: &InstrumentationScope) -> SpanData {
         Cow::Borrowed(s) => Value::from(s),
         Cow::Owned(s) => Value::from(s),
     };
-    put("http.route", r.route.clone().map(Value::from));
+    let name = match &r.route {
+        Some(route) => format!("{} {route}", r.method),
+        None => r.method.to_string(),
+    };
+    put("http.route", r.route.map(|t| Value::from(String::from(t))));
     put("mcp.method.name", r.rpc.map(cow));
     put("gen_ai.tool.name", r.tool.map(Value::from));
-    put("mcpgate.profile", r.profile.map(Value::from));
+    put(
+        "mcpgate.profile",
+        r.profile.map(|t| Value::from(String::from(t))),
+    );
     put(
         "mcpgate.token_id",
         r.token_id.map(|t| Value::from(String::from(t))),
@@ -269,10 +278,6 @@ fn span_data(r: Record, scope: &InstrumentationScope) -> SpanData {
             Some(Value::from((r.total_ms - up).max(0.0))),
         );
     }
-    let name = match &r.route {
-        Some(route) => format!("{} {route}", r.method),
-        None => r.method.to_string(),
-    };
     let flags = if c.sampled {
         TraceFlags::SAMPLED
     } else {

@@ -16,7 +16,6 @@ use crate::observe::metrics::Metrics;
 use crate::observe::trace;
 use http::{Method, Response};
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 pub(super) fn finish(
@@ -127,8 +126,8 @@ fn span(
         start: now.checked_sub(took).unwrap_or(now),
         end: now,
         method: http_method_label(method),
-        route: ctx.route.map(|r| r.template.clone()),
-        profile: ctx.route.map(|r| r.profile.name.clone()),
+        route: ctx.route.map(|r| Box::from(&*r.template)),
+        profile: ctx.route.map(|r| Box::from(&*r.profile.name)),
         token_id: ctx.token_id.map(Box::from),
         sub: caller.and_then(|c| c.sub.as_deref()).map(Box::from),
         client_id: caller.and_then(|c| c.client_id.as_deref()).map(Box::from),
@@ -153,14 +152,9 @@ fn log_combined(
     now: SystemTime,
 ) {
     use http_body::Body as _;
-    let user = match (ctx.token_id, &ctx.caller) {
-        (Some(id), _) => id,
-        (None, Some(c)) => c.sub.as_deref().unwrap_or("-"),
-        (None, None) => "-",
-    };
     let line = combined::Line {
         peer: ctx.peer.addr.ip(),
-        user,
+        user: ctx.who(),
         now,
         method: method.as_str(),
         path: ctx.route.map_or("-", |r| &*r.template),
@@ -250,7 +244,7 @@ fn record_metrics(
     now: SystemTime,
 ) {
     use crate::observe::metrics::{
-        Decision, Ending, Label, ReasonLabels, RequestKey, UpstreamErrorLabels,
+        Decision, Ending, Label, ReasonLabels, RequestKey, RowNote, UpstreamErrorLabels,
     };
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
@@ -261,14 +255,20 @@ fn record_metrics(
         method,
         status,
     };
-    m.count_request(&key, took);
+    let ending = match error {
+        None => Ending::Answered,
+        Some(e) if e.side() == Side::Upstream => Ending::UpstreamError,
+        Some(e) => Ending::Refused(e.reason()),
+    };
+    // Requests no route took have no profile: the status page counts only routed ones.
+    let row = ctx.route.map(|_| RowNote {
+        tool: ctx.tool.as_deref().filter(|_| method == "tools/call"),
+        ending,
+    });
+    m.count_request(&key, took, row.as_ref());
     if let Some(e) = error {
         match e.side() {
-            Side::Downstream => m
-                .refusals
-                .get_or_create(&ReasonLabels { reason: e.reason() })
-                .inc(),
-            Side::Gateway => m
+            Side::Downstream | Side::Gateway => m
                 .refusals
                 .get_or_create(&ReasonLabels { reason: e.reason() })
                 .inc(),
@@ -286,16 +286,6 @@ fn record_metrics(
             }
         };
     }
-    let ending = match error {
-        None => Ending::Answered,
-        Some(e) if e.side() == Side::Upstream => Ending::UpstreamError,
-        Some(e) => Ending::Refused(e.reason()),
-    };
-    // Requests no route took have no profile: the page counts only routed ones.
-    if ctx.route.is_some() {
-        let tool = ctx.tool.as_deref().filter(|_| method == "tools/call");
-        m.count_row(profile, method, tool, ending, took);
-    }
     if let Some(tool) = &ctx.tool {
         let outcome = match error {
             None => "forwarded",
@@ -304,18 +294,11 @@ fn record_metrics(
             Some(e) if e.side() == Side::Upstream => "upstream_error",
             Some(_) => "rejected",
         };
-        let caller = match (ctx.token_id, &ctx.caller) {
-            (Some(id), _) => id,
-            (None, Some(c)) => c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-"),
-            (None, None) => "-",
-        };
         let decision = Decision {
             at: now,
             request_id: ctx.request_id.clone(),
-            caller: caller.into(),
-            profile: ctx
-                .route
-                .map_or_else(|| Arc::from("-"), |r| r.profile.name.clone()),
+            caller: ctx.who().into(),
+            profile: profile.into(),
             tool: tool.clone(),
             outcome,
             reason: error.map_or("-", GateError::reason),

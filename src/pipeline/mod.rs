@@ -293,6 +293,16 @@ fn count_deprecated(gw: &Gateway, live: &Live, payload: &Payload<'_>, ctx: &Ctx<
 }
 
 impl Ctx<'_> {
+    /// Who is calling, for the status page and the combined log: the token id, or an
+    /// OAuth caller's subject (its client when the token has none), or `-`.
+    fn who(&self) -> &str {
+        match (self.token_id, &self.caller) {
+            (Some(id), _) => id,
+            (None, Some(c)) => c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-"),
+            (None, None) => "-",
+        }
+    }
+
     /// What a single message names (its id, method and tool), for errors, logs, metrics.
     fn note(&mut self, payload: &Payload<'_>) {
         let Payload::Single(m) = payload else {

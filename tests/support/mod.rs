@@ -191,6 +191,11 @@ max_body = "64KiB"
     )
 }
 
+/// The config with an admin listener on a free loopback port.
+pub fn with_admin(text: String) -> String {
+    format!("{text}\n[admin]\naddr = \"127.0.0.1:0\"\n")
+}
+
 /// A running `mcpgate run` process. Killed on drop.
 pub struct Gateway {
     child: Child,

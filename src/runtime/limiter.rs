@@ -196,7 +196,6 @@ pub struct Limits {
 #[derive(Debug)]
 pub struct Shared {
     pub store: Arc<RateStore>,
-    pub timeout: Duration,
     pub on_error: OnError,
     pub prefix: String,
 }
@@ -254,7 +253,6 @@ impl Limits {
             .zip(store)
             .map(|(settings, store)| Shared {
                 store,
-                timeout: settings.timeout,
                 on_error: settings.on_error,
                 prefix: settings.prefix.clone(),
             });
@@ -391,11 +389,7 @@ impl Limits {
         if cells.is_empty() {
             return Ok(());
         }
-        match shared
-            .store
-            .take(cells, shared.timeout, shared.on_error.name())
-            .await
-        {
+        match shared.store.take(cells, shared.on_error.name()).await {
             Ok(None) => Ok(()),
             Ok(Some(wait)) => Err(refused(wait)),
             Err(_) => match shared.on_error {

@@ -8,7 +8,8 @@
 //! busy goes in the next script call, each request judged in arrival order with every key
 //! of its own (all or none), so Redis parses one command and runs the script once for
 //! many requests, and mcpgate writes and reads once for them. Nothing waits to fill a
-//! batch: a lone request goes at once. No request wakes another thread.
+//! batch: before a call the task only lets the thread finish what it has at hand (a
+//! yield, no timer), so a lone request goes at once. No request wakes another thread.
 //!
 //! A lane starts with the first request on its worker, which waits for that first
 //! connection (within its timeout). The control thread's lane starts with the store: it
@@ -26,73 +27,82 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisError};
+use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-/// GCRA over the keys of a batch of requests, in arrival order. `ARGV[1]` is the number
-/// of requests; then, per request, its number of keys and, per key, the emission interval
-/// (µs), the burst and the cells to take. `KEYS` holds every request's keys in that order;
-/// a key holds its theoretical arrival time (µs of the Redis clock). Each request takes
-/// every one of its keys' cells or none; its answer is 0, or how many µs until it would
-/// pass. The reply is the integer 0 when every request passed (the usual case, and the
-/// cheapest reply to read), else the answers as one string of numbers and spaces. A later request in the batch sees what an earlier one took. Keys are read once
-/// (one MGET) and each changed key written once, so requests of one caller that share a
-/// batch cost Redis little more than one. A key expires when its cells are all back, so
-/// idle keys cost Redis nothing. Times are written with `%d`: Lua's default number format
-/// keeps 14 digits, and µs since 1970 have 16.
+/// GCRA over the keys of a batch of requests, in arrival order. `KEYS` holds each key of
+/// the batch once; a key holds its theoretical arrival time (µs of the Redis clock).
+/// `ARGV` holds, per key in that order, its emission interval (µs) and burst; then the
+/// requests, each run of alike ones (the same keys and cells: one caller's calls, most
+/// of the time) once: how many there are in the run, their number of keys and, per key,
+/// the key's place in `KEYS` and the cells to take. Each request takes every one of its
+/// keys' cells or none, and a later request sees what an earlier one took. The reply is the integer 0 when every request passed
+/// (the usual case, and the cheapest reply to read), else each request's answer (0, or
+/// how many µs until it would pass) as one string of numbers and spaces. Keys are read
+/// once (one MGET) and each changed key written once, so requests of one caller that
+/// share a batch cost Redis little more than one. A key expires when its cells are all
+/// back, so idle keys cost Redis nothing. Times are written with `%d`: Lua's default
+/// number format keeps 14 digits, and µs since 1970 have 16.
 const GCRA: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local stored = redis.call('MGET', unpack(KEYS))
-local tat = {}
+local tat, interval, tolerance = {}, {}, {}
 for i = 1, #KEYS do
-  if tat[KEYS[i]] == nil then
-    local t = tonumber(stored[i]) or now
-    if t < now then t = now end
-    tat[KEYS[i]] = t
-  end
+  local t = tonumber(stored[i]) or now
+  if t < now then t = now end
+  tat[i] = t
+  interval[i] = tonumber(ARGV[2 * i - 1])
+  tolerance[i] = interval[i] * tonumber(ARGV[2 * i])
 end
 local changed = {}
-local answers = {}
-local refused = false
-local k = 1
-local a = 2
-for r = 1, tonumber(ARGV[1]) do
-  local n = tonumber(ARGV[a])
-  a = a + 1
-  local wait = 0
-  local next_tat = {}
-  for i = 0, n - 1 do
-    local interval = tonumber(ARGV[a + 3 * i])
-    local burst = tonumber(ARGV[a + 3 * i + 1])
-    local cells = tonumber(ARGV[a + 3 * i + 2])
-    next_tat[i] = tat[KEYS[k + i]] + interval * cells
-    local over = next_tat[i] - interval * burst - now
-    if over > wait then wait = over end
+local waits = nil
+local a = 2 * #KEYS + 1
+local r = 0
+while a <= #ARGV do
+  local alike = tonumber(ARGV[a])
+  local n = tonumber(ARGV[a + 1])
+  local at, cost = {}, {}
+  for j = 1, n do
+    at[j] = tonumber(ARGV[a + 2 * j])
+    cost[j] = interval[at[j]] * tonumber(ARGV[a + 2 * j + 1])
   end
-  if wait == 0 then
-    for i = 0, n - 1 do
-      tat[KEYS[k + i]] = next_tat[i]
-      changed[KEYS[k + i]] = true
+  for _ = 1, alike do
+    r = r + 1
+    local wait = 0
+    for j = 1, n do
+      local over = tat[at[j]] + cost[j] - tolerance[at[j]] - now
+      if over > wait then wait = over end
+    end
+    if wait == 0 then
+      for j = 1, n do
+        tat[at[j]] = tat[at[j]] + cost[j]
+        changed[at[j]] = true
+      end
+    else
+      waits = waits or {}
+      waits[r] = wait
     end
   end
-  if wait > 0 then refused = true end
-  answers[r] = string.format('%d', wait)
-  k = k + n
-  a = a + 3 * n
+  a = a + 2 + 2 * n
 end
-for key in pairs(changed) do
-  local ttl = math.ceil((tat[key] - now) / 1000)
-  redis.call('SET', key, string.format('%d', tat[key]), 'PX', ttl)
+for i in pairs(changed) do
+  redis.call('SET', KEYS[i], string.format('%d', tat[i]), 'PX', math.ceil((tat[i] - now) / 1000))
 end
-if not refused then return 0 end
+if waits == nil then return 0 end
+local answers = {}
+for q = 1, r do answers[q] = string.format('%d', waits[q] or 0) end
 return table.concat(answers, ' ')
 ";
 
 /// At most this many requests in one script call.
 const MOST_PER_BATCH: usize = 128;
+/// At most this many yields to the thread's other tasks before a call.
+const MOST_YIELDS: usize = 4;
 
 /// How long making a connection (and loading the script on it) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -129,6 +139,8 @@ pub struct Cells {
 /// A request's keys on their way to its lane's batching task, and where its answer goes.
 struct Pending {
     cells: Keys,
+    /// When the request asked: its answer is due a timeout after.
+    since: tokio::time::Instant,
     answer: oneshot::Sender<Result<u64, Failure>>,
 }
 
@@ -233,12 +245,15 @@ impl RateStore {
     }
 
     /// Takes every key's cells, or none: `Ok(None)` when the request passes,
-    /// `Ok(Some(wait))` when it would pass after `wait`. Never waits longer than `timeout`;
-    /// on failure the request is the caller's to decide (`on_error`, named in the warning).
+    /// `Ok(Some(wait))` when it would pass after `wait`. Never waits longer than the
+    /// store's timeout; on failure the request is the caller's to decide (`on_error`,
+    /// named in the warning).
+    ///
+    /// The request holds no timer of its own: its lane answers it by its deadline (see
+    /// [`send_batches`]).
     pub async fn take(
         self: &Arc<Self>,
         cells: Keys,
-        timeout: Duration,
         on_error: &str,
     ) -> Result<Option<Duration>, Failure> {
         let at = workers::slot() % self.lanes.len();
@@ -246,7 +261,8 @@ impl RateStore {
             return Err(self.failed(Failure::Unavailable, on_error));
         };
         let lane = &self.lanes[at];
-        let deadline = tokio::time::Instant::now() + timeout;
+        let since = tokio::time::Instant::now();
+        let deadline = since + self.settings.timeout;
         if lane.connection.load().is_none() && !lane.tried.load(Ordering::Acquire) {
             // A lane's first requests wait for its first connection.
             let first = async {
@@ -276,15 +292,19 @@ impl RateStore {
             return Err(self.failed(Failure::Unavailable, on_error));
         };
         let (answer, answered) = oneshot::channel();
-        if queue.send(Pending { cells, answer }).is_err() {
+        let pending = Pending {
+            cells,
+            since,
+            answer,
+        };
+        if queue.send(pending).is_err() {
             return Err(self.failed(Failure::Unavailable, on_error));
         }
-        match tokio::time::timeout_at(deadline, answered).await {
-            Ok(Ok(Ok(wait))) => Ok((wait > 0).then(|| Duration::from_micros(wait))),
-            Ok(Ok(Err(why))) => Err(self.failed(why, on_error)),
+        match answered.await {
+            Ok(Ok(wait)) => Ok((wait > 0).then(|| Duration::from_micros(wait))),
+            Ok(Err(why)) => Err(self.failed(why, on_error)),
             // The lane's task is gone (its worker is stopping).
-            Ok(Err(_)) => Err(self.failed(Failure::Unavailable, on_error)),
-            Err(_) => Err(self.failed(Failure::Timeout, on_error)),
+            Err(_) => Err(self.failed(Failure::Unavailable, on_error)),
         }
     }
 
@@ -361,26 +381,19 @@ impl RateStore {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
     }
 
-    /// One script call for `batch` on lane `at`: each request's answer, in order.
-    async fn call(&self, at: usize, batch: &[Pending]) -> Vec<Result<u64, Failure>> {
+    /// One script call for `batch` on lane `at`: each request's answer, in order, by the
+    /// deadline of the batch's first request, kept by the lane's `timer`.
+    async fn call(
+        &self,
+        at: usize,
+        batch: &[Pending],
+        mut timer: Pin<&mut tokio::time::Sleep>,
+    ) -> Vec<Result<u64, Failure>> {
         let all = |why| vec![Err(why); batch.len()];
         let Some(conn) = self.lanes[at].connection.load_full() else {
             return all(Failure::Unavailable);
         };
-        // EVALSHA hash nkeys KEYS… ARGV…, built in one buffer.
-        let mut cmd = redis::cmd("EVALSHA");
-        let keys: usize = batch.iter().map(|p| p.cells.len()).sum();
-        cmd.arg(self.script.get_hash()).arg(keys);
-        for c in batch.iter().flat_map(|p| &p.cells) {
-            cmd.arg(c.key.as_str());
-        }
-        cmd.arg(batch.len());
-        for p in batch {
-            cmd.arg(p.cells.len());
-            for c in &p.cells {
-                cmd.arg(c.interval_us).arg(c.burst).arg(c.count);
-            }
-        }
+        let cmd = script_call(self.script.get_hash(), batch.iter().map(|p| &p.cells[..]));
         let mut redis = conn.redis.clone();
         let started = Instant::now();
         let script = &self.script;
@@ -396,7 +409,13 @@ impl RateStore {
                 other => other,
             }
         };
-        match tokio::time::timeout(self.settings.timeout, answer).await {
+        timer.as_mut().reset(batch[0].since + self.settings.timeout);
+        let answer = tokio::select! {
+            biased;
+            answer = answer => Ok(answer),
+            () = timer => Err(()),
+        };
+        match answer {
             Ok(Ok(reply)) => match waits(&reply, batch.len()) {
                 Some(waits) => {
                     self.metrics
@@ -427,6 +446,43 @@ impl RateStore {
     }
 }
 
+/// The EVALSHA of [`GCRA`] (by `hash`) for a batch of requests' keys: each key once in
+/// `KEYS`, with its rate; each run of alike requests once, their keys by their place there.
+fn script_call<'a>(hash: &str, batch: impl Iterator<Item = &'a [Cells]>) -> redis::Cmd {
+    let mut distinct: Vec<&Cells> = Vec::new();
+    let mut place: HashMap<&str, usize> = HashMap::new();
+    let mut requests = Vec::new();
+    let mut batch = batch.peekable();
+    while let Some(cells) = batch.next() {
+        let mut alike = 1;
+        while batch.next_if(|next| *next == cells).is_some() {
+            alike += 1;
+        }
+        requests.push(alike);
+        requests.push(cells.len());
+        for c in cells {
+            let at = *place.entry(c.key.as_str()).or_insert_with(|| {
+                distinct.push(c);
+                distinct.len()
+            });
+            requests.push(at);
+            requests.push(c.count as usize);
+        }
+    }
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(hash).arg(distinct.len());
+    for c in &distinct {
+        cmd.arg(c.key.as_str());
+    }
+    for c in &distinct {
+        cmd.arg(c.interval_us).arg(c.burst);
+    }
+    for n in requests {
+        cmd.arg(n);
+    }
+    cmd
+}
+
 /// The answers of `n` requests in the script's reply: 0 (all passed) or their waits.
 fn waits(reply: &redis::Value, n: usize) -> Option<Vec<u64>> {
     match reply {
@@ -445,15 +501,32 @@ fn waits(reply: &redis::Value, n: usize) -> Option<Vec<u64>> {
 
 /// Lane `at`'s batching task: takes what queued, at most [`MOST_PER_BATCH`], sends it as
 /// one script call and hands out the answers. One call is in flight at a time: while it
-/// is, the queue fills the next batch, so batches grow with load. Ends when the store does.
+/// is, the queue fills the next batch, so batches grow with load. Before a call, the task
+/// lets the thread read what its sockets hold (a yield, repeated while that adds to the
+/// queue), so requests that arrived together share it. Ends when the store does.
+///
+/// Every request's answer is due its store timeout after it asked. The queue is in
+/// arrival order and the timeout is the store's, so a batch's first request is due
+/// first, and a call that waits no longer than that answers each request in time,
+/// including those queued behind it. One timer per lane keeps that deadline: it is only
+/// ever moved later while it runs, which costs the runtime no new registration (a timer
+/// per request did, and woke the thread's own driver on most of them).
 async fn send_batches(
     store: Weak<RateStore>,
     at: usize,
     mut pending: mpsc::UnboundedReceiver<Pending>,
 ) {
     let mut batch = Vec::with_capacity(MOST_PER_BATCH);
+    let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
     while let Some(first) = pending.recv().await {
         batch.push(first);
+        for _ in 0..MOST_YIELDS {
+            let queued = pending.len();
+            tokio::task::yield_now().await;
+            if pending.len() == queued {
+                break;
+            }
+        }
         while batch.len() < MOST_PER_BATCH {
             match pending.try_recv() {
                 Ok(p) => batch.push(p),
@@ -466,7 +539,7 @@ async fn send_batches(
             continue;
         }
         let Some(store) = store.upgrade() else { return };
-        let answers = store.call(at, &batch).await;
+        let answers = store.call(at, &batch, timer.as_mut()).await;
         drop(store);
         for (p, answer) in batch.drain(..).zip(answers) {
             let _ = p.answer.send(answer);
@@ -580,5 +653,72 @@ async fn keep_connected(
             _ = broken.notified() => {}
             _ = tokio::time::sleep(PING_EVERY) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(key: &str, interval_us: u64, burst: u32, count: u32) -> Cells {
+        Cells {
+            key: key.into(),
+            interval_us,
+            burst,
+            count,
+        }
+    }
+
+    fn words(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8(b.to_vec()).unwrap(),
+                _ => panic!("the script call has no cursor"),
+            })
+            .collect()
+    }
+
+    /// Each key goes once in KEYS with its rate; runs of alike requests go once with
+    /// their length; requests keep their order (a later one sees what an earlier took).
+    #[test]
+    fn a_batch_names_each_key_once_and_each_run_of_alike_requests_once() {
+        let token = cells("t", 1_000, 60, 1);
+        let global = cells("g", 10, 1_000, 1);
+        let tool_twice = cells("T", 6_000, 6, 2);
+        let a: Keys = [token.clone(), global.clone()].into_iter().collect();
+        let b: Keys = [token.clone(), tool_twice.clone(), global.clone()]
+            .into_iter()
+            .collect();
+        let batch = [&a[..], &a[..], &a[..], &b[..], &a[..]];
+        let cmd = script_call("sha", batch.iter().copied());
+        let expected = [
+            "EVALSHA", "sha", "3", "t", "g", "T", // three distinct keys
+            "1000", "60", "10", "1000", "6000", "6", // their rates, in KEYS order
+            "3", "2", "1", "1", "2", "1", // three alike: t and g, a cell each
+            "1", "3", "1", "1", "3", "2", "2", "1", // then one with T taking two
+            "1", "2", "1", "1", "2", "1", // then the first kind again
+        ];
+        assert_eq!(words(&cmd), expected);
+
+        // Alone: one request, its keys.
+        let one = script_call("sha", [&a[..]].into_iter());
+        assert_eq!(
+            words(&one),
+            [
+                "EVALSHA", "sha", "2", "t", "g", "1000", "60", "10", "1000", "1", "2", "1", "1",
+                "2", "1"
+            ]
+        );
+    }
+
+    #[test]
+    fn replies_fit_the_batch_or_are_refused() {
+        assert_eq!(waits(&redis::Value::Int(0), 3), Some(vec![0, 0, 0]));
+        let text = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(waits(&text("0 1500 0"), 3), Some(vec![0, 1500, 0]));
+        assert_eq!(waits(&text("0 1500"), 3), None, "too few answers");
+        assert_eq!(waits(&text("0 x 0"), 3), None, "not a number");
+        assert_eq!(waits(&redis::Value::Int(7), 1), None);
+        assert_eq!(waits(&redis::Value::Nil, 1), None);
     }
 }

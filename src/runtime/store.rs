@@ -40,11 +40,12 @@ use tokio::sync::{Notify, mpsc, oneshot};
 /// requests, each run of alike ones (the same keys and cells: one caller's calls, most
 /// of the time) once: how many there are in the run, their number of keys and, per key,
 /// the key's place in `KEYS` and the cells to take. Each request takes every one of its
-/// keys' cells or none, and a later request sees what an earlier one took. The reply is the integer 0 when every request passed
-/// (the usual case, and the cheapest reply to read), else each request's answer (0, or
-/// how many µs until it would pass) as one string of numbers and spaces. Keys are read
-/// once (one MGET) and each changed key written once, so requests of one caller that
-/// share a batch cost Redis little more than one. A key expires when its cells are all
+/// keys' cells or none, and a later request sees what an earlier one took. The reply is
+/// the integer 0 when every request passed (the usual case, and the cheapest reply to
+/// read), else each request's answer (0, or how many µs until it would pass) as one
+/// string of numbers and spaces. Keys are read once (one MGET) and each changed key
+/// written once, so requests of one caller that share a batch cost Redis little more
+/// than one. A key expires when its cells are all
 /// back, so idle keys cost Redis nothing. Times are written with `%d`: Lua's default
 /// number format keeps 14 digits, and µs since 1970 have 16.
 const GCRA: &str = r"

@@ -36,60 +36,61 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 /// GCRA over the keys of a batch of requests, in arrival order. `KEYS` holds each key of
 /// the batch once; a key holds its theoretical arrival time (µs of the Redis clock).
-/// `ARGV` holds, per key in that order, its emission interval (µs) and burst; then the
-/// requests, each run of alike ones (the same keys and cells: one caller's calls, most
-/// of the time) once: how many there are in the run, their number of keys and, per key,
-/// the key's place in `KEYS` and the cells to take. Each request takes every one of its
-/// keys' cells or none, and a later request sees what an earlier one took. The reply is
-/// the integer 0 when every request passed (the usual case, and the cheapest reply to
-/// read), else each request's answer (0, or how many µs until it would pass) as one
-/// string of numbers and spaces. Keys are read once (one MGET) and each changed key
-/// written once, so requests of one caller that share a batch cost Redis little more
-/// than one. A key expires when its cells are all
-/// back, so idle keys cost Redis nothing. Times are written with `%d`: Lua's default
-/// number format keeps 14 digits, and µs since 1970 have 16.
+/// `ARGV` holds, per key in that order, its tolerance (interval × burst, µs); then the
+/// requests, each run of alike ones (the same keys and cells: one caller's calls, most of
+/// the time) once: how many there are in the run, their number of keys and, per key, the
+/// key's place in `KEYS` and its cost (interval × cells, µs). Each request takes every
+/// one of its keys' cells or none, and a later request sees what an earlier one took.
+///
+/// A run is judged in one step, whatever its length: its requests are alike, so the
+/// first `pass` of them pass and the rest do not, where `pass` is the fewest any of its
+/// keys has room for, `⌊(tolerance + now − tat) / cost⌋` (exact: every number here is a
+/// whole number below 2⁵³). Each refused one waits as long as the first refused would,
+/// since a refusal takes nothing. That is the request-by-request answer as long as a
+/// request names a key once, which `script_call` sees to.
+///
+/// The reply is the integer 0 when every request passed (the usual case, and the
+/// cheapest reply to read), else each request's answer (0, or how many µs until it would
+/// pass) as one string of numbers and spaces. Keys are read once (one MGET) and each
+/// changed key written once. A key expires when its cells are all back, so idle keys
+/// cost Redis nothing. Times are written with `%d`: Lua's default number format keeps 14
+/// digits, and µs since 1970 have 16.
 const GCRA: &str = r"
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local stored = redis.call('MGET', unpack(KEYS))
-local tat, interval, tolerance = {}, {}, {}
+local now = clock[1] * 1000000 + clock[2]
+local tat = redis.call('MGET', unpack(KEYS))
 for i = 1, #KEYS do
-  local t = tonumber(stored[i]) or now
-  if t < now then t = now end
+  local t = tonumber(tat[i])
+  if t == nil or t < now then t = now end
   tat[i] = t
-  interval[i] = tonumber(ARGV[2 * i - 1])
-  tolerance[i] = interval[i] * tonumber(ARGV[2 * i])
 end
-local changed = {}
-local waits = nil
-local a = 2 * #KEYS + 1
-local r = 0
+local floor, changed, waits = math.floor, {}, nil
+local a, r = #KEYS + 1, 0
 while a <= #ARGV do
-  local alike = tonumber(ARGV[a])
-  local n = tonumber(ARGV[a + 1])
-  local at, cost = {}, {}
-  for j = 1, n do
-    at[j] = tonumber(ARGV[a + 2 * j])
-    cost[j] = interval[at[j]] * tonumber(ARGV[a + 2 * j + 1])
+  local alike, last = tonumber(ARGV[a]), a + 1 + 2 * tonumber(ARGV[a + 1])
+  local pass = alike
+  for j = a + 2, last, 2 do
+    local i = tonumber(ARGV[j])
+    local room = floor((ARGV[i] + now - tat[i]) / ARGV[j + 1])
+    if room < pass then pass = room end
   end
-  for _ = 1, alike do
-    r = r + 1
-    local wait = 0
-    for j = 1, n do
-      local over = tat[at[j]] + cost[j] - tolerance[at[j]] - now
-      if over > wait then wait = over end
+  if pass < 0 then pass = 0 end
+  local wait = 0
+  for j = a + 2, last, 2 do
+    local i, cost = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
+    if pass > 0 then
+      tat[i] = tat[i] + pass * cost
+      changed[i] = true
     end
-    if wait == 0 then
-      for j = 1, n do
-        tat[at[j]] = tat[at[j]] + cost[j]
-        changed[at[j]] = true
-      end
-    else
-      waits = waits or {}
-      waits[r] = wait
-    end
+    local over = tat[i] + cost - ARGV[i] - now
+    if over > wait then wait = over end
   end
-  a = a + 2 + 2 * n
+  if pass < alike then
+    waits = waits or {}
+    for q = r + pass + 1, r + alike do waits[q] = wait end
+  end
+  r = r + alike
+  a = last + 1
 end
 for i in pairs(changed) do
   redis.call('SET', KEYS[i], string.format('%d', tat[i]), 'PX', math.ceil((tat[i] - now) / 1000))
@@ -448,7 +449,9 @@ impl RateStore {
 }
 
 /// The EVALSHA of [`GCRA`] (by `hash`) for a batch of requests' keys: each key once in
-/// `KEYS`, with its rate; each run of alike requests once, their keys by their place there.
+/// `KEYS`, with its tolerance; each run of alike requests once, their keys by their place
+/// there and their cost. A request that names a key twice (no rule set makes one) stays
+/// a run of its own, which the script judges exactly.
 fn script_call<'a>(hash: &str, batch: impl Iterator<Item = &'a [Cells]>) -> redis::Cmd {
     let mut distinct: Vec<&Cells> = Vec::new();
     let mut place: HashMap<&str, usize> = HashMap::new();
@@ -456,18 +459,20 @@ fn script_call<'a>(hash: &str, batch: impl Iterator<Item = &'a [Cells]>) -> redi
     let mut batch = batch.peekable();
     while let Some(cells) = batch.next() {
         let mut alike = 1;
-        while batch.next_if(|next| *next == cells).is_some() {
-            alike += 1;
+        if names_each_key_once(cells) {
+            while batch.next_if(|next| *next == cells).is_some() {
+                alike += 1;
+            }
         }
         requests.push(alike);
-        requests.push(cells.len());
+        requests.push(cells.len() as u64);
         for c in cells {
             let at = *place.entry(c.key.as_str()).or_insert_with(|| {
                 distinct.push(c);
                 distinct.len()
             });
-            requests.push(at);
-            requests.push(c.count as usize);
+            requests.push(at as u64);
+            requests.push(c.interval_us.saturating_mul(u64::from(c.count)));
         }
     }
     let mut cmd = redis::cmd("EVALSHA");
@@ -476,12 +481,19 @@ fn script_call<'a>(hash: &str, batch: impl Iterator<Item = &'a [Cells]>) -> redi
         cmd.arg(c.key.as_str());
     }
     for c in &distinct {
-        cmd.arg(c.interval_us).arg(c.burst);
+        cmd.arg(c.interval_us.saturating_mul(u64::from(c.burst)));
     }
     for n in requests {
         cmd.arg(n);
     }
     cmd
+}
+
+fn names_each_key_once(cells: &[Cells]) -> bool {
+    cells
+        .iter()
+        .enumerate()
+        .all(|(i, c)| cells[..i].iter().all(|earlier| earlier.key != c.key))
 }
 
 /// The answers of `n` requests in the script's reply: 0 (all passed) or their waits.
@@ -679,8 +691,9 @@ mod tests {
             .collect()
     }
 
-    /// Each key goes once in KEYS with its rate; runs of alike requests go once with
-    /// their length; requests keep their order (a later one sees what an earlier took).
+    /// Each key goes once in KEYS with its tolerance; runs of alike requests go once
+    /// with their length and costs; requests keep their order (a later one sees what an
+    /// earlier took).
     #[test]
     fn a_batch_names_each_key_once_and_each_run_of_alike_requests_once() {
         let token = cells("t", 1_000, 60, 1);
@@ -694,10 +707,10 @@ mod tests {
         let cmd = script_call("sha", batch.iter().copied());
         let expected = [
             "EVALSHA", "sha", "3", "t", "g", "T", // three distinct keys
-            "1000", "60", "10", "1000", "6000", "6", // their rates, in KEYS order
-            "3", "2", "1", "1", "2", "1", // three alike: t and g, a cell each
-            "1", "3", "1", "1", "3", "2", "2", "1", // then one with T taking two
-            "1", "2", "1", "1", "2", "1", // then the first kind again
+            "60000", "10000", "36000", // their tolerances, in KEYS order
+            "3", "2", "1", "1000", "2", "10", // three alike: t and g, a cell each
+            "1", "3", "1", "1000", "3", "12000", "2", "10", // then one with T taking two
+            "1", "2", "1", "1000", "2", "10", // then the first kind again
         ];
         assert_eq!(words(&cmd), expected);
 
@@ -706,10 +719,149 @@ mod tests {
         assert_eq!(
             words(&one),
             [
-                "EVALSHA", "sha", "2", "t", "g", "1000", "60", "10", "1000", "1", "2", "1", "1",
-                "2", "1"
+                "EVALSHA", "sha", "2", "t", "g", "60000", "10000", "1", "2", "1", "1000", "2", "10"
             ]
         );
+
+        // A request naming a key twice is never part of a run.
+        let twice: Keys = [token.clone(), token.clone()].into_iter().collect();
+        let cmd = script_call("sha", [&twice[..], &twice[..]].into_iter());
+        assert_eq!(
+            words(&cmd)[4..],
+            [
+                "60000", "1", "2", "1", "1000", "1", "1000", "1", "2", "1", "1000", "1", "1000"
+            ]
+        );
+    }
+
+    /// A `redis-server` on a free loopback port, stopped when dropped.
+    struct RedisServer(std::process::Child, u16);
+
+    impl RedisServer {
+        fn start() -> RedisServer {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .unwrap()
+                .port();
+            let child = std::process::Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server (scripts/test.sh installs Debian's redis-server)");
+            let server = RedisServer(child, port);
+            for _ in 0..100 {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return server;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("redis-server did not start on port {port}");
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A whole number of these is what the script test's times are made of.
+    const UNIT: u64 = 10_000_000;
+
+    /// The script against a real redis-server and a request-by-request GCRA: random
+    /// batches (runs of alike requests, keys shared between kinds, several cells, a key
+    /// named twice) get the answers and leave the times the model gives.
+    ///
+    /// The model counts whole `UNIT`s from Redis's clock just before the call: each key
+    /// starts at least a unit ahead of it, so the few µs until the script reads the
+    /// clock again decide nothing, and a refused request's wait rounds up to the model's.
+    #[test]
+    fn the_script_judges_a_batch_as_request_after_request() {
+        use proptest::prelude::*;
+        let server = RedisServer::start();
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/0", server.1)).unwrap();
+        let redis = std::cell::RefCell::new(client.get_connection().unwrap());
+        let script = redis::Script::new(GCRA);
+        let hash: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(GCRA)
+            .query(&mut *redis.borrow_mut())
+            .unwrap();
+        assert_eq!(hash, script.get_hash());
+        let names = ["a", "b", "c"];
+
+        // Per key: interval and burst (units), and how far ahead it starts; kinds of
+        // request (key, cells); the batch, as kinds.
+        let keys = proptest::collection::vec((1..4u64, 1..6u32, 1..8u64), 3);
+        let kind = proptest::collection::vec((0..3usize, 1..3u32), 1..4);
+        let kinds = proptest::collection::vec(kind, 1..4);
+        let order = proptest::collection::vec((0..4usize, 1..5usize), 1..8);
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 128,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&(keys, kinds, order), |(keys, kinds, order)| {
+                let redis = &mut *redis.borrow_mut();
+                let batch: Vec<Keys> = order
+                    .iter()
+                    .flat_map(|&(k, times)| std::iter::repeat_n(k % kinds.len(), times))
+                    .map(|k| {
+                        kinds[k]
+                            .iter()
+                            .map(|&(key, count)| {
+                                cells(names[key], keys[key].0 * UNIT, keys[key].1, count)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(redis).unwrap();
+                let start = seconds * 1_000_000 + micros;
+                let mut tat: Vec<u64> = keys.iter().map(|k| k.2).collect();
+                for (name, ahead) in names.iter().zip(&tat) {
+                    let _: () = redis::cmd("SET")
+                        .arg(*name)
+                        .arg(start + ahead * UNIT)
+                        .arg("PX")
+                        .arg(600_000)
+                        .query(redis)
+                        .unwrap();
+                }
+                let reply: redis::Value = script_call(&hash, batch.iter().map(|k| &k[..]))
+                    .query(redis)
+                    .unwrap();
+                let got = waits(&reply, batch.len()).expect("one answer per request");
+                for (request, wait) in batch.iter().zip(got) {
+                    let key = |c: &Cells| names.iter().position(|n| *n == c.key).unwrap();
+                    // Whole units over the limit, per cell taken; the request passes when
+                    // no key is over.
+                    let over = request
+                        .iter()
+                        .map(|c| {
+                            let k = key(c);
+                            (tat[k] + keys[k].0 * u64::from(c.count)) as i64
+                                - (keys[k].0 * u64::from(keys[k].1)) as i64
+                        })
+                        .max()
+                        .unwrap();
+                    if over <= 0 {
+                        prop_assert_eq!(wait, 0);
+                        for c in request {
+                            tat[key(c)] += keys[key(c)].0 * u64::from(c.count);
+                        }
+                    } else {
+                        prop_assert_eq!(wait.div_ceil(UNIT), over as u64, "wait {}", wait);
+                    }
+                }
+                for (name, ahead) in names.iter().zip(&tat) {
+                    let stored: u64 = redis::cmd("GET").arg(*name).query(redis).unwrap();
+                    prop_assert_eq!(stored, start + ahead * UNIT, "key {}", name);
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

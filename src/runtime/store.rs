@@ -44,10 +44,12 @@ use tokio::sync::{Notify, mpsc, oneshot};
 ///
 /// A run is judged in one step, whatever its length: its requests are alike, so the
 /// first `pass` of them pass and the rest do not, where `pass` is the fewest any of its
-/// keys has room for, `⌊(tolerance + now − tat) / cost⌋` (exact: every number here is a
-/// whole number below 2⁵³). Each refused one waits as long as the first refused would,
-/// since a refusal takes nothing. That is the request-by-request answer as long as a
-/// request names a key once, which `script_call` sees to.
+/// keys has room for, `⌊(tolerance + now − tat) / cost⌋` (exact in Lua's doubles while
+/// tolerance + now stays below 2⁵³ µs, a tolerance of up to about 200 years). Each
+/// refused one waits as long as the first refused would, since a refusal takes nothing.
+/// That is the request-by-request answer as long as a request names a key once, which
+/// `script_call` sees to. The stored times mean what they meant to the script before
+/// this one, so replicas of both versions can share a Redis during a rolling upgrade.
 ///
 /// The reply is the integer 0 when every request passed (the usual case, and the
 /// cheapest reply to read), else each request's answer (0, or how many µs until it would

@@ -567,9 +567,12 @@ async fn connect(
     client: &redis::Client,
     script: &redis::Script,
 ) -> Result<MultiplexedConnection, RedisError> {
+    // No timeout per command: a script call is bounded by its lane's deadline, and
+    // connecting and pings by their callers' timeouts, so the connection keeps no timer
+    // of its own for each call.
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(CONNECT_TIMEOUT));
+        .set_response_timeout(None);
     let mut redis = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
@@ -586,7 +589,10 @@ fn client(settings: &StoreSettings) -> Result<redis::Client, RedisError> {
     if let Some(p) = &settings.password {
         redis = redis.set_password(p);
     }
-    redis::Client::open(info.set_redis_settings(redis))
+    // A script call goes out the moment it is written, whatever else is unanswered on
+    // the connection (a ping), as nginx's `tcp_nodelay` does for upstreams.
+    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    redis::Client::open(info.set_redis_settings(redis).set_tcp_settings(tcp))
 }
 
 /// Keeps lane `at` connected while the store lives: makes its connection (waiting longer

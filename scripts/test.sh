@@ -9,7 +9,7 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)        # the demo test paste
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # the benchmark smoke makes its https upstream's certificate
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)   # installs the MCP peers
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)  # shared rate limits (tests/shared_limits.rs)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)  # shared rate limits (tests/shared_limits.rs, the script test in src/runtime/store.rs)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)          # renders the status page (tests/observability.rs)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)        # checks the alert rules and /metrics (same)
 if [ ${#need_apt[@]} -gt 0 ]; then

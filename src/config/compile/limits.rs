@@ -2,10 +2,10 @@
 //! state that enforces them (counters, calls in flight) is built from these by the
 //! gateway and kept across reloads for rules whose signature is unchanged.
 
-use super::{Compiler, Fail, at, check_patterns, fail};
+use super::{Compiler, DEFAULT_MAX_BODY, Fail, at, check_patterns, fail};
 use crate::config::glob::Matcher;
 use crate::config::raw;
-use crate::config::units::{parse_duration, resolve_secrets_noting};
+use crate::config::units::{parse_duration, parse_size, resolve_secrets_noting};
 use governor::Quota;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -177,7 +177,22 @@ pub fn parse_rate(text: &str, burst: Option<u32>) -> Result<Quota, String> {
 }
 
 impl Compiler<'_> {
-    pub(super) fn limits(&self, l: &raw::RawLimits) -> Result<LimitRules, Fail> {
+    /// `[limits]`: the largest request body, and the rules.
+    pub(super) fn limits_section(
+        &self,
+        raw: Option<&raw::RawLimits>,
+    ) -> Result<(u64, LimitRules), Fail> {
+        let Some(l) = raw else {
+            return Ok((DEFAULT_MAX_BODY, LimitRules::default()));
+        };
+        let max_body = match &l.max_body {
+            Some(v) => at(v, parse_size(v.get_ref()))?,
+            None => DEFAULT_MAX_BODY,
+        };
+        Ok((max_body, self.limits(l)?))
+    }
+
+    fn limits(&self, l: &raw::RawLimits) -> Result<LimitRules, Fail> {
         let mut out = LimitRules::default();
         for r in &l.rate {
             let r = r.get_ref();

@@ -2,7 +2,7 @@
 //! table each listener matches request paths against.
 
 use super::oauth::OAuthSettings;
-use super::upstreams::Profile;
+use super::profiles::Profile;
 use super::{Compiler, Fail, at, check_patterns, fail};
 use crate::config::raw::{self, S};
 use crate::config::tls::{TlsFiles, TlsMaterial};

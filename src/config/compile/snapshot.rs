@@ -3,9 +3,10 @@
 
 use super::audit::AuditSettings;
 use super::limits::LimitRules;
+use super::profiles::Profile;
 use super::routes::{Auth, Listener, Route, Segment};
 use super::tokens::{TokenEntry, TokenMap};
-use super::upstreams::{Profile, Upstream};
+use super::upstreams::Upstream;
 use crate::config::glob::Matcher;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

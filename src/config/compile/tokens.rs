@@ -1,6 +1,6 @@
 //! `[[tokens]]`: token digests, the profiles each may use, and validity windows.
 
-use super::upstreams::Profile;
+use super::profiles::Profile;
 use super::{Compiler, Fail, at, fail};
 use crate::config::raw::{self, S};
 use crate::config::units::{parse_time, resolve_secrets_noting};

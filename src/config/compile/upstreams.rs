@@ -1,10 +1,9 @@
-//! `[upstreams.*]` and `[profiles.*]`: where requests go, and what each profile may send.
+//! `[upstreams.*]`: where requests go (HTTP endpoints, stdio commands), their TLS,
+//! health checks, balancing and session keys.
 
 use super::{
-    Compiler, DEFAULT_CONNECT_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT, Fail, at,
-    check_patterns, fail,
+    Compiler, DEFAULT_CONNECT_TIMEOUT, DEFAULT_STREAM_IDLE_TIMEOUT, DEFAULT_TIMEOUT, Fail, at, fail,
 };
-use crate::config::glob::Matcher;
 use crate::config::raw::{self, S};
 use crate::config::tls::Pem;
 use crate::config::units::{parse_duration, resolve_secrets_noting};
@@ -186,55 +185,6 @@ pub(super) fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
     Ok((address, url, https))
 }
 
-/// `allow_annotations` or `deny_annotations`: hint names and the value each must have
-/// (a boolean, a string or an integer).
-fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> Result<HintRules, Fail> {
-    let Some(table) = raw else {
-        return Ok(Box::default());
-    };
-    if table.get_ref().is_empty() {
-        return fail(
-            table.span(),
-            "an empty annotations table would match every tool",
-        );
-    }
-    table
-        .get_ref()
-        .iter()
-        .map(|(name, v)| {
-            let value = match v.get_ref() {
-                toml::Value::Boolean(b) => serde_json::Value::Bool(*b),
-                toml::Value::String(s) => serde_json::Value::String(s.clone()),
-                toml::Value::Integer(i) => serde_json::Value::from(*i),
-                _ => {
-                    return fail(
-                        v.span(),
-                        "an annotation value is a boolean, a string or an integer",
-                    );
-                }
-            };
-            Ok((name.as_str().into(), value))
-        })
-        .collect()
-}
-
-/// `resources` or `prompts` of a profile.
-fn name_rules(raw: Option<&S<raw::RawNameRules>>) -> Result<Option<NameRules>, Fail> {
-    let Some(r) = raw else { return Ok(None) };
-    let r = r.get_ref();
-    if let Some(allow) = &r.allow {
-        check_patterns(allow)?;
-    }
-    check_patterns(&r.deny)?;
-    Ok(Some(NameRules {
-        allow: match &r.allow {
-            Some(list) => Matcher::new(list.iter().map(|s| s.get_ref().as_str())),
-            None => Matcher::new(["*"]),
-        },
-        deny: Matcher::new(r.deny.iter().map(|s| s.get_ref().as_str())),
-    }))
-}
-
 /// A duration key's value, or `default` when it is absent.
 fn duration_or(v: &Option<S<String>>, default: Duration) -> Result<Duration, Fail> {
     match v {
@@ -344,132 +294,6 @@ impl fmt::Debug for Endpoint {
             .field("url", &self.url)
             .finish()
     }
-}
-
-#[derive(Debug)]
-pub struct Profile {
-    pub name: Arc<str>,
-    pub upstream: Arc<Upstream>,
-    pub allow: Matcher,
-    pub deny: Matcher,
-    /// `None`: every method may be sent.
-    pub methods: Option<Matcher>,
-    /// `None`: every resource may be listed, read and subscribed to.
-    pub resources: Option<NameRules>,
-    /// `None`: every prompt may be listed and got.
-    pub prompts: Option<NameRules>,
-    /// Hints that also allow a tool (all must hold); empty: none.
-    pub allow_annotations: HintRules,
-    /// Hints that refuse a tool (all must hold); empty: none.
-    pub deny_annotations: HintRules,
-}
-
-/// Hint names and the value each must have (`allow_annotations`, `deny_annotations`).
-pub type HintRules = Box<[(Box<str>, serde_json::Value)]>;
-
-/// A tool's annotations are needed to judge it and are not known (SPEC §12: fail closed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HintsUnknown;
-
-/// An allow and a deny list of names or URIs; deny wins.
-#[derive(Debug)]
-pub struct NameRules {
-    pub allow: Matcher,
-    pub deny: Matcher,
-}
-
-impl NameRules {
-    pub fn allows(&self, name: &str) -> bool {
-        self.allow.matches(name) && !self.deny.matches(name)
-    }
-}
-
-impl Profile {
-    /// Whether this profile may list, read or subscribe to the resource `uri` (or list
-    /// the template `uri`). A URI that could name another than it seems, by a dot
-    /// segment or an encoded slash, never passes rules ([`plain_uri`]).
-    pub fn allows_resource(&self, uri: &str) -> bool {
-        self.resources
-            .as_ref()
-            .is_none_or(|r| plain_uri(uri) && r.allows(uri))
-    }
-
-    /// Whether judging `tool` needs its annotations: with `deny_annotations`, always;
-    /// with `allow_annotations`, when its name alone does not allow it.
-    pub fn needs_hints(&self, tool: &str) -> bool {
-        !self.deny_annotations.is_empty()
-            || (!self.allow_annotations.is_empty() && !self.allow.matches(tool))
-    }
-
-    /// Whether this profile may call `tool` whose annotations are `hints`: allowed by
-    /// name or by `allow_annotations`, and denied neither by name nor by
-    /// `deny_annotations`.
-    pub fn allows_tool_with(
-        &self,
-        tool: &str,
-        hints: Option<&serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<bool, HintsUnknown> {
-        if self.deny.matches(tool) {
-            return Ok(false);
-        }
-        if !self.needs_hints(tool) {
-            return Ok(self.allow.matches(tool));
-        }
-        let hints = hints.ok_or(HintsUnknown)?;
-        if !self.deny_annotations.is_empty() && hints_hold(hints, &self.deny_annotations) {
-            return Ok(false);
-        }
-        Ok(self.allow.matches(tool)
-            || (!self.allow_annotations.is_empty() && hints_hold(hints, &self.allow_annotations)))
-    }
-
-    pub fn allows_prompt(&self, name: &str) -> bool {
-        self.prompts.as_ref().is_none_or(|r| r.allows(name))
-    }
-}
-
-/// Whether every hint of `rules` holds in `hints`. The four hints MCP defines have its
-/// defaults when absent (`readOnlyHint` false, `destructiveHint` true unless read-only,
-/// `idempotentHint` false, `openWorldHint` true); any other absent hint holds nothing.
-fn hints_hold(
-    hints: &serde_json::Map<String, serde_json::Value>,
-    rules: &[(Box<str>, serde_json::Value)],
-) -> bool {
-    use serde_json::Value;
-    let read_only = hints.get("readOnlyHint") == Some(&Value::Bool(true));
-    rules.iter().all(|(name, want)| {
-        let have = match (&**name, hints.get(&**name)) {
-            ("destructiveHint", _) if read_only => Value::Bool(false),
-            (_, Some(v)) => v.clone(),
-            ("readOnlyHint" | "idempotentHint", None) => Value::Bool(false),
-            ("destructiveHint" | "openWorldHint", None) => Value::Bool(true),
-            (_, None) => return false,
-        };
-        have == *want
-    })
-}
-
-/// Whether `uri` means what its text says to a glob: no `.` or `..` path segment (also
-/// percent-encoded), no encoded `/` or `\`, no backslash, no control character. Servers
-/// that normalise or decode URIs would otherwise read `kb://docs/../private/x`, which
-/// `kb://docs/*` matches, as a URI outside `docs/`.
-pub fn plain_uri(uri: &str) -> bool {
-    if uri.chars().any(|c| c.is_control() || c == '\\') {
-        return false;
-    }
-    let lower = uri.to_ascii_lowercase();
-    if lower.contains("%2f") || lower.contains("%5c") || lower.contains("%00") {
-        return false;
-    }
-    let decoded_dots = lower.replace("%2e", ".");
-    // The path after the scheme and authority, split into segments; the authority
-    // (`//host`) only ever yields empty segments or the host, which are not dots.
-    let path = decoded_dots
-        .split_once(':')
-        .map_or(decoded_dots.as_str(), |(_, rest)| rest);
-    !path
-        .split(['/', '?', '#'])
-        .any(|segment| segment == "." || segment == "..")
 }
 
 /// Fields mcpgate sets or strips itself on the way upstream (hop-by-hop ones among them):
@@ -844,91 +668,5 @@ impl Compiler<'_> {
             .map_or(host, |n| n.get_ref().as_str());
         crate::config::tls::upstream_client(name, ca.as_ref(), client.as_ref().map(|(c, k)| (c, k)))
             .map_err(|e| (raw.span(), e))
-    }
-
-    pub(super) fn profiles(
-        &self,
-        raw: &BTreeMap<String, S<raw::RawProfile>>,
-        upstreams: &BTreeMap<String, Arc<Upstream>>,
-        warnings: &mut Vec<String>,
-    ) -> Result<BTreeMap<String, Arc<Profile>>, Fail> {
-        let mut out = BTreeMap::new();
-        for (name, p) in raw {
-            let p = p.get_ref();
-            let upstream = upstreams.get(p.upstream.get_ref()).ok_or_else(|| {
-                (
-                    p.upstream.span(),
-                    format!(
-                        "profile {name:?}: no upstream named {:?}",
-                        p.upstream.get_ref()
-                    ),
-                )
-            })?;
-            check_patterns(&p.allow)?;
-            check_patterns(&p.deny)?;
-            let allow = Matcher::new(p.allow.iter().map(|s| s.get_ref().as_str()));
-            if allow.is_empty() && p.allow_annotations.is_none() {
-                warnings.push(format!("profile {name:?} allows no tool (allow is empty)"));
-            }
-            let methods = match &p.methods {
-                Some(list) => {
-                    check_patterns(list)?;
-                    let m = Matcher::new(list.iter().map(|s| s.get_ref().as_str()));
-                    if !m.matches("initialize") {
-                        warnings.push(format!(
-                            "profile {name:?}: methods does not include \"initialize\"; MCP clients cannot connect"
-                        ));
-                    }
-                    Some(m)
-                }
-                None => None,
-            };
-            out.insert(
-                name.clone(),
-                Arc::new(Profile {
-                    name: name.as_str().into(),
-                    upstream: upstream.clone(),
-                    allow,
-                    deny: Matcher::new(p.deny.iter().map(|s| s.get_ref().as_str())),
-                    methods,
-                    resources: name_rules(p.resources.as_ref())?,
-                    prompts: name_rules(p.prompts.as_ref())?,
-                    allow_annotations: hint_rules(p.allow_annotations.as_ref())?,
-                    deny_annotations: hint_rules(p.deny_annotations.as_ref())?,
-                }),
-            );
-        }
-        Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod hint_tests {
-    use super::*;
-    use serde_json::{Value, json};
-
-    fn hints(v: Value) -> serde_json::Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
-
-    #[test]
-    fn absent_hints_have_the_mcp_defaults() {
-        let rule = |k: &str, v: Value| vec![(Box::from(k), v)];
-        let none = hints(json!({}));
-        assert!(!hints_hold(&none, &rule("readOnlyHint", json!(true))));
-        assert!(hints_hold(&none, &rule("destructiveHint", json!(true))));
-        assert!(hints_hold(&none, &rule("openWorldHint", json!(true))));
-        assert!(!hints_hold(&none, &rule("idempotentHint", json!(true))));
-        assert!(!hints_hold(&none, &rule("custom", json!(true))));
-        // A read-only tool is not destructive, whatever else it says.
-        let ro = hints(json!({"readOnlyHint": true, "destructiveHint": true}));
-        assert!(!hints_hold(&ro, &rule("destructiveHint", json!(true))));
-        // Every listed hint must hold.
-        let two = vec![
-            (Box::from("readOnlyHint"), json!(false)),
-            (Box::from("idempotentHint"), json!(true)),
-        ];
-        assert!(hints_hold(&hints(json!({"idempotentHint": true})), &two));
-        assert!(!hints_hold(&hints(json!({"idempotentHint": false})), &two));
     }
 }

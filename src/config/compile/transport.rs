@@ -1,0 +1,14 @@
+//! `[transport]`: how streams to clients are kept alive.
+
+use super::{DEFAULT_SSE_KEEPALIVE, Fail, at};
+use crate::config::raw::{self, S};
+use crate::config::units::parse_duration;
+use std::time::Duration;
+
+/// The silence after which a client's SSE stream gets a `: keepalive` comment.
+pub(super) fn sse_keepalive(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
+    match raw.and_then(|t| t.get_ref().sse_keepalive.as_ref()) {
+        Some(v) => at(v, parse_duration(v.get_ref())),
+        None => Ok(DEFAULT_SSE_KEEPALIVE),
+    }
+}

@@ -6,17 +6,21 @@
 //! (SIGHUP, file change, `POST /reload`) goes through.
 
 use crate::config::{self, Snapshot, Upstream};
-use crate::http::tls::CertStore;
+use crate::http::tls::{CertExpiry, CertStore};
+use crate::mcp::list_changes::{list_changes, watch_sunsets};
 use crate::oauth::{OAuthMetrics, Verifier};
 use crate::observe::audit::{Audit, AuditError};
-use crate::observe::metrics::EndpointLabels;
-use crate::observe::metrics::{Metrics, ResultLabels};
+use crate::observe::metrics::Metrics;
 use crate::runtime::limiter::Limits;
 use crate::runtime::store::{RateStore, StoreMetrics};
 use crate::runtime::streams::StreamRegistry;
-use crate::upstream::endpoint::EndpointMetrics;
-use crate::upstream::registry::{EndpointSeries, Registry, UpstreamState};
+use crate::upstream::endpoint::EndpointFamilies;
+use crate::upstream::registry::{Registry, UpstreamState};
 use arc_swap::ArcSwap;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 mod status;
 use std::cell::RefCell;
@@ -43,25 +47,25 @@ impl Live {
     fn build(
         config: Snapshot,
         registry: &Registry,
-        metrics: &Metrics,
+        series: &Series,
         previous: Option<&Live>,
     ) -> Live {
         let verifier = config.oauth.as_ref().map(|settings| {
             match previous.and_then(|p| p.verifier.as_ref()) {
                 // Grants are read from the configuration on each request, not from here.
                 Some(v) if v.settings.identity == settings.identity => v.clone(),
-                _ => Verifier::start(settings.clone(), oauth_metrics(metrics)),
+                _ => Verifier::start(settings.clone(), series.oauth.clone()),
             }
         });
         // The connections to Redis outlive a reload that keeps their address.
         let store = config.limits.store.as_ref().map(|settings| {
             match previous.and_then(|p| p.limiter.shared.as_ref()) {
                 Some(s) if s.store.settings.identity == settings.identity => s.store.clone(),
-                _ => RateStore::start(settings.clone(), store_metrics(metrics)),
+                _ => RateStore::start(settings.clone(), series.store.clone()),
             }
         });
         Live {
-            upstreams: registry.table(&config.upstreams, metrics),
+            upstreams: registry.table(&config.upstreams, &series.endpoints),
             limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter), store),
             verifier,
             config: Arc::new(config),
@@ -107,6 +111,8 @@ pub struct Gateway {
     /// Moved on every swap of `snapshot`, after it.
     generation: AtomicU64,
     pub metrics: Metrics,
+    /// The families the gateway's components count into, registered in `metrics`.
+    series: Series,
     pub streams: Arc<StreamRegistry>,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
@@ -138,8 +144,11 @@ impl Gateway {
     /// `config_path`: the file reloads read; `None` for an embedded configuration. Opens
     /// the audit file, so it must run inside the runtime; fails if that file cannot be opened.
     pub fn new(snapshot: Snapshot, config_path: Option<PathBuf>) -> Result<Arc<Self>, AuditError> {
-        let metrics = Metrics::new();
-        let streams = StreamRegistry::new(metrics.open_streams.clone());
+        let mut metrics = Metrics::new();
+        let series = Series::register(metrics.registry());
+        let streams = StreamRegistry::registered(metrics.registry());
+        let audit_dropped = Audit::register(metrics.registry());
+        let spans = crate::observe::trace::register(metrics.registry());
         let certs = snapshot
             .listeners
             .iter()
@@ -151,28 +160,29 @@ impl Gateway {
             .collect();
         let (audit, audit_writer) = match &snapshot.audit {
             Some(settings) => {
-                let (audit, task) = Audit::start(settings.clone(), metrics.audit_dropped.clone())?;
+                let (audit, task) = Audit::start(settings.clone(), audit_dropped)?;
                 (Some(audit), Some(task))
             }
             None => (None, None),
         };
         static IDS: AtomicU64 = AtomicU64::new(0);
         let pools = Registry::default();
-        let live = Live::build(snapshot, &pools, &metrics, None);
+        let live = Live::build(snapshot, &pools, &series, None);
         let sunsets = watch_sunsets(&live.config, &streams);
         let hint_fetches = fetch_hints(&live);
-        show_cert_expiry(&metrics, &live.config);
+        series.certs.record(&live.config.listeners);
         let tracer = live
             .config
             .telemetry
             .as_ref()
-            .map(|t| crate::observe::trace::Tracer::start(t, metrics.trace_spans.clone()));
+            .map(|t| crate::observe::trace::Tracer::start(t, spans));
         Ok(Arc::new(Gateway {
             snapshot: ArcSwap::from_pointee(live),
             pools,
             id: IDS.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
             metrics,
+            series,
             streams,
             certs,
             config_path,
@@ -254,14 +264,7 @@ impl Gateway {
     pub async fn reload(&self, trigger: &str) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let result = self.try_reload().await;
-        let label = if result.is_ok() { "ok" } else { "error" };
-        self.metrics
-            .reloads
-            .get_or_create(&ResultLabels { result: label })
-            .inc();
-        self.metrics
-            .last_reload_success
-            .set(i64::from(result.is_ok()));
+        self.series.count_reload(result.is_ok());
         *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(ReloadNote {
             at: SystemTime::now(),
             trigger: trigger.to_string(),
@@ -282,12 +285,9 @@ impl Gateway {
         let path = self.config_path.clone().ok_or(ReloadError::Embedded)?;
         let current = self.snapshot();
         let next = tokio::task::spawn_blocking(move || config::load(&path)).await??;
-        restart_needed(&current, &next)?;
-        if current.log != next.log {
-            tracing::warn!("[log] changes take effect at the next restart");
-        }
-        if current.telemetry != next.telemetry {
-            tracing::warn!("[telemetry] changes take effect at the next restart");
+        config::restart::restart_needed(&current, &next).map_err(ReloadError::RestartRequired)?;
+        for section in config::restart::applied_at_restart(&current, &next) {
+            tracing::warn!("{section} changes take effect at the next restart");
         }
         for l in &next.listeners {
             if let (Some(t), Some(store)) = (&l.tls, self.certs.get(&*l.name)) {
@@ -297,13 +297,8 @@ impl Gateway {
         for w in &next.warnings {
             tracing::warn!("{w}");
         }
-        show_cert_expiry(&self.metrics, &next);
-        let next = Arc::new(Live::build(
-            next,
-            &self.pools,
-            &self.metrics,
-            Some(&current),
-        ));
+        self.series.certs.record(&next.listeners);
+        let next = Arc::new(Live::build(next, &self.pools, &self.series, Some(&current)));
         self.snapshot.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
         // What a profile may list changed: its clients hear of it (SPEC §12).
@@ -333,227 +328,55 @@ impl Gateway {
     }
 }
 
-/// Sets each TLS listener's certificate expiry metric from the certificate it serves.
-fn show_cert_expiry(metrics: &Metrics, config: &Snapshot) {
-    use crate::observe::metrics::{Label, ListenerLabels};
-    for l in &config.listeners {
-        let Some(tls) = &l.tls else { continue };
-        let Some(cert) = tls.key.cert.first() else {
-            continue;
-        };
-        match x509_parser::parse_x509_certificate(cert.as_ref()) {
-            Ok((_, parsed)) => {
-                let labels = ListenerLabels {
-                    listener: Label(l.name.clone()),
-                };
-                let not_after = parsed.validity().not_after.timestamp();
-                metrics.cert_expiry.get_or_create(&labels).set(not_after);
-            }
-            Err(error) => {
-                tracing::warn!(listener = %l.name, %error, "cannot read the certificate's expiry");
-            }
-        }
-    }
-}
-
-const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
-const RESOURCES_CHANGED: &str = "notifications/resources/list_changed";
-const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
-
-/// The list notifications a change from `old` to `new` owes each profile's clients: for
-/// each profile in both, whether what it may see of tools, resources and prompts differs
-/// (its upstream, rules, the hidden list, deprecations and whether they are past).
-fn list_changes(old: &Snapshot, new: &Snapshot) -> Vec<(Arc<str>, &'static str)> {
-    let now = SystemTime::now();
-    let tools = |s: &Snapshot, p: &config::Profile| {
-        let deprecated: Vec<String> = s
-            .deprecated
-            .iter()
-            .map(|(n, d)| format!("{n}>{}@{}:{}", d.replacement, d.sunset_text, d.gone(now)))
-            .collect();
-        (
-            p.upstream.name.clone(),
-            p.allow.patterns().join("\n"),
-            p.deny.patterns().join("\n"),
-            s.hidden.patterns().join("\n"),
-            deprecated,
-        )
-    };
-    let rules = |r: &Option<config::compile::NameRules>| {
-        r.as_ref()
-            .map(|r| (r.allow.patterns().join("\n"), r.deny.patterns().join("\n")))
-    };
-    let mut out = Vec::new();
-    for (name, p) in &new.profiles {
-        let Some(o) = old.profiles.get(name) else {
-            continue;
-        };
-        if tools(old, o) != tools(new, p) {
-            out.push((p.name.clone(), TOOLS_CHANGED));
-        }
-        if o.upstream.name != p.upstream.name || rules(&o.resources) != rules(&p.resources) {
-            out.push((p.name.clone(), RESOURCES_CHANGED));
-        }
-        if o.upstream.name != p.upstream.name || rules(&o.prompts) != rules(&p.prompts) {
-            out.push((p.name.clone(), PROMPTS_CHANGED));
-        }
-    }
-    out
-}
-
-/// A task that, as each future sunset of `config`'s deprecated tools passes, tells the
-/// GET streams of the profiles that could call the tool that their tool list changed.
-/// Replaced on every reload; none without future sunsets or outside a runtime.
-fn watch_sunsets(
-    config: &Arc<Snapshot>,
-    streams: &Arc<StreamRegistry>,
-) -> Option<tokio::task::AbortHandle> {
-    let now = SystemTime::now();
-    let mut due: Vec<(SystemTime, Box<str>)> = config
-        .deprecated
-        .iter()
-        .filter(|(_, d)| !d.gone(now))
-        .map(|(n, d)| (d.sunset, n.clone()))
-        .collect();
-    if due.is_empty() {
-        return None;
-    }
-    due.sort();
-    let rt = tokio::runtime::Handle::try_current().ok()?;
-    let (config, streams) = (config.clone(), streams.clone());
-    let task = rt.spawn(async move {
-        for (at, tool) in due {
-            let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
-            tokio::time::sleep(wait).await;
-            // A profile that may call it, by name or (its hints unknown here) perhaps
-            // by annotations.
-            let could_see = |p: &&Arc<config::Profile>| p.allows_tool_with(&tool, None).unwrap_or(true);
-            for p in config.profiles.values().filter(could_see) {
-                let told = streams.notify(&p.name, TOOLS_CHANGED);
-                tracing::info!(%tool, profile = %p.name, streams = told, "sunset passed: tool list change sent");
-            }
-        }
-    });
-    Some(task.abort_handle())
-}
-
-/// How often mcpgate reads an upstream's tool list itself, for annotation rules.
-pub const HINTS_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// For each HTTP upstream that a profile judges by annotations: a task that reads its
-/// tool list in a session of mcpgate's own now and every [`HINTS_EVERY`], from the first
-/// endpoint that takes requests. (A stdio upstream learns from the lists that pass.)
+/// Each configuration's tasks that read what upstreams say of their tools.
 fn fetch_hints(live: &Live) -> Vec<tokio::task::AbortHandle> {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return Vec::new();
-    };
-    let mut tasks = Vec::new();
-    for u in live.config.upstreams.values() {
-        if u.stdio.is_some() || !live.config.judges_hints(u) {
-            continue;
-        }
-        let state = live.upstream(u);
-        let (upstream, endpoints, store) =
-            (u.clone(), state.endpoints.clone(), state.hints.clone());
-        let task = rt.spawn(async move {
-            let pools: Vec<_> = endpoints.iter().map(|e| e.new_pool()).collect();
-            loop {
-                let at = endpoints
-                    .iter()
-                    .position(|e| e.available(upstream.outlier.as_ref()))
-                    .unwrap_or(0);
-                match crate::upstream::hints::fetch(&upstream, &upstream.endpoints[at], &pools[at])
-                    .await
-                {
-                    Ok(tools) => {
-                        tracing::debug!(upstream = %upstream.name, tools = tools.len(), "tool annotations read");
-                        store.replace(tools);
-                    }
-                    Err(error) => {
-                        tracing::warn!(upstream = %upstream.name, %error, "cannot read the upstream's tool list; calls that need its annotations are refused until it is known");
-                    }
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(HINTS_EVERY) => {}
-                    _ = store.stale() => {}
-                }
-            }
-        });
-        tasks.push(task.abort_handle());
-    }
-    tasks
+    crate::upstream::hints::start_fetching(&live.config, |u| live.upstream(u))
 }
 
-/// The verifier's series. Each handle is taken on its own: a family's read guard lives
-/// as long as the expression that took it, and a second `get_or_create` beside it would
-/// wait for it forever.
-fn oauth_metrics(metrics: &Metrics) -> OAuthMetrics {
-    let fetches = |result| {
-        metrics
-            .oauth_key_fetches
-            .get_or_create(&ResultLabels { result })
-            .clone()
-    };
-    let fetched = fetches("ok");
-    let fetch_failed = fetches("error");
-    OAuthMetrics {
-        fetched,
-        fetch_failed,
-        keys: metrics.oauth_signing_keys.clone(),
-    }
+/// The families the gateway's components count into, each registered by its component.
+struct Series {
+    endpoints: EndpointFamilies,
+    oauth: OAuthMetrics,
+    store: StoreMetrics,
+    certs: CertExpiry,
+    reloads: Family<ReloadLabels, Counter>,
+    last_reload_success: Gauge,
 }
 
-/// The rate-limit store's series (one handle per expression, as above).
-fn store_metrics(metrics: &Metrics) -> StoreMetrics {
-    let errors = |reason| {
-        metrics
-            .limit_store_errors
-            .get_or_create(&crate::observe::metrics::ReasonLabels { reason })
-            .clone()
-    };
-    let timeouts = errors("timeout");
-    let failed = errors("error");
-    let unavailable = errors("unavailable");
-    StoreMetrics {
-        up: metrics.limit_store_up.clone(),
-        timeouts,
-        errors: failed,
-        unavailable,
-        latency: metrics.limit_store_seconds.clone(),
-    }
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
 }
 
-/// Each endpoint counts into series of its own, by upstream and endpoint.
-impl EndpointSeries for Metrics {
-    fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics {
-        let labels = EndpointLabels {
-            upstream: upstream.into(),
-            endpoint: endpoint.into(),
-        };
-        EndpointMetrics {
-            healthy: self.endpoint_healthy.get_or_create(&labels).clone(),
-            ejections: self.endpoint_ejections.get_or_create(&labels).clone(),
-            requests: self.endpoint_requests.get_or_create(&labels).clone(),
-            open_sessions: self.endpoint_open_sessions.get_or_create(&labels).clone(),
+impl Series {
+    fn register(registry: &mut prometheus_client::registry::Registry) -> Series {
+        let reloads = Family::default();
+        registry.register(
+            "config_reload",
+            "Configuration reloads by result",
+            reloads.clone(),
+        );
+        let last_reload_success = Gauge::default();
+        registry.register(
+            "config_last_reload_success",
+            "1 if the last reload succeeded, 0 if it failed",
+            last_reload_success.clone(),
+        );
+        last_reload_success.set(1);
+        Series {
+            endpoints: EndpointFamilies::register(registry),
+            oauth: OAuthMetrics::register(registry),
+            store: StoreMetrics::register(registry),
+            certs: CertExpiry::register(registry),
+            reloads,
+            last_reload_success,
         }
     }
 
-    fn forget(&self, upstream: &str, endpoint: &str) {
-        let labels = EndpointLabels {
-            upstream: upstream.into(),
-            endpoint: endpoint.into(),
-        };
-        self.endpoint_healthy.remove(&labels);
-        self.endpoint_ejections.remove(&labels);
-        self.endpoint_requests.remove(&labels);
-        self.endpoint_open_sessions.remove(&labels);
-    }
-
-    fn processes(&self, upstream: &str) -> prometheus_client::metrics::gauge::Gauge {
-        let labels = crate::observe::metrics::UpstreamLabels {
-            upstream: upstream.into(),
-        };
-        self.stdio_processes.get_or_create(&labels).clone()
+    fn count_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.last_reload_success.set(i64::from(ok));
     }
 }
 
@@ -568,40 +391,6 @@ pub enum ReloadError {
     RestartRequired(&'static str),
     #[error("reload task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
-}
-
-/// Changes a running process cannot apply: sockets and their TLS shape, and the admin
-/// listener. Such a reload is refused whole, with the reason.
-fn restart_needed(current: &Snapshot, next: &Snapshot) -> Result<(), ReloadError> {
-    let shape = |s: &Snapshot| {
-        s.listeners
-            .iter()
-            .map(|l| {
-                (
-                    l.name.clone(),
-                    l.addr,
-                    l.tls.as_ref().map(|t| t.files.client_ca.clone()),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    if shape(current) != shape(next) {
-        return Err(ReloadError::RestartRequired(
-            "listeners changed (names, addresses, TLS on/off or client_ca)",
-        ));
-    }
-    if current.admin != next.admin {
-        return Err(ReloadError::RestartRequired("the admin address changed"));
-    }
-    if current.audit != next.audit {
-        return Err(ReloadError::RestartRequired("[audit] changed"));
-    }
-    if current.server.max_connections != next.server.max_connections {
-        return Err(ReloadError::RestartRequired(
-            "server.max_connections changed",
-        ));
-    }
-    Ok(())
 }
 
 impl crate::observe::admin::Admin for Gateway {

@@ -4,6 +4,7 @@
 pub mod compile;
 pub mod glob;
 pub mod raw;
+pub mod restart;
 pub mod tls;
 pub mod token;
 pub mod units;

@@ -55,3 +55,51 @@ pub fn server_config(
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
+
+/// `mcpgate_tls_certificate_expiry_timestamp_seconds`, by listener.
+#[derive(Clone, Default)]
+pub struct CertExpiry(
+    prometheus_client::metrics::family::Family<
+        ListenerLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+impl CertExpiry {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> CertExpiry {
+        let family = prometheus_client::metrics::family::Family::default();
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the certificate a TLS listener serves expires (notAfter), in Unix seconds",
+            family.clone(),
+        );
+        CertExpiry(family)
+    }
+
+    /// Sets each TLS listener's gauge to the notAfter of the certificate it serves.
+    pub fn record(&self, listeners: &[crate::config::Listener]) {
+        for l in listeners {
+            let Some(tls) = &l.tls else { continue };
+            let Some(cert) = tls.key.cert.first() else {
+                continue;
+            };
+            match x509_parser::parse_x509_certificate(cert.as_ref()) {
+                Ok((_, parsed)) => {
+                    let labels = ListenerLabels {
+                        listener: l.name.to_string(),
+                    };
+                    let not_after = parsed.validity().not_after.timestamp();
+                    self.0.get_or_create(&labels).set(not_after);
+                }
+                Err(error) => {
+                    tracing::warn!(listener = %l.name, %error, "cannot read the certificate's expiry");
+                }
+            }
+        }
+    }
+}

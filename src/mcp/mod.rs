@@ -6,6 +6,7 @@
 pub mod jsonread;
 pub mod jsonrpc;
 pub mod jsontext;
+pub mod list_changes;
 pub mod pointer;
 pub mod tools_list;
 pub mod transport;

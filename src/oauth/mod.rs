@@ -27,8 +27,11 @@ use cache::TokenCache;
 use fetch::IdpClient;
 use jsonwebtoken::{Algorithm, Validation};
 use keys::{Discovered, KeySet};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -38,12 +41,65 @@ pub const REFETCH_AFTER: Duration = Duration::from_secs(30);
 /// How often the keys are read again when nothing asks sooner.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(3600);
 
-/// What the verifier counts: JWKS fetches by result, and the keys it holds.
+/// What the verifier counts: JWKS fetches by result, the keys it holds, and the requests
+/// on oauth routes refused, by reason.
 #[derive(Clone, Default)]
 pub struct OAuthMetrics {
     pub fetched: Counter,
     pub fetch_failed: Counter,
     pub keys: Gauge,
+    failures: Family<ReasonLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+impl OAuthMetrics {
+    pub fn register(registry: &mut Registry) -> OAuthMetrics {
+        let failures = Family::default();
+        registry.register(
+            "oauth_failures",
+            "Requests on oauth routes refused, by reason",
+            failures.clone(),
+        );
+        let fetches = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "oauth_key_fetches",
+            "Fetches of the issuer's signing keys (JWKS), by result",
+            fetches.clone(),
+        );
+        let keys = Gauge::default();
+        registry.register(
+            "oauth_signing_keys",
+            "Signing keys of the issuer in hand (0: oauth routes answer 503)",
+            keys.clone(),
+        );
+        // One handle per statement (a family's read guard lives through its expression).
+        let fetched = fetches
+            .get_or_create(&ResultLabels { result: "ok" })
+            .clone();
+        let fetch_failed = fetches
+            .get_or_create(&ResultLabels { result: "error" })
+            .clone();
+        OAuthMetrics {
+            fetched,
+            fetch_failed,
+            keys,
+            failures,
+        }
+    }
+
+    /// Counts a request on an oauth route refused for `reason` ([`caller::Why::reason`]).
+    pub fn count_refusal(&self, reason: &'static str) {
+        self.failures.get_or_create(&ReasonLabels { reason }).inc();
+    }
 }
 
 /// The fetch state: only one fetch runs at a time; requests that need one wait for it.
@@ -65,6 +121,11 @@ pub struct Verifier {
 impl Verifier {
     /// A verifier for `settings`. Inside a runtime, its keys are fetched at once and then
     /// kept fresh on that runtime for as long as the verifier lives.
+    /// Counts a request on an oauth route refused for `reason`.
+    pub fn count_refusal(&self, reason: &'static str) {
+        self.metrics.count_refusal(reason);
+    }
+
     pub fn start(settings: Arc<OAuthSettings>, metrics: OAuthMetrics) -> Arc<Verifier> {
         let verifier = Arc::new(Verifier {
             client: IdpClient::new(settings.tls.clone()),

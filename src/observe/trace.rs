@@ -21,15 +21,16 @@
 use crate::config::TelemetrySettings;
 pub use crate::http::traceparent::Context;
 use crate::http::traceparent::{header, parse};
-use crate::observe::metrics::ResultLabels;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -83,21 +84,38 @@ struct Queue {
     limit: usize,
 }
 
+/// The label of `mcpgate_trace_spans_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpanLabels {
+    result: &'static str,
+}
+
+/// Registers `mcpgate_trace_spans_total`, counted whether or not traces are exported.
+pub fn register(registry: &mut Registry) -> Family<SpanLabels, Counter> {
+    let spans = Family::default();
+    registry.register(
+        "trace_spans",
+        "Spans by result: exported, dropped (the export queue was full) or failed (the collector did not take them)",
+        spans.clone(),
+    );
+    spans
+}
+
 impl Tracer {
     /// Starts the exporter task on the current runtime (the control thread's).
-    pub fn start(settings: &TelemetrySettings, spans: Family<ResultLabels, Counter>) -> Tracer {
+    pub fn start(settings: &TelemetrySettings, spans: Family<SpanLabels, Counter>) -> Tracer {
         let queue = Arc::new(Queue {
             spans: Mutex::new(Vec::new()),
             limit: settings.queue,
         });
         let dropped = spans
-            .get_or_create(&ResultLabels { result: "dropped" })
+            .get_or_create(&SpanLabels { result: "dropped" })
             .clone();
         let exported = spans
-            .get_or_create(&ResultLabels { result: "exported" })
+            .get_or_create(&SpanLabels { result: "exported" })
             .clone();
         let failed = spans
-            .get_or_create(&ResultLabels { result: "failed" })
+            .get_or_create(&SpanLabels { result: "failed" })
             .clone();
         match exporter(settings) {
             Ok(e) => {

@@ -16,10 +16,9 @@ use crate::config::compile::OAuthSettings;
 use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::{Challenge, GateError};
-use crate::gateway::{Gateway, Live};
+use crate::gateway::Live;
 use crate::http::fields::{Fields, Kind};
 use crate::oauth::Why;
-use crate::observe::metrics::ReasonLabels;
 use http::{HeaderValue, StatusCode};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
@@ -88,7 +87,6 @@ pub fn authenticate<'s>(
 /// count in `mcpgate_oauth_failures` and, but for 503s and scope refusals, against the
 /// address.
 pub(super) async fn oauth<'s>(
-    gw: &Gateway,
     live: &'s Live,
     route: &Route,
     fields: &Fields,
@@ -106,12 +104,7 @@ pub(super) async fn oauth<'s>(
         Some(token) => verifier.verify(token, SystemTime::now()).await,
     };
     let refuse = |why: Why| {
-        gw.metrics
-            .oauth_failures
-            .get_or_create(&ReasonLabels {
-                reason: why.reason(),
-            })
-            .inc();
+        verifier.count_refusal(why.reason());
         challenge(settings, route, why)
     };
     let caller = match verdict {

@@ -243,9 +243,7 @@ fn record_metrics(
     took: std::time::Duration,
     now: SystemTime,
 ) {
-    use crate::observe::metrics::{
-        Decision, Ending, Label, ReasonLabels, RequestKey, RowNote, UpstreamErrorLabels,
-    };
+    use crate::observe::metrics::{Decision, Ending, Label, RequestKey, RowNote};
     let route = ctx.route.map_or("-", |r| &*r.template);
     let profile = ctx.route.map_or("-", |r| &*r.profile.name);
     let method = method_label(ctx.rpc_method.as_ref(), http);
@@ -268,21 +266,13 @@ fn record_metrics(
     m.count_request(&key, took, row.as_ref());
     if let Some(e) = error {
         match e.side() {
-            Side::Downstream | Side::Gateway => m
-                .refusals
-                .get_or_create(&ReasonLabels { reason: e.reason() })
-                .inc(),
+            Side::Downstream | Side::Gateway => m.count_refusal(e.reason()),
             Side::Upstream => {
                 let upstream = ctx.route.as_ref().map_or_else(
                     || Label::from("-"),
                     |r| Label(r.profile.upstream.name.clone()),
                 );
-                m.upstream_errors
-                    .get_or_create(&UpstreamErrorLabels {
-                        upstream,
-                        kind: e.reason(),
-                    })
-                    .inc()
+                m.count_upstream_error(upstream, e.reason())
             }
         };
     }

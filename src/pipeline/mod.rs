@@ -149,7 +149,7 @@ async fn run<'s>(
     let (route, path_token) = route::find(live, listener, &req.target)?;
     ctx.route = Some(route);
     if route.auth == Auth::OAuth {
-        auth::oauth(gw, live, route, &req.fields, peer, ctx).await?;
+        auth::oauth(live, route, &req.fields, peer, ctx).await?;
     } else {
         auth::check(live, route, path_token, &req.fields, peer, ctx)?;
     }

@@ -118,7 +118,7 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 /// At most one warning per this long.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// The store's series, taken by the gateway from its metrics.
+/// The store's series.
 #[derive(Clone)]
 pub struct StoreMetrics {
     /// 1 while the control thread's connection to Redis is up.
@@ -129,6 +129,58 @@ pub struct StoreMetrics {
     pub unavailable: Counter,
     /// Round trips that answered, in seconds.
     pub latency: Histogram,
+}
+
+/// The reason label of `mcpgate_limit_store_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+impl StoreMetrics {
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> StoreMetrics {
+        let up = Gauge::default();
+        registry.register(
+            "limit_store_up",
+            "1 while a connection to the rate-limit store ([limits.store]) is up",
+            up.clone(),
+        );
+        let errors = prometheus_client::metrics::family::Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "limit_store_errors",
+            "Requests whose rate rules the store did not answer (they took on_error), by reason",
+            errors.clone(),
+        );
+        // 100 µs to about 0.8 s, doubling.
+        let latency = Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+            0.0001, 2.0, 14,
+        ));
+        registry.register(
+            "limit_store_duration_seconds",
+            "Round trips to the rate-limit store that answered",
+            latency.clone(),
+        );
+        // One handle per statement: a family's read guard lives as long as the expression
+        // that took it, and a second `get_or_create` inside it would wait forever.
+        let timeouts = errors
+            .get_or_create(&ReasonLabels { reason: "timeout" })
+            .clone();
+        let failed = errors
+            .get_or_create(&ReasonLabels { reason: "error" })
+            .clone();
+        let unavailable = errors
+            .get_or_create(&ReasonLabels {
+                reason: "unavailable",
+            })
+            .clone();
+        StoreMetrics {
+            up,
+            timeouts,
+            errors: failed,
+            unavailable,
+            latency,
+        }
+    }
 }
 
 /// One key of a request: a rule's key and the cells it takes.

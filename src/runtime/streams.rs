@@ -94,6 +94,17 @@ impl StreamWatch {
 }
 
 impl StreamRegistry {
+    /// A registry whose count is `mcpgate_open_streams`, registered in `registry`.
+    pub fn registered(registry: &mut prometheus_client::registry::Registry) -> Arc<Self> {
+        let gauge = Gauge::default();
+        registry.register(
+            "open_streams",
+            "SSE streams being relayed now",
+            gauge.clone(),
+        );
+        Self::new(gauge)
+    }
+
     pub fn new(gauge: Gauge) -> Arc<Self> {
         Arc::new(StreamRegistry {
             open: Mutex::new(HashMap::new()),

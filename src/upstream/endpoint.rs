@@ -15,14 +15,105 @@ use super::pool::Pool;
 use super::session::{EndpointId, endpoint_id};
 use crate::config::tls::UpstreamTls;
 use crate::config::{Address, Endpoint, HealthCheck, Outlier};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The series an endpoint counts into (`observe::metrics` makes them, by upstream and
-/// endpoint).
+/// The families of every endpoint's series, by upstream and endpoint, and of the stdio
+/// upstreams' processes, by upstream.
+#[derive(Clone, Default)]
+pub struct EndpointFamilies {
+    healthy: Family<EndpointLabels, Gauge>,
+    ejections: Family<EndpointLabels, Counter>,
+    requests: Family<EndpointLabels, Counter>,
+    open_sessions: Family<EndpointLabels, Gauge>,
+    processes: Family<UpstreamLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    upstream: String,
+    /// The endpoint's url as configured.
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+impl EndpointFamilies {
+    pub fn register(registry: &mut Registry) -> EndpointFamilies {
+        let f = EndpointFamilies::default();
+        registry.register(
+            "endpoint_healthy",
+            "1 while an upstream endpoint takes requests (healthy and not ejected)",
+            f.healthy.clone(),
+        );
+        registry.register(
+            "endpoint_ejections",
+            "Times an endpoint was ejected for failing too often in a row",
+            f.ejections.clone(),
+        );
+        registry.register(
+            "endpoint_requests",
+            "Requests sent to an endpoint (each try counts)",
+            f.requests.clone(),
+        );
+        registry.register(
+            "endpoint_open_sessions",
+            "Sessions this process sealed for an endpoint and has not seen end",
+            f.open_sessions.clone(),
+        );
+        registry.register(
+            "stdio_processes",
+            "Processes a stdio upstream runs now",
+            f.processes.clone(),
+        );
+        f
+    }
+
+    /// The series of one endpoint, made or found.
+    pub fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics {
+        let labels = EndpointLabels {
+            upstream: upstream.into(),
+            endpoint: endpoint.into(),
+        };
+        EndpointMetrics {
+            healthy: self.healthy.get_or_create(&labels).clone(),
+            ejections: self.ejections.get_or_create(&labels).clone(),
+            requests: self.requests.get_or_create(&labels).clone(),
+            open_sessions: self.open_sessions.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Removes the series of an endpoint that left the configuration.
+    pub fn forget(&self, upstream: &str, endpoint: &str) {
+        let labels = EndpointLabels {
+            upstream: upstream.into(),
+            endpoint: endpoint.into(),
+        };
+        self.healthy.remove(&labels);
+        self.ejections.remove(&labels);
+        self.requests.remove(&labels);
+        self.open_sessions.remove(&labels);
+    }
+
+    /// The count of a stdio upstream's running processes.
+    pub fn processes(&self, upstream: &str) -> Gauge {
+        let labels = UpstreamLabels {
+            upstream: upstream.into(),
+        };
+        self.processes.get_or_create(&labels).clone()
+    }
+}
+
+/// The series one endpoint counts into ([`EndpointFamilies::series`]).
 #[derive(Clone, Default)]
 pub struct EndpointMetrics {
     /// 1 while it takes requests.

@@ -2,11 +2,12 @@
 //! tools/list, kept per upstream for profiles with `allow_annotations` or
 //! `deny_annotations`. Filled from every tools/list answer that passes through, and by
 //! [`fetch`]: mcpgate's own session (initialize, tools/list page by page, DELETE) run by
-//! the gateway at start, on reload and every few minutes. The hints come from the
+//! the tasks of [`start_fetching`], which the gateway starts anew for each configuration. The hints come from the
 //! upstream, which the operator runs: they are trusted as its own word about its tools.
 
 use super::pool::Pool;
-use crate::config::{Endpoint, Upstream};
+use super::registry::UpstreamState;
+use crate::config::{Endpoint, Snapshot, Upstream};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::{Method, StatusCode};
@@ -202,4 +203,55 @@ fn first_message(text: &[u8], sse: bool) -> Option<Value> {
         .filter_map(|line| line.strip_prefix(b"data:"))
         .filter_map(|data| serde_json::from_slice::<Value>(data.trim_ascii()).ok())
         .find(|m| m.get("result").is_some() || m.get("error").is_some())
+}
+
+/// How often mcpgate reads an upstream's tool list itself, for annotation rules.
+pub const HINTS_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// For each HTTP upstream that a profile judges by annotations: a task that reads its
+/// tool list in a session of mcpgate's own now and every [`HINTS_EVERY`], from the first
+/// endpoint that takes requests. (A stdio upstream learns from the lists that pass.)
+/// `state` gives each upstream's runtime state in the configuration in force.
+pub fn start_fetching<'a>(
+    config: &Snapshot,
+    state: impl Fn(&Upstream) -> &'a UpstreamState,
+) -> Vec<tokio::task::AbortHandle> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return Vec::new();
+    };
+    let mut tasks = Vec::new();
+    for u in config.upstreams.values() {
+        if u.stdio.is_some() || !config.judges_hints(u) {
+            continue;
+        }
+        let state = state(u);
+        let (upstream, endpoints, store) =
+            (u.clone(), state.endpoints.clone(), state.hints.clone());
+        let task = rt.spawn(async move {
+            let pools: Vec<_> = endpoints.iter().map(|e| e.new_pool()).collect();
+            loop {
+                let at = endpoints
+                    .iter()
+                    .position(|e| e.available(upstream.outlier.as_ref()))
+                    .unwrap_or(0);
+                match fetch(&upstream, &upstream.endpoints[at], &pools[at])
+                    .await
+                {
+                    Ok(tools) => {
+                        tracing::debug!(upstream = %upstream.name, tools = tools.len(), "tool annotations read");
+                        store.replace(tools);
+                    }
+                    Err(error) => {
+                        tracing::warn!(upstream = %upstream.name, %error, "cannot read the upstream's tool list; calls that need its annotations are refused until it is known");
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(HINTS_EVERY) => {}
+                    _ = store.stale() => {}
+                }
+            }
+        });
+        tasks.push(task.abort_handle());
+    }
+    tasks
 }

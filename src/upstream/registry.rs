@@ -7,7 +7,7 @@
 //! Each table also carries per-upstream state made anew with the configuration: the
 //! session sealer and the round-robin position.
 
-use super::endpoint::{EndpointMetrics, EndpointState};
+use super::endpoint::{EndpointFamilies, EndpointState};
 use super::hints::HintStore;
 use super::session::{EndpointId, Sealer};
 use super::stdio::StdioUpstream;
@@ -109,15 +109,6 @@ pub struct Registry {
     hints: Mutex<HashMap<String, Arc<HintStore>>>,
 }
 
-/// How the gateway's metrics are reached from here: the series of an endpoint (made or
-/// found), and the removal of those of an endpoint that left.
-pub trait EndpointSeries {
-    fn series(&self, upstream: &str, endpoint: &str) -> EndpointMetrics;
-    fn forget(&self, upstream: &str, endpoint: &str);
-    /// The count of a stdio upstream's running processes.
-    fn processes(&self, upstream: &str) -> prometheus_client::metrics::gauge::Gauge;
-}
-
 impl Registry {
     /// The state for `upstreams`, in their order (an upstream's `index`): endpoints whose
     /// key the current configuration has too are kept, the others made. State no endpoint
@@ -126,7 +117,7 @@ impl Registry {
     pub fn table(
         &self,
         upstreams: &BTreeMap<String, Arc<Upstream>>,
-        metrics: &dyn EndpointSeries,
+        metrics: &EndpointFamilies,
     ) -> Box<[UpstreamState]> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let mut next: HashMap<Key, Arc<EndpointState>> = HashMap::new();
@@ -229,18 +220,6 @@ mod tests {
         crate::config::load_str(&text, "f.toml").unwrap().upstreams
     }
 
-    struct NoSeries;
-
-    impl EndpointSeries for NoSeries {
-        fn series(&self, _: &str, _: &str) -> EndpointMetrics {
-            EndpointMetrics::default()
-        }
-        fn forget(&self, _: &str, _: &str) {}
-        fn processes(&self, _: &str) -> prometheus_client::metrics::gauge::Gauge {
-            Default::default()
-        }
-    }
-
     /// Endpoint state is matched by address and connect timeout: the same ones are kept, a
     /// changed one is made anew, and the table follows the upstreams' order.
     #[test]
@@ -248,7 +227,7 @@ mod tests {
         let registry = Registry::default();
         let table = |url: &str, timeout: &str| {
             registry
-                .table(&upstreams(url, timeout), &NoSeries)
+                .table(&upstreams(url, timeout), &EndpointFamilies::default())
                 .iter()
                 .map(|u| u.endpoints[0].clone())
                 .collect::<Vec<_>>()

@@ -87,6 +87,17 @@ impl Drop for Shared {
 }
 
 impl Audit {
+    /// Registers `mcpgate_audit_dropped_total`, the counter [`Audit::start`] takes.
+    pub fn register(registry: &mut prometheus_client::registry::Registry) -> Counter {
+        let dropped = Counter::default();
+        registry.register(
+            "audit_dropped",
+            "Audit records lost (queue full or write failed)",
+            dropped.clone(),
+        );
+        dropped
+    }
+
     /// Opens the file (creating it) and starts the writer. Fails if the file cannot be
     /// opened; a file that later fails to write is handled per record.
     /// `dropped` is the `mcpgate_audit_dropped_total` counter.

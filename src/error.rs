@@ -1,9 +1,11 @@
 //! The one error type of the request path, and the three methods that say how each case
 //! is answered (HTTP status, JSON-RPC code, which side caused it). The SPEC's error table
-//! (§6) reads straight off `status` and `rpc_code`. Turning an error into bytes happens in
-//! `pipeline::respond`, nowhere else.
+//! (§6) reads straight off `status` and `rpc_code`. The JSON-RPC error envelope is written
+//! by [`envelope`] and [`envelopes`] here, for every error mcpgate answers (whole answers in
+//! `pipeline::respond`, error events inside a relayed stream in `mcp::transport::relay`).
 
 use http::StatusCode;
+use serde_json::value::RawValue;
 
 /// JSON-RPC codes mcpgate answers with itself (SPEC §6).
 pub mod code {
@@ -15,6 +17,16 @@ pub mod code {
     pub const UPSTREAM_TIMEOUT: i64 = -32004;
     pub const RATE_LIMITED: i64 = -32029;
     pub const UNAVAILABLE: i64 = -32003;
+
+    /// The outcome of a call (audit records, the status page) whose answer is an error
+    /// with `code`.
+    pub fn outcome(code: i64) -> &'static str {
+        match code {
+            UPSTREAM_TIMEOUT => "timeout",
+            UPSTREAM => "upstream_error",
+            _ => "jsonrpc_error",
+        }
+    }
 }
 
 /// One JSON-RPC error answer mcpgate owes a request element.
@@ -25,6 +37,82 @@ pub struct Refusal {
     pub message: String,
     /// The tool named by a refused tools/call, for logs.
     pub tool: Option<String>,
+}
+
+/// A JSON-RPC error answer as mcpgate writes it: the id of the request it answers (`null`
+/// when unknown), the code and message, and in `error.data` the request id of the log
+/// line and, for a refusal to retry, how long to wait.
+#[derive(serde::Serialize)]
+pub struct Envelope<'a> {
+    jsonrpc: &'static str,
+    id: Option<&'a RawValue>,
+    error: ErrorObject<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorObject<'a> {
+    code: i64,
+    message: &'a str,
+    data: ErrorData<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorData<'a> {
+    request_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+}
+
+impl<'a> Envelope<'a> {
+    pub fn new(id: Option<&'a RawValue>, code: i64, message: &'a str, request_id: &'a str) -> Self {
+        Envelope {
+            jsonrpc: "2.0",
+            id,
+            error: ErrorObject {
+                code,
+                message,
+                data: ErrorData {
+                    request_id,
+                    retry_after_ms: None,
+                },
+            },
+        }
+    }
+
+    /// Adds the wait a client should keep before retrying, rounded up to whole ms (so a
+    /// client that waits this long is not refused again for being early).
+    pub fn retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
+        self.error.data.retry_after_ms = wait.map(|d| d.as_micros().div_ceil(1000).max(1) as u64);
+        self
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an envelope of strings and numbers serialises")
+    }
+}
+
+/// The one error envelope of `err` for the request `id` (not for `Refused`, which has one
+/// per element: [`envelopes`]).
+pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec<u8> {
+    let message = err.to_string();
+    Envelope::new(id, err.rpc_code(), &message, request_id)
+        .retry_after(err.retry_after())
+        .to_vec()
+}
+
+/// One envelope per refused request element: an object for a single message, an array
+/// for a batch.
+pub fn envelopes(refusals: &[Refusal], batch: bool, request_id: &str) -> Vec<u8> {
+    let all: Vec<Envelope> = refusals
+        .iter()
+        .map(|r| Envelope::new(r.id.as_deref(), r.code, &r.message, request_id))
+        .collect();
+    if batch || all.len() != 1 {
+        serde_json::to_vec(&all)
+    } else {
+        serde_json::to_vec(&all[0])
+    }
+    .expect("envelopes serialise")
 }
 
 /// Who caused an error; also the label of the error metrics.
@@ -62,6 +150,10 @@ pub enum GateError {
     Unauthorized,
     #[error("{}", .0.message)]
     OAuth(Box<Challenge>),
+    /// A second GET stream for a session that has one open (a stdio upstream's; an HTTP
+    /// upstream answers this itself).
+    #[error("Conflict: this session's stream is already open")]
+    StreamConflict,
     #[error("Method not allowed: use POST, GET or DELETE")]
     MethodNotAllowed,
     #[error("Forbidden: Host not allowed on this listener")]
@@ -120,6 +212,7 @@ impl GateError {
             Unauthorized => StatusCode::UNAUTHORIZED,
             OAuth(c) => c.status,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            StreamConflict => StatusCode::CONFLICT,
             HostRefused | OriginRefused => StatusCode::FORBIDDEN,
             NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -147,6 +240,7 @@ impl GateError {
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             MethodNotAllowed
+            | StreamConflict
             | BodyTooLarge { .. }
             | UnsupportedMediaType(_)
             | InvalidRequest(_) => code::INVALID_REQUEST,
@@ -177,6 +271,17 @@ impl GateError {
         }
     }
 
+    /// The outcome of a forwarded call that ended in this error: `timeout` or
+    /// `upstream_error` (as [`code::outcome`] reads them from an answer); `None` for an
+    /// error mcpgate answered before forwarding.
+    pub fn upstream_outcome(&self) -> Option<&'static str> {
+        match self {
+            GateError::UpstreamTimeout => Some("timeout"),
+            e if e.side() == Side::Upstream => Some("upstream_error"),
+            _ => None,
+        }
+    }
+
     /// How long a refused client should wait before retrying (429 answers).
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
@@ -198,6 +303,7 @@ impl GateError {
             Unauthorized => "unauthorized",
             OAuth(c) => c.reason,
             MethodNotAllowed => "method_not_allowed",
+            StreamConflict => "stream_conflict",
             HostRefused => "host_refused",
             OriginRefused => "origin_refused",
             NotAcceptable | StreamNotAcceptable => "not_acceptable",

@@ -23,6 +23,32 @@ pub fn media_type(value: &str) -> &str {
     value[..end].trim_ascii()
 }
 
+/// What an answer's body is, by its `Content-Type`'s media type: the one test of "is this
+/// answer SSE?" for every reader of upstream answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFormat {
+    Json,
+    Sse,
+    Other,
+}
+
+pub fn body_format(headers: &http::HeaderMap) -> BodyFormat {
+    let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return BodyFormat::Other;
+    };
+    let media = media_type(ct);
+    if media.eq_ignore_ascii_case("application/json") {
+        BodyFormat::Json
+    } else if media.eq_ignore_ascii_case("text/event-stream") {
+        BodyFormat::Sse
+    } else {
+        BodyFormat::Other
+    }
+}
+
 /// A header field name as `HeaderName::from_bytes` reads it, but the names requests and
 /// answers usually carry are recognised by their length and bytes (in any case) first:
 /// the general parse costs several times more, and every request and answer has a few.

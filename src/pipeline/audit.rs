@@ -11,7 +11,7 @@ use crate::gateway::Gateway;
 use crate::http::body::GateBody;
 use crate::mcp::jsonrpc::{Payload, ToolName};
 use crate::observe::audit;
-use http::{Method, Response, header};
+use http::{Method, Response};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -171,11 +171,7 @@ pub(super) fn record(
     });
     match error {
         Some(e) => {
-            let outcome = match e {
-                GateError::UpstreamTimeout => Some("timeout"),
-                e if e.side() == crate::error::Side::Upstream => Some("upstream_error"),
-                _ => None,
-            };
+            let outcome = e.upstream_outcome();
             for mut r in records {
                 r.outcome = Some(outcome);
                 r.total_ms = Some(head_ms);
@@ -184,10 +180,8 @@ pub(super) fn record(
             response
         }
         None => {
-            let sse = response
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+            let sse = crate::http::headval::body_format(response.headers())
+                == crate::http::headval::BodyFormat::Sse;
             if let (false, GateBody::Full(Some(json))) = (sse, response.body()) {
                 // A JSON answer already whole: its outcomes are read now, no tap needed.
                 audit::record_whole_answer(a, records, json, started, head_ms);

@@ -280,9 +280,7 @@ fn record_metrics(
         let outcome = match error {
             None => "forwarded",
             Some(GateError::Refused { .. }) => "refused",
-            Some(GateError::UpstreamTimeout) => "timeout",
-            Some(e) if e.side() == Side::Upstream => "upstream_error",
-            Some(_) => "rejected",
+            Some(e) => e.upstream_outcome().unwrap_or("rejected"),
         };
         let decision = Decision {
             at: now,

@@ -8,10 +8,10 @@ use super::Ctx;
 use super::forward::Answer;
 use crate::config::{Profile, Upstream};
 use crate::error::GateError;
-use crate::error::Refusal;
 use crate::gateway::Gateway;
 use crate::gateway::Live;
 use crate::http::body::GateBody;
+use crate::http::headval::{BodyFormat, body_format};
 use crate::mcp::jsonrpc::{Kind, Payload};
 use crate::mcp::tools_list::ListRewrite;
 use crate::mcp::tools_list::ToolFilter;
@@ -22,50 +22,8 @@ use crate::runtime::streams::StreamWatch;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
-use serde::Serialize;
 use serde_json::value::RawValue;
 use std::sync::Arc;
-
-#[derive(Serialize)]
-struct Envelope<'a> {
-    jsonrpc: &'static str,
-    id: Option<&'a RawValue>,
-    error: ErrorObject<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorObject<'a> {
-    code: i64,
-    message: &'a str,
-    data: ErrorData<'a>,
-}
-
-#[derive(Serialize)]
-struct ErrorData<'a> {
-    request_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_ms: Option<u64>,
-}
-
-fn envelope<'a>(
-    id: Option<&'a RawValue>,
-    code: i64,
-    message: &'a str,
-    request_id: &'a str,
-) -> Envelope<'a> {
-    Envelope {
-        jsonrpc: "2.0",
-        id,
-        error: ErrorObject {
-            code,
-            message,
-            data: ErrorData {
-                request_id,
-                retry_after_ms: None,
-            },
-        },
-    }
-}
 
 /// A body mcpgate wrote itself: JSON, or that JSON as one SSE frame.
 fn own_response(
@@ -127,16 +85,10 @@ pub fn error(
     sse_frame: bool,
 ) -> Response<GateBody> {
     let json = match err {
-        GateError::Refused { refusals, batch } => refusals_json(refusals, *batch, request_id),
-        _ => {
-            let message = err.to_string();
-            let mut e = envelope(rpc_id, err.rpc_code(), &message, request_id);
-            // Rounded up: a client that waits this long is not refused again for being early.
-            e.error.data.retry_after_ms = err
-                .retry_after()
-                .map(|d| d.as_micros().div_ceil(1000).max(1) as u64);
-            serde_json::to_vec(&e).expect("an envelope of strings and numbers serialises")
+        GateError::Refused { refusals, batch } => {
+            crate::error::envelopes(refusals, *batch, request_id)
         }
+        _ => crate::error::envelope(err, rpc_id, request_id),
     };
     // A 406 answer must be readable by a client that accepts neither type: JSON.
     let sse_frame = sse_frame
@@ -170,21 +122,6 @@ pub fn error(
             .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
     }
     r
-}
-
-/// One JSON-RPC error per refused request: an object for a single message, an array for a
-/// batch.
-fn refusals_json(refusals: &[Refusal], batch: bool, request_id: &str) -> Vec<u8> {
-    let envelopes: Vec<Envelope> = refusals
-        .iter()
-        .map(|r| envelope(r.id.as_deref(), r.code, &r.message, request_id))
-        .collect();
-    if batch || envelopes.len() != 1 {
-        serde_json::to_vec(&envelopes)
-    } else {
-        serde_json::to_vec(&envelopes[0])
-    }
-    .expect("envelopes serialise")
 }
 
 /// An answer with a status and no body (a swallowed notification).
@@ -316,30 +253,6 @@ pub(super) async fn answer(
     self::upstream(gw, answer, shaping, &ctx.request_id).await
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Format {
-    Json,
-    Sse,
-    Other,
-}
-
-fn format_of(headers: &HeaderMap) -> Format {
-    let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return Format::Other;
-    };
-    let media = crate::http::headval::media_type(ct);
-    if media.eq_ignore_ascii_case("application/json") {
-        Format::Json
-    } else if media.eq_ignore_ascii_case("text/event-stream") {
-        Format::Sse
-    } else {
-        Format::Other
-    }
-}
-
 pub async fn upstream(
     gw: &Gateway,
     answer: Answer,
@@ -352,9 +265,10 @@ pub async fn upstream(
         body: incoming,
         deadline: answer.deadline,
     };
-    let format = format_of(&parts.headers);
+    let format = body_format(&parts.headers);
 
-    if !shaping.pending.is_empty() && parts.status == StatusCode::OK && format == Format::Other {
+    if !shaping.pending.is_empty() && parts.status == StatusCode::OK && format == BodyFormat::Other
+    {
         return Err(GateError::UpstreamBadResponse(
             "the upstream answered 200 with neither JSON nor an event stream".into(),
         ));
@@ -362,10 +276,10 @@ pub async fn upstream(
     // Only a 200 carries JSON-RPC answers to filter or convert. Other statuses (202 for
     // notifications, bodiless whatever its `Content-Type`; 4xx such as 404 for an expired
     // session) and other formats are the upstream's own answer: pass them on.
-    let passthrough = parts.status != StatusCode::OK || format == Format::Other;
+    let passthrough = parts.status != StatusCode::OK || format == BodyFormat::Other;
     let converts = matches!(
         (format, shaping.want),
-        (Format::Json, Want::Sse) | (Format::Sse, Want::Json)
+        (BodyFormat::Json, Want::Sse) | (BodyFormat::Sse, Want::Json)
     );
     let encoded = || {
         parts
@@ -385,7 +299,7 @@ pub async fn upstream(
         body
     } else {
         match (format, shaping.want) {
-            (Format::Json, Want::Json | Want::Either) => match &shaping.list {
+            (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {
                 Some(list) => {
                     parts.headers.remove(header::CONTENT_LENGTH);
                     GateBody::full(relay::json_text(body, Some(list)).await?)
@@ -399,7 +313,7 @@ pub async fn upstream(
                     body
                 }
             },
-            (Format::Json, Want::Sse) => {
+            (BodyFormat::Json, Want::Sse) => {
                 let text = relay::json_text(body, shaping.list.as_ref()).await?;
                 set_sse_headers(&mut parts.headers);
                 GateBody::Streamed(Some(sse::encode_json(
@@ -407,7 +321,7 @@ pub async fn upstream(
                     None,
                 )))
             }
-            (Format::Sse, Want::Json) if !shaping.pending.is_empty() => {
+            (BodyFormat::Sse, Want::Json) if !shaping.pending.is_empty() => {
                 let (text, dropped) =
                     relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
                         .await?;

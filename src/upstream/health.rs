@@ -93,13 +93,8 @@ async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), Strin
     if status.is_server_error() {
         return Err(format!("status {status}"));
     }
-    let sse = answer
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            crate::http::headval::media_type(ct).eq_ignore_ascii_case("text/event-stream")
-        });
+    let sse = crate::http::headval::body_format(answer.headers())
+        == crate::http::headval::BodyFormat::Sse;
     let mut body = answer.into_body();
     let mut seen = BytesMut::new();
     loop {

@@ -170,13 +170,8 @@ async fn exchange(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let sse = answer
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            crate::http::headval::media_type(ct).eq_ignore_ascii_case("text/event-stream")
-        });
+    let sse = crate::http::headval::body_format(answer.headers())
+        == crate::http::headval::BodyFormat::Sse;
     let mut body = answer.into_body();
     let mut seen = BytesMut::new();
     while let Some(frame) = body.frame().await {

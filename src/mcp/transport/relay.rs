@@ -53,12 +53,8 @@ fn looks_like_json(data: &str) -> bool {
 
 /// An error envelope mcpgate writes into a stream or a body.
 pub fn error_json(id: Option<&RawValue>, code: i64, message: &str, request_id: &str) -> String {
-    serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message, "data": {"request_id": request_id}}
-    })
-    .to_string()
+    let bytes = crate::error::Envelope::new(id, code, message, request_id).to_vec();
+    String::from_utf8(bytes).expect("serde_json writes UTF-8")
 }
 
 /// Timers of a relayed stream.

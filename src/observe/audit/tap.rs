@@ -42,9 +42,7 @@ pub(super) fn each_outcome(text: &str, mut found: impl FnMut(&str, &'static str)
 pub(super) fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'static str)) {
     let mut one = |h: AnswerHead<'_>| {
         let outcome = match (&h.result, &h.error) {
-            (_, Some(e)) if e.code == crate::error::code::UPSTREAM_TIMEOUT => "timeout",
-            (_, Some(e)) if e.code == crate::error::code::UPSTREAM => "upstream_error",
-            (_, Some(_)) => "jsonrpc_error",
+            (_, Some(e)) => crate::error::code::outcome(e.code),
             (Some(r), None) if r.is_error == Some(true) => "is_error",
             (Some(_), None) => "ok",
             (None, None) => return,
@@ -128,9 +126,7 @@ pub(super) fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
         return None;
     }
     let outcome = match (result, code) {
-        (_, Some(crate::error::code::UPSTREAM_TIMEOUT)) => "timeout",
-        (_, Some(crate::error::code::UPSTREAM)) => "upstream_error",
-        (_, Some(_)) => "jsonrpc_error",
+        (_, Some(code)) => crate::error::code::outcome(code),
         (Some(Some(true)), None) => "is_error",
         (Some(_), None) => "ok",
         (None, None) => return Some(None),

@@ -289,7 +289,7 @@ impl StdioUpstream {
         let session = self.session(id)?;
         let mut stream = session.stream.lock().unwrap_or_else(|p| p.into_inner());
         if stream.as_ref().is_some_and(|s| !s.is_closed()) {
-            return Ok(conflict());
+            return Err(GateError::StreamConflict);
         }
         let (tx, rx) = mpsc::channel(child::CALL_QUEUE);
         session.child.listen(tx.clone());
@@ -460,15 +460,6 @@ fn whole(status: StatusCode, body: Bytes) -> Response<UpstreamBody> {
 
 fn empty(status: StatusCode) -> Response<UpstreamBody> {
     whole(status, Bytes::new())
-}
-
-fn conflict() -> Response<UpstreamBody> {
-    whole(
-        StatusCode::CONFLICT,
-        Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Conflict: this session's stream is already open"}}"#,
-        ),
-    )
 }
 
 /// Runs `task` on the control thread's runtime (see `runtime::workers::control`), where

@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
 /// The OpenID provider: `idp.mjs` on a loopback port.
@@ -100,15 +100,6 @@ impl Drop for Idp {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A loopback port free now, for a gateway whose resource URL must name it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Two oauth routes: `/mcp` (readonly) and `/full/mcp` (gpt-full), `kb.write` granting
@@ -498,7 +489,9 @@ async fn hostile_tokens_are_refused_and_nothing_reaches_the_upstream() {
 
 #[tokio::test]
 async fn an_unknown_kid_flood_is_one_fetch_and_a_rotated_key_is_picked_up() {
-    let s = Setup::new("").await;
+    // The refetch rule with a shorter wait than the default 30 s, so the test need not
+    // sit through one.
+    let s = Setup::new(r#"jwks_refetch_after = "3s""#).await;
     let resource = s.resource();
     // The first request waits for the start's fetch, if it is still going.
     let token = s.idp.token("cc-read", "kb.read", &resource).await;
@@ -506,15 +499,25 @@ async fn an_unknown_kid_flood_is_one_fetch_and_a_rotated_key_is_picked_up() {
         s.call("/mcp", Some(&token), &list(1)).await.status,
         StatusCode::OK
     );
-    let before = s.idp.count("jwks").await;
-    for i in 0..40 {
-        let forged = s
-            .idp
-            .sign(json!({ "alg": "ES256", "fresh": true, "claims": { "aud": resource } }))
-            .await;
-        let r = s.call("/mcp", Some(&forged), &list(i)).await;
-        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let mut forged = Vec::new();
+    for _ in 0..40 {
+        forged.push(
+            s.idp
+                .sign(json!({ "alg": "ES256", "fresh": true, "claims": { "aud": resource } }))
+                .await,
+        );
     }
+    // All at once, well within the 3 s between fetches.
+    let before = s.idp.count("jwks").await;
+    let bodies: Vec<String> = (0..forged.len() as u64).map(list).collect();
+    let answers = futures_util::future::join_all(
+        forged
+            .iter()
+            .zip(&bodies)
+            .map(|(token, body)| s.call("/mcp", Some(token), body)),
+    )
+    .await;
+    assert!(answers.iter().all(|r| r.status == StatusCode::UNAUTHORIZED));
     let after = s.idp.count("jwks").await;
     assert!(
         after - before <= 1,
@@ -522,16 +525,29 @@ async fn an_unknown_kid_flood_is_one_fetch_and_a_rotated_key_is_picked_up() {
         after - before
     );
 
-    // The issuer rotates: a new key, published. Once the last fetch is 30 s old, a token
-    // with its kid makes one fetch and passes.
-    tokio::time::sleep(Duration::from_secs(31)).await;
+    // The issuer rotates: a new key, published. Until the last fetch is 3 s old its
+    // tokens are refused without a fetch; then one of them makes one fetch and passes.
     let rotated = s
         .idp
         .sign(json!({ "alg": "EdDSA", "fresh": true, "publish": true, "claims": { "aud": resource } }))
         .await;
     let fetched = s.idp.count("jwks").await;
-    let r = s.call("/mcp", Some(&rotated), &list(50)).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let tries = std::sync::atomic::AtomicU64::new(50);
+    eventually(
+        Duration::from_secs(10),
+        "the rotated key is picked up",
+        || async {
+            let i = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let r = s.call("/mcp", Some(&rotated), &list(i)).await;
+            if r.status == StatusCode::OK {
+                return Some(());
+            }
+            assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+            assert_eq!(s.idp.count("jwks").await, fetched, "a fetch within 3 s");
+            None
+        },
+    )
+    .await;
     assert_eq!(s.idp.count("jwks").await, fetched + 1);
     // Cached now: no fetch, no signature check shows, it just passes.
     for i in 0..5 {
@@ -551,7 +567,8 @@ async fn without_keys_it_is_503_and_a_failed_refetch_keeps_the_last_good_keys() 
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let audit = dir.path().join("audit.jsonl").display().to_string();
-    let gw = Gateway::start(&oauth_config(&idp, port, &up.url(), "", &audit));
+    let extra = r#"jwks_refetch_after = "2s""#;
+    let gw = Gateway::start(&oauth_config(&idp, port, &up.url(), extra, &audit));
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let token = idp.token("cc-read", "kb.read", &resource).await;
     let r = post(
@@ -566,10 +583,9 @@ async fn without_keys_it_is_503_and_a_failed_refetch_keeps_the_last_good_keys() 
     gw.log_with("cannot fetch the issuer's signing keys", 1)
         .await;
 
-    // The issuer is back: the gateway tries again within 30 s and lets the token in.
+    // The issuer is back: the gateway tries again (every 2 s here) and lets the token in.
     idp.jwks_down(false).await;
-    let started = Instant::now();
-    loop {
+    eventually(Duration::from_secs(15), "the keys came", || async {
         let r = post(
             &gw.url("/mcp"),
             &[("authorization", &bearer(&token))],
@@ -577,31 +593,37 @@ async fn without_keys_it_is_503_and_a_failed_refetch_keeps_the_last_good_keys() 
         )
         .await;
         if r.status == StatusCode::OK {
-            break;
+            return Some(());
         }
         assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            started.elapsed() < Duration::from_secs(45),
-            "the keys never came"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        None
+    })
+    .await;
 
-    // Down again: a refetch (an unknown kid, 30 s on) fails, the keys in hand stay.
+    // Down again: a refetch (an unknown kid, 2 s on) fails, the keys in hand stay.
+    let failed_before = gw
+        .log()
+        .matches("cannot fetch the issuer's signing keys")
+        .count();
     idp.jwks_down(true).await;
-    tokio::time::sleep(Duration::from_secs(31)).await;
     let forged = idp
         .sign(json!({ "alg": "ES256", "fresh": true, "claims": { "aud": resource } }))
         .await;
-    let r = post(
-        &gw.url("/mcp"),
-        &[("authorization", &bearer(&forged))],
-        &list(3),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
-    gw.log_with("cannot fetch the issuer's signing keys", 2)
+    eventually(Duration::from_secs(15), "a refetch was tried", || async {
+        let r = post(
+            &gw.url("/mcp"),
+            &[("authorization", &bearer(&forged))],
+            &list(3),
+        )
         .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+        let failed = gw
+            .log()
+            .matches("cannot fetch the issuer's signing keys")
+            .count();
+        (failed > failed_before).then_some(())
+    })
+    .await;
     let fresh = idp.token("cc-write", "kb.read kb.write", &resource).await;
     let r = post(
         &gw.url("/full/mcp"),

@@ -401,6 +401,9 @@ pub struct RawOAuth {
     pub scopes_supported: Option<Vec<S<String>>>,
     /// Clock skew allowed on `exp` and `nbf`; default `30s`.
     pub leeway: Option<S<String>>,
+    /// The least time between two JWKS fetches that tokens cause (an unknown `kid`), and
+    /// between tries while no keys are in hand; default `30s`, at least `1s`.
+    pub jwks_refetch_after: Option<S<String>>,
     /// JWT signature algorithms accepted; default `["RS256", "ES256", "EdDSA"]`.
     pub algorithms: Option<Vec<S<String>>>,
     /// RFC 7662 introspection, for tokens that are not JWTs.

@@ -9,9 +9,9 @@
 //!   and a lookup (`cache`).
 //! - The keys are fetched when the verifier starts (at start, or on a reload that changes
 //!   the `[oauth]` table), again every hour, and when a token names a `kid` the set does
-//!   not have, at most once per [`REFETCH_AFTER`] whatever the tokens say. A failed fetch
+//!   not have, at most once per `refetch_after` (`[oauth] jwks_refetch_after`) whatever the tokens say. A failed fetch
 //!   keeps the keys there are and logs a warning; with none at all, tokens are refused
-//!   with a 503 and a fetch is tried again every [`REFETCH_AFTER`].
+//!   with a 503 and a fetch is tried again every `refetch_after` (`[oauth] jwks_refetch_after`).
 
 mod cache;
 pub mod caller;
@@ -36,8 +36,6 @@ use sha2::{Digest, Sha256};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-/// The shortest time between two JWKS fetches a token can cause.
-pub const REFETCH_AFTER: Duration = Duration::from_secs(30);
 /// How often the keys are read again when nothing asks sooner.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(3600);
 
@@ -204,11 +202,15 @@ impl Verifier {
     }
 
     /// Fetches the issuer's metadata (once) and keys, unless `force` is false and the
-    /// last fetch began less than [`REFETCH_AFTER`] ago. A request that finds a fetch
+    /// last fetch began less than `refetch_after` (`[oauth] jwks_refetch_after`) ago. A request that finds a fetch
     /// running waits for it instead of starting another.
     async fn fetch_keys(&self, force: bool) {
         let mut state = self.refresh.lock().await;
-        if !force && state.last.is_some_and(|t| t.elapsed() < REFETCH_AFTER) {
+        if !force
+            && state
+                .last
+                .is_some_and(|t| t.elapsed() < self.settings.refetch_after)
+        {
             return;
         }
         state.last = Some(Instant::now());
@@ -270,7 +272,7 @@ impl Verifier {
     }
 }
 
-/// Fetches the keys now, again every [`REFRESH_EVERY`], and every [`REFETCH_AFTER`] while
+/// Fetches the keys now, again every [`REFRESH_EVERY`], and every `refetch_after` (`[oauth] jwks_refetch_after`) while
 /// there are none; ends when the verifier is gone.
 async fn keep_fresh(verifier: Weak<Verifier>) {
     loop {
@@ -280,7 +282,7 @@ async fn keep_fresh(verifier: Weak<Verifier>) {
             if v.has_keys() {
                 REFRESH_EVERY
             } else {
-                REFETCH_AFTER
+                v.settings.refetch_after
             }
         };
         tokio::time::sleep(wait).await;

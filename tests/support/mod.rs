@@ -876,13 +876,54 @@ impl Drop for Redis {
     }
 }
 
-/// A loopback port nothing listens on now.
+/// A loopback port free now, for a peer that must be told its port before it starts (an
+/// external server, a gateway whose `[oauth] resource` names its own URL). Everything
+/// that can bind port 0 and report the port it got does that instead.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Polls `check` every 20 ms until it gives `Some`, and returns that; panics with `what`
+/// once `limit` has passed. Tests wait for a condition with this, never for a fixed time.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`eventually`] for tests without a runtime.
+pub fn eventually_blocking<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {limit:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Waits (up to 15 s: the store's reconnect backoff is at most 5 s) until the gateway's

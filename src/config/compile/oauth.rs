@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
+/// The least time between two JWKS fetches tokens cause (SPEC §11: once per 30 s).
+pub const DEFAULT_REFETCH_AFTER: Duration = Duration::from_secs(30);
 pub const DEFAULT_ALGORITHMS: [Algorithm; 3] =
     [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
 
@@ -34,6 +36,8 @@ pub struct OAuthSettings {
     pub resource_path: String,
     pub scopes_supported: Box<[String]>,
     pub leeway: Duration,
+    /// The least time between two JWKS fetches tokens cause (`jwks_refetch_after`).
+    pub refetch_after: Duration,
     pub algorithms: Box<[Algorithm]>,
     pub introspection: Option<Introspection>,
     /// TLS towards the issuer's hosts: Mozilla's roots, `tls.ca`, `tls.cert` + `key`.
@@ -201,6 +205,19 @@ impl Compiler<'_> {
             Some(v) => at(v, parse_duration(v.get_ref()))?,
             None => DEFAULT_LEEWAY,
         };
+        let refetch_after = match &o.jwks_refetch_after {
+            Some(v) => {
+                let d = at(v, parse_duration(v.get_ref()))?;
+                if d < Duration::from_secs(1) {
+                    return fail(
+                        v.span(),
+                        "jwks_refetch_after must be at least 1s: an unknown kid could make the IdP fetch on every request",
+                    );
+                }
+                d
+            }
+            None => DEFAULT_REFETCH_AFTER,
+        };
         let algorithms: Box<[Algorithm]> = match &o.algorithms {
             Some(list) if list.is_empty() => {
                 return fail(raw.span(), "oauth.algorithms is empty: no token could pass");
@@ -258,6 +275,7 @@ impl Compiler<'_> {
             id.update([0]);
         }
         id.update(leeway.as_millis().to_le_bytes());
+        id.update(refetch_after.as_millis().to_le_bytes());
         for a in &algorithms {
             id.update(format!("{a:?}\0").as_bytes());
         }
@@ -287,6 +305,7 @@ impl Compiler<'_> {
             resource_path,
             scopes_supported,
             leeway,
+            refetch_after,
             algorithms,
             introspection,
             tls: tls.config,

@@ -1,6 +1,7 @@
 use super::routes::Segment;
 use super::*;
 use std::sync::Arc;
+use std::time::Duration;
 
 const BASE: &str = r#"
 [[listen]]
@@ -617,7 +618,26 @@ fn oauth_routes_and_grants_compile_and_check_prints_the_table() {
 
 #[test]
 fn oauth_mistakes_are_named() {
+    let refetch = |d: &str| {
+        OAUTH.replace(
+            "resource = \"https://mcp.example.com/mcp\"",
+            &format!("resource = \"https://mcp.example.com/mcp\"\njwks_refetch_after = \"{d}\""),
+        )
+    };
+    let settings = load_str(&with_oauth(&refetch("5s"), "oauth"), "f.toml").unwrap();
+    let oauth = settings.oauth.as_ref().unwrap();
+    assert_eq!(oauth.refetch_after, Duration::from_secs(5));
+    let default = load_str(&with_oauth(OAUTH, "oauth"), "f.toml").unwrap();
+    assert_eq!(
+        default.oauth.as_ref().unwrap().refetch_after,
+        Duration::from_secs(30)
+    );
+    assert_ne!(oauth.identity, default.oauth.as_ref().unwrap().identity);
     let cases = [
+        (
+            with_oauth(&refetch("500ms"), "oauth"),
+            "jwks_refetch_after must be at least 1s",
+        ),
         (with_oauth("", "oauth"), "needs an [oauth] table"),
         (
             with_oauth(

@@ -329,11 +329,21 @@ async fn size_rotation_keeps_files_and_the_chain() {
     for i in 0..30 {
         post(&gw.url("/mcp-gpt-full"), &[], &call(i, "move_document")).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let rotated: Vec<PathBuf> = (1..=3)
         .map(|n| dir.path().join(format!("audit.jsonl.{n}")))
         .collect();
-    assert!(rotated[0].exists() && rotated[1].exists(), "rotated files");
+    // Rotated twice, and every file whole (the writer may still be at its last lines).
+    support::eventually(
+        Duration::from_secs(5),
+        "two rotated, whole files",
+        || async {
+            let whole = [&path, &rotated[0], &rotated[1]]
+                .iter()
+                .all(|p| p.exists() && verify(p).0);
+            whole.then_some(())
+        },
+    )
+    .await;
     assert!(!rotated[2].exists(), "keep = 2");
     for p in [&path, &rotated[0], &rotated[1]] {
         assert!(verify(p).0, "{}", p.display());
@@ -404,9 +414,7 @@ async fn an_unwritable_audit_file_refuses_durable_calls_and_serves_the_rest() {
         ["get_document"],
         "the durable call never reached the upstream"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let log = gw.log();
-    assert!(log.contains("durable audit record failed"), "{log}");
+    let log = gw.log_with("durable audit record failed", 1).await;
     // Logged while the request was being handled, so it carries the request's id.
     let line = log
         .lines()
@@ -438,9 +446,9 @@ async fn slow_requests_log_their_timing_split() {
         &call(1, "get_document"),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let line = gw
-        .log()
+        .log_with("slow request", 1)
+        .await
         .lines()
         .find(|l| l.contains("slow request"))
         .map(String::from)
@@ -448,12 +456,13 @@ async fn slow_requests_log_their_timing_split() {
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["level"], "WARN");
     assert_eq!(v["span"]["request_id"], "slow-1");
-    let request: Value = gw
-        .log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|l| l["message"] == "request")
-        .expect("a request line");
+    let request: Value = eventually(Duration::from_secs(5), "a request line", || async {
+        gw.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["message"] == "request")
+    })
+    .await;
     assert_eq!(request["span"]["request_id"], "slow-1", "{request}");
     assert_eq!(request["tool"], "get_document");
     assert!(v["upstream_ms"].as_f64().unwrap() >= 250.0, "{v}");

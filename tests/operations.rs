@@ -277,12 +277,24 @@ async fn twenty_reloads_under_load_fail_no_request() {
 
 use std::sync::Mutex;
 
-/// Opens a stream and returns when it ended and what it carried.
+/// A stream being read: when it ended and what it carried, and what came so far.
+struct Open {
+    ended: tokio::task::JoinHandle<(Instant, String)>,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Open {
+    fn seen(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+}
+
+/// Opens a stream and reads it to its end.
 async fn open_stream(
     url: String,
     headers: Vec<(&'static str, String)>,
     body: Option<String>,
-) -> tokio::task::JoinHandle<(Instant, String)> {
+) -> Open {
     let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http();
@@ -298,16 +310,19 @@ async fn open_stream(
     }
     let resp = client.request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
-    tokio::spawn(async move {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let text = seen.clone();
+    let ended = tokio::spawn(async move {
         let mut body = resp.into_body();
-        let mut text = Vec::new();
         while let Some(Ok(f)) = body.frame().await {
             if let Ok(d) = f.into_data() {
-                text.extend_from_slice(&d);
+                text.lock().unwrap().extend_from_slice(&d);
             }
         }
-        (Instant::now(), String::from_utf8_lossy(&text).into_owned())
-    })
+        let text = String::from_utf8_lossy(&text.lock().unwrap()).into_owned();
+        (Instant::now(), text)
+    });
+    Open { ended, seen }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,14 +353,17 @@ async fn removing_a_token_closes_its_open_streams() {
         Some(listen),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(metrics(&gw).await.contains("mcpgate_open_streams 3"));
+    eventually(Duration::from_secs(5), "three live streams", || async {
+        let open = metrics(&gw).await.contains("mcpgate_open_streams 3");
+        (open && revoked.seen().contains("tick 1")).then_some(())
+    })
+    .await;
 
     std::fs::write(gw.config_path(), &base).unwrap();
     let r = send(Method::POST, &gw.admin_url("/reload"), &[], "").await;
     assert_eq!(r.status, 200);
     let reloaded = Instant::now();
-    let (ended, text) = tokio::time::timeout(Duration::from_secs(5), revoked)
+    let (ended, text) = tokio::time::timeout(Duration::from_secs(5), revoked.ended)
         .await
         .expect("revoked stream closed")
         .unwrap();
@@ -354,7 +372,7 @@ async fn removing_a_token_closes_its_open_streams() {
         "closed within a second of the reload"
     );
     assert!(text.contains("tick 1"), "it was a live stream");
-    let (_, text) = tokio::time::timeout(Duration::from_secs(5), revoked_post)
+    let (_, text) = tokio::time::timeout(Duration::from_secs(5), revoked_post.ended)
         .await
         .expect("revoked POST stream closed")
         .unwrap();
@@ -362,11 +380,11 @@ async fn removing_a_token_closes_its_open_streams() {
         text.contains("\"id\":\"sub\"") && text.contains("-32001"),
         "the pending request learns why: {text}"
     );
-    assert!(!kept.is_finished(), "streams of other tokens go on");
+    assert!(!kept.ended.is_finished(), "streams of other tokens go on");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!kept.is_finished());
+    assert!(!kept.ended.is_finished());
     assert!(metrics(&gw).await.contains("mcpgate_open_streams 1"));
-    kept.abort();
+    kept.ended.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

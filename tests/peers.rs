@@ -10,20 +10,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{Gateway, hash, node22, peers, python, run_client};
+use support::{Gateway, free_port, hash, node22, peers, python, run_client};
 
 const T_EV: &str = "tok-everything-4Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0Cd";
 const T_PY: &str = "tok-python-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9Ab";
 const EV_ALLOWED: [&str; 3] = ["echo", "get-sum", "get-tiny-image"];
 const PY_ALLOWED: [&str; 2] = ["search_knowledge", "get_document"];
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A peer process, killed on drop.
 struct Peer(Child);

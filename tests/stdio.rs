@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{Gateway, node22, peers, post, python, run_client};
+use support::{Gateway, eventually, node22, peers, post, python, run_client};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}"#;
 
@@ -336,7 +336,30 @@ async fn shared_mode_keeps_clients_apart() {
         .await;
         (reply.status, ended, started.elapsed())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(Duration::from_secs(5), "A's stream open", || async {
+        let m = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "").await;
+        m.body.contains("mcpgate_open_streams 1").then_some(())
+    })
+    .await;
+    // A second stream for A is a conflict, answered as every error mcpgate makes.
+    let r = support::send(
+        http::Method::GET,
+        &url,
+        &[("accept", "text/event-stream"), ("mcp-session-id", &a)],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    // One SSE event, as the client accepts only SSE.
+    let v = r.messages().pop().unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{}", r.body);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already open")
+    );
+    assert_eq!(v["error"]["data"]["request_id"], r.header("x-request-id"));
     let r = support::send(http::Method::DELETE, &url, &[("mcp-session-id", &a)], "").await;
     assert_eq!(r.status, 200);
     let (status, ended, took) = stream.await.unwrap();

@@ -404,7 +404,7 @@ impl crate::observe::admin::Admin for Gateway {
         self.metrics.render()
     }
 
-    fn status(&self) -> serde_json::Value {
+    fn status(&self) -> crate::observe::status::Status {
         Gateway::status(self)
     }
 

@@ -131,6 +131,22 @@ async fn the_status_page_shows_what_the_gateway_did() {
     for t in ALL_TOKENS {
         assert!(!page.body.contains(t) && !s.to_string().contains(t));
     }
+    // What the script redraws with is the same markup, from the same renderer: the page's
+    // status block and the fragment agree up to the footer's clock.
+    let fragment = send(Method::GET, &gw.admin_url("/status/fragment"), &[], "").await;
+    assert_eq!(fragment.status, 200);
+    assert!(
+        fragment
+            .header("content-security-policy")
+            .contains("default-src 'none'")
+    );
+    let (fragment_body, _) = fragment.body.split_once("<p class=dim>mcpgate").unwrap();
+    let (_, in_page) = page.body.split_once("<div id=status>").unwrap();
+    assert!(
+        in_page.starts_with(fragment_body),
+        "{}\n---\n{in_page}",
+        fragment.body
+    );
 
     // More traffic after the page was served: Chromium's render must show it, which
     // only the script's poll of /status can bring.

@@ -1,57 +1,53 @@
-//! What the status page shows (`GET /status` on the admin listener; `GET /` renders it):
-//! requests and refusals per profile and tool with their latency, upstream endpoints and
-//! their health, open streams and sessions, the last reload, and the latest tools/call
-//! decisions. Names, ids and counts only: tokens never reach it (callers are token ids or
-//! OAuth subjects), nor do arguments.
+//! The status page's data (`observe::status::Status`) from the metrics' shards, the
+//! upstreams' state and the last reload.
 
 use super::Gateway;
 use crate::mcp::jsontext::to_microsecond;
 use crate::observe::metrics::Row;
-use serde_json::{Value, json};
+use crate::observe::status::{
+    DecisionStatus, RefusalCount, ReloadStatus, Status, StatusEndpoint, StatusRow, StatusUpstream,
+};
 use std::time::SystemTime;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-fn ms(seconds: Option<f64>) -> Value {
-    seconds.map_or(Value::Null, |s| json!(to_microsecond(s * 1000.0)))
+fn ms(seconds: Option<f64>) -> Option<f64> {
+    seconds.map(|s| to_microsecond(s * 1000.0))
 }
 
-fn row(profile: &str, method: &str, tool: &str, r: &Row) -> Value {
-    let refused: u64 = r.refusals.iter().map(|(_, n)| n).sum();
+fn row(profile: &str, method: &str, tool: &str, r: &Row) -> StatusRow {
     let mut reasons = r.refusals.clone();
     reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    json!({
-        "profile": profile,
-        "method": method,
-        "tool": if tool.is_empty() { Value::Null } else { json!(tool) },
-        "requests": r.requests,
-        "refused": refused,
-        "refusals": reasons.iter().map(|(reason, n)| json!({"reason": reason, "count": n})).collect::<Vec<_>>(),
-        "upstream_errors": r.upstream_errors,
-        "p50_ms": ms(r.quantile(0.5)),
-        "p99_ms": ms(r.quantile(0.99)),
-    })
+    StatusRow {
+        profile: profile.to_string(),
+        method: method.to_string(),
+        tool: (!tool.is_empty()).then(|| tool.to_string()),
+        requests: r.requests,
+        refused: r.refusals.iter().map(|(_, n)| n).sum(),
+        refusals: reasons
+            .into_iter()
+            .map(|(reason, count)| RefusalCount { reason, count })
+            .collect(),
+        upstream_errors: r.upstream_errors,
+        p50_ms: ms(r.quantile(0.5)),
+        p99_ms: ms(r.quantile(0.99)),
+    }
 }
 
 impl Gateway {
     /// The status page's data, as `GET /status` serves it.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         let live = self.snapshot();
         let now = SystemTime::now();
         let (rows, decisions) = self.metrics.status_rows();
-        let requests: u64 = rows.iter().map(|(_, r)| r.requests).sum();
-        let refused: u64 = rows
-            .iter()
-            .flat_map(|(_, r)| r.refusals.iter().map(|(_, n)| n))
-            .sum();
-        let rows: Vec<Value> = rows
+        let rows: Vec<StatusRow> = rows
             .iter()
             .map(|(l, r)| row(&l.profile.0, l.method, &l.tool.0, r))
             .collect();
         let mut sessions = 0;
-        let upstreams: Vec<Value> = live
+        let upstreams = live
             .config
             .upstreams
             .values()
@@ -60,76 +56,79 @@ impl Gateway {
                 if let Some(stdio) = &state.stdio {
                     let (processes, open) = stdio.counts();
                     sessions += open;
-                    return json!({
-                        "name": &*u.name,
-                        "kind": "stdio",
-                        "processes": processes,
-                        "sessions": open,
-                        "endpoints": [],
-                    });
+                    return StatusUpstream::Stdio {
+                        name: u.name.to_string(),
+                        processes,
+                        sessions: open,
+                    };
                 }
-                let endpoints: Vec<Value> = state
+                let endpoints: Vec<StatusEndpoint> = state
                     .endpoints
                     .iter()
                     .map(|e| {
                         let open = e.metrics.open_sessions.get();
                         sessions += usize::try_from(open).unwrap_or(0);
-                        json!({
-                            "url": &*e.label,
-                            "health": e.health(),
-                            "requests": e.metrics.requests.get(),
-                            "ejections": e.metrics.ejections.get(),
-                            "sessions": open,
-                        })
+                        StatusEndpoint {
+                            url: e.label.to_string(),
+                            health: e.health(),
+                            requests: e.metrics.requests.get(),
+                            ejections: e.metrics.ejections.get(),
+                            sessions: open,
+                        }
                     })
                     .collect();
-                let up = endpoints.iter().filter(|e| e["health"] == "up").count();
-                json!({
-                    "name": &*u.name,
-                    "kind": "http",
-                    "health": if up == endpoints.len() { "up" } else if up == 0 { "down" } else { "degraded" },
-                    "endpoints": endpoints,
-                })
+                let up = endpoints.iter().filter(|e| e.health == "up").count();
+                StatusUpstream::Http {
+                    name: u.name.to_string(),
+                    health: if up == endpoints.len() {
+                        "up"
+                    } else if up == 0 {
+                        "down"
+                    } else {
+                        "degraded"
+                    },
+                    endpoints,
+                }
             })
             .collect();
-        let reload = match &*self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(r) => json!({
-                "at": rfc3339(r.at),
-                "trigger": r.trigger,
-                "result": if r.error.is_some() { "error" } else { "ok" },
-                "error": r.error,
-            }),
-            None => Value::Null,
-        };
-        let decisions: Vec<Value> = decisions
+        let reload = self
+            .last_reload
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|r| ReloadStatus {
+                at: rfc3339(r.at),
+                trigger: r.trigger.clone(),
+                result: if r.error.is_some() { "error" } else { "ok" },
+                error: r.error.clone(),
+            });
+        let decisions = decisions
             .iter()
-            .map(|d| {
-                json!({
-                    "at": rfc3339(d.at),
-                    "request_id": &*d.request_id,
-                    "caller": &*d.caller,
-                    "profile": &*d.profile,
-                    "tool": &*d.tool,
-                    "outcome": d.outcome,
-                    "reason": d.reason,
-                    "status": d.status,
-                })
+            .map(|d| DecisionStatus {
+                at: rfc3339(d.at),
+                request_id: d.request_id.to_string(),
+                caller: d.caller.to_string(),
+                profile: d.profile.to_string(),
+                tool: d.tool.to_string(),
+                outcome: d.outcome,
+                reason: d.reason,
+                status: d.status,
             })
             .collect();
-        json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "now": rfc3339(now),
-            "started": rfc3339(self.started),
-            "uptime_seconds": now.duration_since(self.started).map_or(0, |d| d.as_secs()),
-            "ready": !self.is_draining(),
-            "requests": requests,
-            "refused": refused,
-            "open_streams": self.streams.len(),
-            "open_sessions": sessions,
-            "rows": rows,
-            "upstreams": upstreams,
-            "reload": reload,
-            "decisions": decisions,
-        })
+        Status {
+            version: env!("CARGO_PKG_VERSION"),
+            now: rfc3339(now),
+            started: rfc3339(self.started),
+            uptime_seconds: now.duration_since(self.started).map_or(0, |d| d.as_secs()),
+            ready: !self.is_draining(),
+            requests: rows.iter().map(|r| r.requests).sum(),
+            refused: rows.iter().map(|r| r.refused).sum(),
+            open_streams: self.streams.len(),
+            open_sessions: sessions,
+            rows,
+            upstreams,
+            reload,
+            decisions,
+        }
     }
 }

@@ -24,7 +24,7 @@ pub trait Admin: Send + Sync + 'static {
     /// The metrics in the Prometheus text format.
     fn metrics(&self) -> String;
     /// The status page's data (`GET /status`; `super::page` renders it).
-    fn status(&self) -> serde_json::Value;
+    fn status(&self) -> super::status::Status;
     /// Reloads the configuration; `Err` says why the running one stays.
     fn reload(&self, trigger: &'static str)
     -> impl Future<Output = Result<(), Self::Error>> + Send;
@@ -60,6 +60,7 @@ async fn route<A: Admin>(gw: &A, req: Request<Incoming>) -> Response<Full<Bytes>
             );
             r
         }
+        (&Method::GET, "/status/fragment") => super::page::fragment_response(&gw.status()),
         (&Method::GET, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n"),
         (&Method::GET, "/readyz") if gw.draining() => {
             text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "draining\n")
@@ -82,7 +83,10 @@ async fn route<A: Admin>(gw: &A, req: Request<Incoming>) -> Response<Full<Bytes>
             Ok(()) => text(StatusCode::OK, PLAIN, "reloaded\n"),
             Err(e) => text(StatusCode::UNPROCESSABLE_ENTITY, PLAIN, format!("{e}\n")),
         },
-        (_, "/" | "/status" | "/healthz" | "/readyz" | "/metrics" | "/reload") => text(
+        (
+            _,
+            "/" | "/status" | "/status/fragment" | "/healthz" | "/readyz" | "/metrics" | "/reload",
+        ) => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
             "method not allowed\n",

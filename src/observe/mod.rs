@@ -8,4 +8,5 @@ pub mod combined;
 pub mod log;
 pub mod metrics;
 pub mod page;
+pub mod status;
 pub mod trace;

@@ -1,14 +1,14 @@
 //! The status page (`GET /` on the admin listener, SPEC §14): one HTML document with its
-//! style and script inline, no external asset. It is rendered whole on the server from
-//! the same data `GET /status` serves, so it reads without JavaScript (a reload shows
-//! new numbers); with JavaScript, a small script polls `/status` every 2 s and redraws
-//! the same markup. Every text from the data is escaped (a tool name comes from a client),
-//! and the script runs under a Content-Security-Policy that names its hash.
+//! style and script inline, no external asset. One renderer ([`render`]) writes its markup
+//! from the data `GET /status` serves: inside the page, so it reads without JavaScript (a
+//! reload shows new numbers), and as `GET /status/fragment`, which a small script fetches
+//! every 2 s to redraw. Every text from the data is escaped (a tool name comes from a
+//! client), and the script runs under a Content-Security-Policy that names its hash.
 
+use super::status::{Status, StatusUpstream};
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::Full;
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
@@ -27,28 +27,22 @@ td.n,th.n{text-align:right}.dim{color:var(--dim)}
 @media (max-width:600px){body{padding:8px}th,td{padding:3px 5px;font-size:13px}.facts li{padding:3px 8px}}
 "#;
 
-/// Redraws the page from `/status`, with the markup the server writes (`render`).
+/// Redraws the page every 2 s with the markup the server renders (`/status/fragment`):
+/// the page's one renderer is [`render`].
 const SCRIPT: &str = r#"
-const E=s=>String(s).replace(/[&<>"'`]/g,c=>'&#'+c.charCodeAt(0)+';');
-const D=v=>v==null?'<span class=dim>-</span>':E(v);
-function draw(s){
- const root=document.getElementById('status');
- root.innerHTML=BODY(s);
-}
 async function poll(){
- try{const r=await fetch('/status',{cache:'no-store'});if(r.ok)draw(await r.json());
-  document.getElementById('live').textContent='live';}
- catch(e){document.getElementById('live').textContent='not reachable';}
+ const live=()=>document.getElementById('live');
+ try{const r=await fetch('/status/fragment',{cache:'no-store'});
+  if(r.ok){document.getElementById('status').innerHTML=await r.text();live().textContent='live';}}
+ catch(e){live().textContent='not reachable';}
  setTimeout(poll,2000);
 }
 setTimeout(poll,2000);
 "#;
 
-/// The page's markup from the data, written once in JavaScript too (`BODY` in the
-/// script); the two must agree, which the page's test checks by reading both renders.
-fn render(s: &Value, out: &mut String) {
-    let num = |v: &Value| v.as_u64().unwrap_or(0);
-    let ready = s["ready"].as_bool().unwrap_or(false);
+/// The page's markup from the data: the first render inside the page, and every redraw
+/// (the script fetches it as `/status/fragment`).
+pub fn render(s: &Status, out: &mut String) {
     let _ = write!(
         out,
         "<ul class=facts>\
@@ -58,141 +52,122 @@ fn render(s: &Value, out: &mut String) {
 <li>open streams<b id=streams>{streams}</b></li>\
 <li>open sessions<b id=sessions>{sessions}</b></li>\
 <li>up since<b>{started}</b></li></ul>",
-        state = if ready { "ready" } else { "draining" },
-        requests = num(&s["requests"]),
-        refused = num(&s["refused"]),
-        streams = num(&s["open_streams"]),
-        sessions = num(&s["open_sessions"]),
-        started = esc(s["started"].as_str().unwrap_or("")),
+        state = if s.ready { "ready" } else { "draining" },
+        requests = s.requests,
+        refused = s.refused,
+        streams = s.open_streams,
+        sessions = s.open_sessions,
+        started = esc(&s.started),
     );
     out.push_str("<h2>Requests by profile and tool</h2><div class=wide><table id=rows><tr><th>profile</th><th>method</th><th>tool</th><th class=n>requests</th><th class=n>refused</th><th>reasons</th><th class=n>upstream errors</th><th class=n>p50 ms</th><th class=n>p99 ms</th></tr>");
-    for r in s["rows"].as_array().into_iter().flatten() {
-        let reasons: Vec<String> = r["refusals"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|x| {
-                format!(
-                    "{} {}",
-                    esc(x["reason"].as_str().unwrap_or("")),
-                    num(&x["count"])
-                )
-            })
+    for r in &s.rows {
+        let reasons: Vec<String> = r
+            .refusals
+            .iter()
+            .map(|x| format!("{} {}", esc(x.reason), x.count))
             .collect();
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-            opt(&r["profile"]),
-            opt(&r["method"]),
-            opt(&r["tool"]),
-            num(&r["requests"]),
-            num(&r["refused"]),
+            esc(&r.profile),
+            esc(&r.method),
+            opt(r.tool.as_deref()),
+            r.requests,
+            r.refused,
             if reasons.is_empty() {
                 DASH.to_string()
             } else {
                 reasons.join(", ")
             },
-            num(&r["upstream_errors"]),
-            opt(&r["p50_ms"]),
-            opt(&r["p99_ms"]),
+            r.upstream_errors,
+            opt(r.p50_ms),
+            opt(r.p99_ms),
         );
     }
     out.push_str("</table></div><h2>Upstreams</h2><div class=wide><table id=upstreams><tr><th>upstream</th><th>endpoint</th><th>health</th><th class=n>requests</th><th class=n>sessions</th><th class=n>ejections</th></tr>");
-    for u in s["upstreams"].as_array().into_iter().flatten() {
-        if u["kind"] == "stdio" {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td class=dim>stdio: {} processes</td><td class=up>up</td><td class=n>{DASH}</td><td class=n>{}</td><td class=n>{DASH}</td></tr>",
-                opt(&u["name"]),
-                num(&u["processes"]),
-                num(&u["sessions"]),
-            );
-        }
-        for e in u["endpoints"].as_array().into_iter().flatten() {
-            let health = esc(e["health"].as_str().unwrap_or(""));
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td class=\"{health}\">{health}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                opt(&u["name"]),
-                opt(&e["url"]),
-                num(&e["requests"]),
-                e["sessions"].as_i64().unwrap_or(0),
-                num(&e["ejections"]),
-            );
+    for u in &s.upstreams {
+        match u {
+            StatusUpstream::Stdio {
+                name,
+                processes,
+                sessions,
+            } => {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td class=dim>stdio: {processes} processes</td><td class=up>up</td><td class=n>{DASH}</td><td class=n>{sessions}</td><td class=n>{DASH}</td></tr>",
+                    esc(name),
+                );
+            }
+            StatusUpstream::Http {
+                name, endpoints, ..
+            } => {
+                for e in endpoints {
+                    let health = esc(e.health);
+                    let _ = write!(
+                        out,
+                        "<tr><td>{}</td><td>{}</td><td class=\"{health}\">{health}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+                        esc(name),
+                        esc(&e.url),
+                        e.requests,
+                        e.sessions,
+                        e.ejections,
+                    );
+                }
+            }
         }
     }
     out.push_str("</table></div><h2>Last reload</h2><div id=reload>");
-    match s["reload"].as_object() {
+    match &s.reload {
         None => out.push_str("<p class=dim>none since start</p>"),
         Some(r) => {
-            let result = esc(r["result"].as_str().unwrap_or(""));
+            let result = esc(r.result);
             let _ = write!(
                 out,
                 "<p><span class=\"{result}\">{result}</span> at {} ({})</p>",
-                opt(&r["at"]),
-                opt(&r["trigger"]),
+                esc(&r.at),
+                esc(&r.trigger),
             );
-            if let Some(e) = r["error"].as_str() {
+            if let Some(e) = &r.error {
                 let _ = write!(out, "<pre>{}</pre>", esc(e));
             }
         }
     }
     out.push_str("</div><h2>Latest tool calls</h2><div class=wide><table id=decisions><tr><th>time</th><th>caller</th><th>profile</th><th>tool</th><th>outcome</th><th>reason</th><th class=n>status</th><th>request id</th></tr>");
-    for d in s["decisions"].as_array().into_iter().flatten() {
-        let outcome = esc(d["outcome"].as_str().unwrap_or(""));
+    for d in &s.decisions {
+        let outcome = esc(d.outcome);
         let _ = write!(
             out,
             "<tr><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{outcome}\">{outcome}</td><td>{}</td><td class=n>{}</td><td class=dim>{}</td></tr>",
-            esc(d["at"].as_str().unwrap_or("")),
-            esc(d["at"].as_str().and_then(|t| t.get(11..19)).unwrap_or("")),
-            opt(&d["caller"]),
-            opt(&d["profile"]),
-            opt(&d["tool"]),
-            opt(&d["reason"]),
-            num(&d["status"]),
-            opt(&d["request_id"]),
+            esc(&d.at),
+            esc(d.at.get(11..19).unwrap_or("")),
+            esc(&d.caller),
+            esc(&d.profile),
+            esc(&d.tool),
+            esc(d.reason),
+            d.status,
+            esc(&d.request_id),
         );
     }
     let _ = write!(
         out,
         "</table></div><p class=dim>mcpgate {} · {} · <span id=live>static</span></p>",
-        esc(s["version"].as_str().unwrap_or("")),
-        esc(s["now"].as_str().unwrap_or("")),
+        esc(s.version),
+        esc(&s.now),
     );
 }
 
-/// The script's `BODY`: [`render`] in JavaScript.
-const BODY: &str = r#"
-function BODY(s){
- const n=v=>Number(v)||0;let o='';
- const st=s.ready?'ready':'draining';
- o+='<ul class=facts><li>state<b class='+st+'>'+st+'</b></li><li>requests<b id=requests>'+n(s.requests)+'</b></li><li>refused<b id=refused>'+n(s.refused)+'</b></li><li>open streams<b id=streams>'+n(s.open_streams)+'</b></li><li>open sessions<b id=sessions>'+n(s.open_sessions)+'</b></li><li>up since<b>'+E(s.started||'')+'</b></li></ul>';
- o+='<h2>Requests by profile and tool</h2><div class=wide><table id=rows><tr><th>profile</th><th>method</th><th>tool</th><th class=n>requests</th><th class=n>refused</th><th>reasons</th><th class=n>upstream errors</th><th class=n>p50 ms</th><th class=n>p99 ms</th></tr>';
- for(const r of s.rows||[]){const rs=(r.refusals||[]).map(x=>E(x.reason)+' '+n(x.count));
-  o+='<tr><td>'+D(r.profile)+'</td><td>'+D(r.method)+'</td><td>'+D(r.tool)+'</td><td class=n>'+n(r.requests)+'</td><td class=n>'+n(r.refused)+'</td><td>'+(rs.length?rs.join(', '):D(null))+'</td><td class=n>'+n(r.upstream_errors)+'</td><td class=n>'+D(r.p50_ms)+'</td><td class=n>'+D(r.p99_ms)+'</td></tr>';}
- o+='</table></div><h2>Upstreams</h2><div class=wide><table id=upstreams><tr><th>upstream</th><th>endpoint</th><th>health</th><th class=n>requests</th><th class=n>sessions</th><th class=n>ejections</th></tr>';
- for(const u of s.upstreams||[]){
-  if(u.kind=='stdio')o+='<tr><td>'+D(u.name)+'</td><td class=dim>stdio: '+n(u.processes)+' processes</td><td class=up>up</td><td class=n>'+D(null)+'</td><td class=n>'+n(u.sessions)+'</td><td class=n>'+D(null)+'</td></tr>';
-  for(const e of u.endpoints||[]){const h=E(e.health);o+='<tr><td>'+D(u.name)+'</td><td>'+D(e.url)+'</td><td class="'+h+'">'+h+'</td><td class=n>'+n(e.requests)+'</td><td class=n>'+n(e.sessions)+'</td><td class=n>'+n(e.ejections)+'</td></tr>';}}
- o+='</table></div><h2>Last reload</h2><div id=reload>';
- if(!s.reload)o+='<p class=dim>none since start</p>';else{const r=s.reload,x=E(r.result);
-  o+='<p><span class="'+x+'">'+x+'</span> at '+D(r.at)+' ('+D(r.trigger)+')</p>';if(r.error!=null)o+='<pre>'+E(r.error)+'</pre>';}
- o+='</div><h2>Latest tool calls</h2><div class=wide><table id=decisions><tr><th>time</th><th>caller</th><th>profile</th><th>tool</th><th>outcome</th><th>reason</th><th class=n>status</th><th>request id</th></tr>';
- for(const d of s.decisions||[]){const x=E(d.outcome);o+='<tr><td title="'+E(d.at||'')+'">'+E(String(d.at||'').slice(11,19))+'</td><td>'+D(d.caller)+'</td><td>'+D(d.profile)+'</td><td>'+D(d.tool)+'</td><td class="'+x+'">'+x+'</td><td>'+D(d.reason)+'</td><td class=n>'+n(d.status)+'</td><td class=dim>'+D(d.request_id)+'</td></tr>';}
- o+='</table></div><p class=dim>mcpgate '+E(s.version||'')+' · '+E(s.now||'')+' · <span id=live>live</span></p>';
- return o;
+/// The fragment alone, as the script fetches it.
+pub fn fragment(status: &Status) -> String {
+    let mut out = String::with_capacity(16 << 10);
+    render(status, &mut out);
+    out
 }
-"#;
 
 const DASH: &str = "<span class=dim>-</span>";
 
-/// A value as text, escaped; `-` (dimmed) for null or absent.
-fn opt(v: &Value) -> String {
-    match v {
-        Value::Null => DASH.to_string(),
-        Value::String(s) => esc(s),
-        other => esc(&other.to_string()),
-    }
+/// A value as text, escaped; `-` (dimmed) when absent.
+fn opt(v: Option<impl std::fmt::Display>) -> String {
+    v.map_or_else(|| DASH.to_string(), |v| esc(&v.to_string()))
 }
 
 /// HTML-escapes text for element content and quoted or unquoted attribute values.
@@ -215,14 +190,14 @@ fn script() -> &'static (String, String) {
     SCRIPT_AND_HASH.get_or_init(|| {
         use base64::Engine as _;
         use sha2::Digest as _;
-        let text = format!("{BODY}{SCRIPT}");
+        let text = SCRIPT.to_string();
         let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(&text));
         (text, format!("'sha256-{hash}'"))
     })
 }
 
 /// The page for `status`.
-pub fn page(status: &Value) -> String {
+pub fn page(status: &Status) -> String {
     let (script, _) = script();
     let mut out = String::with_capacity(16 << 10);
     out.push_str("<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width,initial-scale=1\"><title>mcpgate status</title><style>");
@@ -237,7 +212,7 @@ pub fn page(status: &Value) -> String {
 
 /// `GET /`: the page, with headers that keep it to itself (no framing, no other
 /// script, nothing fetched but `/status`).
-pub fn response(status: &Value) -> Response<Full<Bytes>> {
+pub fn response(status: &Status) -> Response<Full<Bytes>> {
     let (_, hash) = script();
     let mut r = Response::new(Full::new(Bytes::from(page(status))));
     *r.status_mut() = StatusCode::OK;
@@ -263,21 +238,96 @@ pub fn response(status: &Value) -> Response<Full<Bytes>> {
     r
 }
 
+/// `GET /status/fragment`: the markup alone, for the script; no script of its own may run
+/// in it, whoever opens it.
+pub fn fragment_response(status: &Status) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(fragment(status))));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::observe::status::{RefusalCount, StatusRow};
+
+    fn status(tool: &str) -> Status {
+        Status {
+            version: "0",
+            now: "2026-11-26T12:00:00.000Z".into(),
+            started: "2026-11-26T11:00:00.000Z".into(),
+            uptime_seconds: 3600,
+            ready: true,
+            requests: 1,
+            refused: 0,
+            open_streams: 0,
+            open_sessions: 0,
+            rows: vec![StatusRow {
+                profile: "gpt".into(),
+                method: "tools/call".into(),
+                tool: Some(tool.into()),
+                requests: 1,
+                refused: 0,
+                refusals: vec![RefusalCount {
+                    reason: "rate_limited",
+                    count: 2,
+                }],
+                upstream_errors: 0,
+                p50_ms: Some(0.1),
+                p99_ms: None,
+            }],
+            upstreams: vec![StatusUpstream::Stdio {
+                name: "local".into(),
+                processes: 1,
+                sessions: 2,
+            }],
+            reload: None,
+            decisions: vec![],
+        }
+    }
 
     /// A tool name a client chose cannot add markup.
     #[test]
     fn client_text_is_escaped() {
-        let s = json!({"ready": true, "rows": [{"profile": "gpt", "method": "tools/call",
-            "tool": "<script>alert(1)</script>", "requests": 1, "refused": 0,
-            "refusals": [], "upstream_errors": 0, "p50_ms": 0.1, "p99_ms": 0.1}],
-            "upstreams": [], "decisions": [], "reload": null});
-        let page = page(&s);
+        let page = page(&status("<script>alert(1)</script>"));
         assert!(!page.contains("<script>alert"));
         assert!(page.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
         assert_eq!(page.matches("<script>").count(), 1);
+    }
+
+    /// The page's first render and the script's redraws are one markup: the fragment the
+    /// script fetches is exactly what the page holds.
+    #[test]
+    fn the_page_holds_the_fragment_the_script_fetches() {
+        let s = status("get_document");
+        let page = page(&s);
+        let inner = page
+            .split_once("<div id=status>")
+            .and_then(|(_, rest)| rest.split_once("</div><script>"))
+            .map(|(inner, _)| inner)
+            .unwrap();
+        assert_eq!(inner, fragment(&s));
+        assert!(inner.contains("rate_limited 2"));
+        assert!(inner.contains("stdio: 1 processes"));
+        assert!(
+            !SCRIPT.contains("<tr>"),
+            "the script writes no markup of its own"
+        );
     }
 }

@@ -1,0 +1,96 @@
+//! The status page's data, typed: what `GET /status` serves as JSON and what `page`
+//! renders (the whole page, and the fragment its script fetches to redraw). Names, ids and
+//! counts only: tokens never reach it (callers are token ids or OAuth subjects), nor do
+//! arguments. The gateway fills it (`gateway/status.rs`).
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub version: &'static str,
+    /// RFC 3339, to the millisecond.
+    pub now: String,
+    pub started: String,
+    pub uptime_seconds: u64,
+    /// False while draining for shutdown.
+    pub ready: bool,
+    /// Requests of every row, and how many of them mcpgate refused.
+    pub requests: u64,
+    pub refused: u64,
+    pub open_streams: usize,
+    pub open_sessions: usize,
+    pub rows: Vec<StatusRow>,
+    pub upstreams: Vec<StatusUpstream>,
+    /// `None` before the first reload.
+    pub reload: Option<ReloadStatus>,
+    /// The latest tools/call decisions, newest first.
+    pub decisions: Vec<DecisionStatus>,
+}
+
+/// Requests of one profile and method (and tool, for tools/call).
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusRow {
+    pub profile: String,
+    pub method: String,
+    pub tool: Option<String>,
+    pub requests: u64,
+    pub refused: u64,
+    /// By reason, the most frequent first.
+    pub refusals: Vec<RefusalCount>,
+    pub upstream_errors: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RefusalCount {
+    pub reason: &'static str,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StatusUpstream {
+    Http {
+        name: String,
+        /// `up`, `degraded` (some endpoints out) or `down`.
+        health: &'static str,
+        endpoints: Vec<StatusEndpoint>,
+    },
+    Stdio {
+        name: String,
+        processes: usize,
+        sessions: usize,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusEndpoint {
+    pub url: String,
+    /// `up`, `down` (failing its health check) or `ejected`.
+    pub health: &'static str,
+    pub requests: u64,
+    pub ejections: u64,
+    pub sessions: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadStatus {
+    pub at: String,
+    pub trigger: String,
+    /// `ok` or `error`.
+    pub result: &'static str,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionStatus {
+    pub at: String,
+    pub request_id: String,
+    pub caller: String,
+    pub profile: String,
+    pub tool: String,
+    pub outcome: &'static str,
+    pub reason: &'static str,
+    pub status: u16,
+}

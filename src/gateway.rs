@@ -92,9 +92,9 @@ impl std::ops::Deref for Live {
 /// reload in an `Arc` of its own and clones that instead.
 #[derive(Clone)]
 #[allow(clippy::redundant_allocation)] // The second allocation is the point: its own count.
-pub struct Here(Arc<Arc<Live>>);
+pub struct LiveHere(Arc<Arc<Live>>);
 
-impl std::ops::Deref for Here {
+impl std::ops::Deref for LiveHere {
     type Target = Arc<Live>;
 
     fn deref(&self) -> &Arc<Live> {
@@ -103,10 +103,10 @@ impl std::ops::Deref for Here {
 }
 
 pub struct Gateway {
-    snapshot: ArcSwap<Live>,
+    live: ArcSwap<Live>,
     /// Endpoint state (pools, health), kept across reloads that keep an endpoint's settings.
     pools: Registry,
-    /// Which gateway this is, for the per-thread cache of [`Gateway::snapshot_here`].
+    /// Which gateway this is, for the per-thread cache of [`Gateway::live_here`].
     id: u64,
     /// Moved on every swap of `snapshot`, after it.
     generation: AtomicU64,
@@ -177,7 +177,7 @@ impl Gateway {
             .as_ref()
             .map(|t| crate::observe::trace::Tracer::start(t, spans));
         Ok(Arc::new(Gateway {
-            snapshot: ArcSwap::from_pointee(live),
+            live: ArcSwap::from_pointee(live),
             pools,
             id: IDS.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
@@ -216,20 +216,20 @@ impl Gateway {
     }
 
     /// The configuration a new request should use, for its whole life.
-    pub fn snapshot(&self) -> Arc<Live> {
-        self.snapshot.load_full()
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
     }
 
-    /// The same, through this thread's own handle on it (see [`Here`]): what the request
+    /// The same, through this thread's own handle on it (see [`LiveHere`]): what the request
     /// path uses, so that taking and dropping it per request writes no count the other
     /// worker threads share.
-    pub fn snapshot_here(&self) -> Here {
+    pub fn live_here(&self) -> LiveHere {
         thread_local! {
             /// Per gateway: the generation and the handle this thread last made.
-            static MADE: RefCell<Vec<(u64, u64, Here)>> = const { RefCell::new(Vec::new()) };
+            static MADE: RefCell<Vec<(u64, u64, LiveHere)>> = const { RefCell::new(Vec::new()) };
         }
         let generation = self.generation.load(Ordering::Acquire);
-        let fresh = || Here(Arc::new(self.snapshot.load_full()));
+        let fresh = || LiveHere(Arc::new(self.live.load_full()));
         MADE.try_with(|made| {
             let mut made = made.borrow_mut();
             match made.iter_mut().find(|(id, _, _)| *id == self.id) {
@@ -283,7 +283,7 @@ impl Gateway {
 
     async fn try_reload(&self) -> Result<usize, ReloadError> {
         let path = self.config_path.clone().ok_or(ReloadError::Embedded)?;
-        let current = self.snapshot();
+        let current = self.live();
         let next = tokio::task::spawn_blocking(move || config::load(&path)).await??;
         config::restart::restart_needed(&current, &next).map_err(ReloadError::RestartRequired)?;
         for section in config::restart::applied_at_restart(&current, &next) {
@@ -299,7 +299,7 @@ impl Gateway {
         }
         self.series.certs.record(&next.listeners);
         let next = Arc::new(Live::build(next, &self.pools, &self.series, Some(&current)));
-        self.snapshot.store(next.clone());
+        self.live.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
         // What a profile may list changed: its clients hear of it (SPEC §12).
         for (profile, method) in list_changes(&current, &next) {
@@ -417,7 +417,7 @@ impl config::watch::Reload for Gateway {
     type Error = ReloadError;
 
     fn files(&self) -> Vec<PathBuf> {
-        self.snapshot().files.clone()
+        self.live().files.clone()
     }
 
     async fn reload(&self, trigger: &'static str) -> Result<(), ReloadError> {

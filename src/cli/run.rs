@@ -16,11 +16,11 @@ use std::time::Duration;
 /// The gateway serves its listeners' requests through the pipeline.
 impl Service for Gateway {
     fn settings(&self) -> config::ServerSettings {
-        self.snapshot().server.clone()
+        self.live().server.clone()
     }
 
     fn max_body(&self) -> u64 {
-        self.snapshot_here().max_body
+        self.live_here().max_body
     }
 
     fn handle(
@@ -41,7 +41,7 @@ impl Service for Gateway {
 
 /// Binds the gateway's listeners and admin address, and starts the worker threads.
 pub async fn bind(gw: &Gateway) -> Result<Sockets, BindError> {
-    let live = gw.snapshot();
+    let live = gw.live();
     server::bind(&live.listeners, &gw.certs, live.admin).await
 }
 
@@ -79,7 +79,7 @@ pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result
             let mut tick = tokio::time::interval(Duration::from_secs(30));
             loop {
                 tick.tick().await;
-                gw.snapshot().limiter.prune();
+                gw.live().limiter.prune();
             }
         })
     };

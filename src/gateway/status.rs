@@ -39,7 +39,7 @@ fn row(profile: &str, method: &str, tool: &str, r: &Row) -> StatusRow {
 impl Gateway {
     /// The status page's data, as `GET /status` serves it.
     pub fn status(&self) -> Status {
-        let live = self.snapshot();
+        let live = self.live();
         let now = SystemTime::now();
         let (rows, decisions) = self.metrics.status_rows();
         let rows: Vec<StatusRow> = rows

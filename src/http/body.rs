@@ -23,13 +23,14 @@ pub enum GateBody {
     Full(Option<Bytes>),
     /// Bytes sent as a stream of unknown length: an SSE answer never carries
     /// `Content-Length` (SPEC §5), even when mcpgate wrote it whole.
-    Streamed(Option<Bytes>),
+    WholeAsStream(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {
         body: UpstreamBody,
         deadline: Option<crate::runtime::deadline::Deadline>,
     },
-    Stream(UnsyncBoxBody<Bytes, BoxError>),
+    /// A body that rewrites or watches another (tools/list over SSE, the audit tap).
+    Boxed(UnsyncBoxBody<Bytes, BoxError>),
     /// Bytes already read from `rest`, sent first.
     Continued {
         head: Option<Bytes>,
@@ -103,7 +104,7 @@ impl Body for GateBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             GateBody::Empty => Poll::Ready(None),
-            GateBody::Full(bytes) | GateBody::Streamed(bytes) => {
+            GateBody::Full(bytes) | GateBody::WholeAsStream(bytes) => {
                 Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
             }
             GateBody::Upstream { body, deadline } => {
@@ -119,7 +120,7 @@ impl Body for GateBody {
                 }
                 Poll::Pending
             }
-            GateBody::Stream(inner) => Pin::new(inner).poll_frame(cx),
+            GateBody::Boxed(inner) => Pin::new(inner).poll_frame(cx),
             GateBody::Continued { head, rest } => match head.take() {
                 Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
                 None => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -131,9 +132,9 @@ impl Body for GateBody {
     fn is_end_stream(&self) -> bool {
         match self {
             GateBody::Empty => true,
-            GateBody::Full(bytes) | GateBody::Streamed(bytes) => bytes.is_none(),
+            GateBody::Full(bytes) | GateBody::WholeAsStream(bytes) => bytes.is_none(),
             GateBody::Upstream { body, .. } => body.is_end_stream(),
-            GateBody::Stream(inner) => inner.is_end_stream(),
+            GateBody::Boxed(inner) => inner.is_end_stream(),
             GateBody::Continued { head, rest } => head.is_none() && rest.is_end_stream(),
             GateBody::Held(inner, _) => inner.is_end_stream(),
         }
@@ -145,9 +146,9 @@ impl Body for GateBody {
             GateBody::Full(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
-            GateBody::Streamed(_) => SizeHint::default(),
+            GateBody::WholeAsStream(_) => SizeHint::default(),
             GateBody::Upstream { body, .. } => body.size_hint(),
-            GateBody::Stream(inner) => inner.size_hint(),
+            GateBody::Boxed(inner) => inner.size_hint(),
             GateBody::Continued { head, rest } => {
                 let rest = rest.size_hint();
                 let n = head.as_ref().map_or(0, |b| b.len() as u64);

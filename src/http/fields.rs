@@ -1,5 +1,5 @@
 //! A request's header fields: a list of name and value spans over the bytes they arrived
-//! in, each name sorted once, when it is read, into the [`Kind`] the gateway acts on. An
+//! in, each name sorted once, when it is read, into the [`FieldKind`] the gateway acts on. An
 //! `http::HeaderMap` hashes every name put in it and every name looked up, and allocates
 //! its table; a request has a handful of fields and the gateway asks after a dozen names,
 //! most of them absent, so a list and one bit per kind present cost far less. HTTP/1.1
@@ -14,7 +14,7 @@ use http::HeaderMap;
 /// the credentials and the fields mcpgate sets itself are not forwarded either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub enum FieldKind {
     Other,
     Host,
     ContentLength,
@@ -46,81 +46,81 @@ pub enum Kind {
     Tracestate,
 }
 
-impl Kind {
+impl FieldKind {
     /// Every kind but `Other`, with its name as HTTP/2 writes it (lower case).
-    pub const NAMED: [(Kind, &'static str); 28] = [
-        (Kind::Host, "host"),
-        (Kind::ContentLength, "content-length"),
-        (Kind::ContentType, "content-type"),
-        (Kind::ContentEncoding, "content-encoding"),
-        (Kind::TransferEncoding, "transfer-encoding"),
-        (Kind::Connection, "connection"),
-        (Kind::Expect, "expect"),
-        (Kind::Accept, "accept"),
-        (Kind::AcceptEncoding, "accept-encoding"),
-        (Kind::Authorization, "authorization"),
-        (Kind::Cookie, "cookie"),
-        (Kind::Origin, "origin"),
-        (Kind::XRequestId, "x-request-id"),
-        (Kind::XForwardedFor, "x-forwarded-for"),
-        (Kind::XForwardedProto, "x-forwarded-proto"),
-        (Kind::XForwardedHost, "x-forwarded-host"),
-        (Kind::McpMethod, "mcp-method"),
-        (Kind::McpName, "mcp-name"),
-        (Kind::McpSessionId, "mcp-session-id"),
-        (Kind::Te, "te"),
-        (Kind::Trailer, "trailer"),
-        (Kind::Upgrade, "upgrade"),
-        (Kind::ProxyAuthenticate, "proxy-authenticate"),
-        (Kind::ProxyAuthorization, "proxy-authorization"),
-        (Kind::KeepAlive, "keep-alive"),
-        (Kind::ProxyConnection, "proxy-connection"),
-        (Kind::Traceparent, "traceparent"),
-        (Kind::Tracestate, "tracestate"),
+    pub const NAMED: [(FieldKind, &'static str); 28] = [
+        (FieldKind::Host, "host"),
+        (FieldKind::ContentLength, "content-length"),
+        (FieldKind::ContentType, "content-type"),
+        (FieldKind::ContentEncoding, "content-encoding"),
+        (FieldKind::TransferEncoding, "transfer-encoding"),
+        (FieldKind::Connection, "connection"),
+        (FieldKind::Expect, "expect"),
+        (FieldKind::Accept, "accept"),
+        (FieldKind::AcceptEncoding, "accept-encoding"),
+        (FieldKind::Authorization, "authorization"),
+        (FieldKind::Cookie, "cookie"),
+        (FieldKind::Origin, "origin"),
+        (FieldKind::XRequestId, "x-request-id"),
+        (FieldKind::XForwardedFor, "x-forwarded-for"),
+        (FieldKind::XForwardedProto, "x-forwarded-proto"),
+        (FieldKind::XForwardedHost, "x-forwarded-host"),
+        (FieldKind::McpMethod, "mcp-method"),
+        (FieldKind::McpName, "mcp-name"),
+        (FieldKind::McpSessionId, "mcp-session-id"),
+        (FieldKind::Te, "te"),
+        (FieldKind::Trailer, "trailer"),
+        (FieldKind::Upgrade, "upgrade"),
+        (FieldKind::ProxyAuthenticate, "proxy-authenticate"),
+        (FieldKind::ProxyAuthorization, "proxy-authorization"),
+        (FieldKind::KeepAlive, "keep-alive"),
+        (FieldKind::ProxyConnection, "proxy-connection"),
+        (FieldKind::Traceparent, "traceparent"),
+        (FieldKind::Tracestate, "tracestate"),
     ];
 
     /// The kind of a field name, in any case: the name is put in lower case on the stack
     /// and matched whole, which costs less than comparing it without case to each name of
     /// its length.
-    pub fn of(name: &[u8]) -> Kind {
+    pub fn of(name: &[u8]) -> FieldKind {
         // The longest name of a kind has 19 bytes; a longer one is of none.
         let mut low = [0u8; 19];
         let Some(low) = low.get_mut(..name.len()) else {
-            return Kind::Other;
+            return FieldKind::Other;
         };
         for (l, b) in low.iter_mut().zip(name) {
             *l = b.to_ascii_lowercase();
         }
         match &*low {
-            b"te" => Kind::Te,
-            b"host" => Kind::Host,
-            b"accept" => Kind::Accept,
-            b"cookie" => Kind::Cookie,
-            b"origin" => Kind::Origin,
-            b"expect" => Kind::Expect,
-            b"trailer" => Kind::Trailer,
-            b"upgrade" => Kind::Upgrade,
-            b"mcp-name" => Kind::McpName,
-            b"connection" => Kind::Connection,
-            b"tracestate" => Kind::Tracestate,
-            b"traceparent" => Kind::Traceparent,
-            b"keep-alive" => Kind::KeepAlive,
-            b"mcp-method" => Kind::McpMethod,
-            b"content-type" => Kind::ContentType,
-            b"x-request-id" => Kind::XRequestId,
-            b"authorization" => Kind::Authorization,
-            b"content-length" => Kind::ContentLength,
-            b"mcp-session-id" => Kind::McpSessionId,
-            b"accept-encoding" => Kind::AcceptEncoding,
-            b"x-forwarded-for" => Kind::XForwardedFor,
-            b"content-encoding" => Kind::ContentEncoding,
-            b"x-forwarded-host" => Kind::XForwardedHost,
-            b"proxy-connection" => Kind::ProxyConnection,
-            b"transfer-encoding" => Kind::TransferEncoding,
-            b"x-forwarded-proto" => Kind::XForwardedProto,
-            b"proxy-authenticate" => Kind::ProxyAuthenticate,
-            b"proxy-authorization" => Kind::ProxyAuthorization,
-            _ => Kind::Other,
+            b"te" => FieldKind::Te,
+            b"host" => FieldKind::Host,
+            b"accept" => FieldKind::Accept,
+            b"cookie" => FieldKind::Cookie,
+            b"origin" => FieldKind::Origin,
+            b"expect" => FieldKind::Expect,
+            b"trailer" => FieldKind::Trailer,
+            b"upgrade" => FieldKind::Upgrade,
+            b"mcp-name" => FieldKind::McpName,
+            b"connection" => FieldKind::Connection,
+            b"tracestate" => FieldKind::Tracestate,
+            b"traceparent" => FieldKind::Traceparent,
+            b"keep-alive" => FieldKind::KeepAlive,
+            b"mcp-method" => FieldKind::McpMethod,
+            b"content-type" => FieldKind::ContentType,
+            b"x-request-id" => FieldKind::XRequestId,
+            b"authorization" => FieldKind::Authorization,
+            b"content-length" => FieldKind::ContentLength,
+            b"mcp-session-id" => FieldKind::McpSessionId,
+            b"accept-encoding" => FieldKind::AcceptEncoding,
+            b"x-forwarded-for" => FieldKind::XForwardedFor,
+            b"content-encoding" => FieldKind::ContentEncoding,
+            b"x-forwarded-host" => FieldKind::XForwardedHost,
+            b"proxy-connection" => FieldKind::ProxyConnection,
+            b"transfer-encoding" => FieldKind::TransferEncoding,
+            b"x-forwarded-proto" => FieldKind::XForwardedProto,
+            b"proxy-authenticate" => FieldKind::ProxyAuthenticate,
+            b"proxy-authorization" => FieldKind::ProxyAuthorization,
+            _ => FieldKind::Other,
         }
     }
 
@@ -128,15 +128,15 @@ impl Kind {
     pub fn is_hop_by_hop(self) -> bool {
         matches!(
             self,
-            Kind::Connection
-                | Kind::TransferEncoding
-                | Kind::Te
-                | Kind::Trailer
-                | Kind::Upgrade
-                | Kind::ProxyAuthenticate
-                | Kind::ProxyAuthorization
-                | Kind::KeepAlive
-                | Kind::ProxyConnection
+            FieldKind::Connection
+                | FieldKind::TransferEncoding
+                | FieldKind::Te
+                | FieldKind::Trailer
+                | FieldKind::Upgrade
+                | FieldKind::ProxyAuthenticate
+                | FieldKind::ProxyAuthorization
+                | FieldKind::KeepAlive
+                | FieldKind::ProxyConnection
         )
     }
 
@@ -150,7 +150,7 @@ impl Kind {
 struct Field {
     name: (u32, u32),
     value: (u32, u32),
-    kind: Kind,
+    kind: FieldKind,
 }
 
 /// A request's header fields in the order they came, over the bytes that hold them.
@@ -180,7 +180,7 @@ impl Fields {
         let list = spans
             .iter()
             .map(|s| {
-                let kind = Kind::of(&text[s.name()]);
+                let kind = FieldKind::of(&text[s.name()]);
                 kinds |= kind.bit();
                 Field {
                     name: s.name,
@@ -204,7 +204,7 @@ impl Fields {
             (at, text.len() as u32)
         };
         for (name, value) in map {
-            let kind = Kind::of(name.as_str().as_bytes());
+            let kind = FieldKind::of(name.as_str().as_bytes());
             kinds |= kind.bit();
             list.push(Field {
                 name: put(name.as_str().as_bytes()),
@@ -244,7 +244,7 @@ impl Fields {
     }
 
     /// Whether a field of this kind is present.
-    pub fn has(&self, kind: Kind) -> bool {
+    pub fn has(&self, kind: FieldKind) -> bool {
         self.kinds & kind.bit() != 0
     }
 
@@ -253,7 +253,7 @@ impl Fields {
     }
 
     /// The first value of this kind, as `HeaderMap::get` gives it.
-    pub fn get(&self, kind: Kind) -> Option<&[u8]> {
+    pub fn get(&self, kind: FieldKind) -> Option<&[u8]> {
         if !self.has(kind) {
             return None;
         }
@@ -263,14 +263,14 @@ impl Fields {
 
     /// The first value of this kind when it is all visible ASCII (what
     /// `HeaderValue::to_str` accepts), else `None`.
-    pub fn get_str(&self, kind: Kind) -> Option<&str> {
+    pub fn get_str(&self, kind: FieldKind) -> Option<&str> {
         self.get(kind).and_then(visible)
     }
 
     /// Every value of this kind, in order.
-    pub fn all(&self, kind: Kind) -> impl Iterator<Item = &[u8]> {
+    pub fn all(&self, kind: FieldKind) -> impl Iterator<Item = &[u8]> {
         // An absent kind (and `Other`, which has no bit of its own) walks no list.
-        let list = match kind != Kind::Other && self.has(kind) {
+        let list = match kind != FieldKind::Other && self.has(kind) {
             true => &self.list[..],
             false => &[],
         };
@@ -280,7 +280,7 @@ impl Fields {
     }
 
     /// Every field in order: its kind, its name as written, its value.
-    pub fn iter(&self) -> impl Iterator<Item = (Kind, &[u8], &[u8])> {
+    pub fn iter(&self) -> impl Iterator<Item = (FieldKind, &[u8], &[u8])> {
         self.list
             .iter()
             .map(|f| (f.kind, self.bytes(f.name), self.bytes(f.value)))
@@ -374,9 +374,13 @@ mod tests {
     #[test]
     fn kinds_are_their_names() {
         let mut names: Vec<String> = Vec::new();
-        for (kind, name) in Kind::NAMED {
-            assert_eq!(Kind::of(name.as_bytes()), kind, "{name}");
-            assert_eq!(Kind::of(name.to_uppercase().as_bytes()), kind, "{name}");
+        for (kind, name) in FieldKind::NAMED {
+            assert_eq!(FieldKind::of(name.as_bytes()), kind, "{name}");
+            assert_eq!(
+                FieldKind::of(name.to_uppercase().as_bytes()),
+                kind,
+                "{name}"
+            );
             names.push(name.to_string());
             // Near misses: a byte more, a byte less, one changed.
             names.push(format!("{name}s"));
@@ -386,18 +390,18 @@ mod tests {
         names.extend(["", "user-agent", "mcp-protocol-version"].map(String::from));
         for n in &names {
             let parsed = HeaderName::from_bytes(n.as_bytes());
-            let expected = Kind::NAMED
+            let expected = FieldKind::NAMED
                 .iter()
                 .find(|(_, name)| parsed.as_ref().is_ok_and(|p| p == name))
-                .map_or(Kind::Other, |(k, _)| *k);
-            assert_eq!(Kind::of(n.as_bytes()), expected, "{n:?}");
+                .map_or(FieldKind::Other, |(k, _)| *k);
+            assert_eq!(FieldKind::of(n.as_bytes()), expected, "{n:?}");
         }
         // Every kind has its own bit.
-        let bits = Kind::NAMED.iter().fold(0u32, |all, (k, _)| {
+        let bits = FieldKind::NAMED.iter().fold(0u32, |all, (k, _)| {
             assert_eq!(all & k.bit(), 0, "{k:?}");
             all | k.bit()
         });
-        assert_eq!(bits.count_ones() as usize, Kind::NAMED.len());
+        assert_eq!(bits.count_ones() as usize, FieldKind::NAMED.len());
     }
 
     /// The list answers as the header map it was made from: the first value of a kind, all
@@ -420,7 +424,7 @@ mod tests {
         }
         let fields = Fields::from_map(&map);
         assert_eq!(fields.len(), map.len());
-        for (kind, name) in Kind::NAMED {
+        for (kind, name) in FieldKind::NAMED {
             let got: Vec<&[u8]> = fields.all(kind).collect();
             let want: Vec<&[u8]> = map.get_all(name).iter().map(|v| v.as_bytes()).collect();
             assert_eq!(got, want, "{name}");
@@ -431,20 +435,20 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(fields.all(Kind::Other).count(), 0);
-        let listed: Vec<(Kind, &[u8], &[u8])> = fields.iter().collect();
-        let mapped: Vec<(Kind, &[u8], &[u8])> = map
+        assert_eq!(fields.all(FieldKind::Other).count(), 0);
+        let listed: Vec<(FieldKind, &[u8], &[u8])> = fields.iter().collect();
+        let mapped: Vec<(FieldKind, &[u8], &[u8])> = map
             .iter()
             .map(|(n, v)| {
                 (
-                    Kind::of(n.as_str().as_bytes()),
+                    FieldKind::of(n.as_str().as_bytes()),
                     n.as_str().as_bytes(),
                     v.as_bytes(),
                 )
             })
             .collect();
         assert_eq!(listed, mapped);
-        assert!(Fields::new().is_empty() && !Fields::new().has(Kind::Host));
+        assert!(Fields::new().is_empty() && !Fields::new().has(FieldKind::Host));
     }
 
     /// Every byte value, alone and at each place in texts that fill words and do not,

@@ -98,7 +98,7 @@ fn object_fields<'a, const N: usize>(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum MessageKind {
     Request,
     Notification,
     /// A response (or error) from the client to a server-initiated request.
@@ -163,7 +163,7 @@ pub enum ToolName<'a> {
 
 #[derive(Debug)]
 pub struct Message<'a> {
-    pub kind: Kind,
+    pub kind: MessageKind,
     pub id: Option<&'a RawValue>,
     pub method: Option<Cow<'a, str>>,
     /// Set for tools/call requests.
@@ -183,7 +183,7 @@ impl<'a> Message<'a> {
     /// A response (or error) from the client, known by its id.
     fn response(id: Option<&'a RawValue>) -> Self {
         Message {
-            kind: Kind::Response,
+            kind: MessageKind::Response,
             id,
             method: None,
             tool: None,
@@ -223,7 +223,9 @@ impl<'a> Payload<'a> {
 
     /// Whether the upstream owes an answer with a body (some element is a request).
     pub fn has_requests(&self) -> bool {
-        self.messages().iter().any(|m| m.kind == Kind::Request)
+        self.messages()
+            .iter()
+            .any(|m| m.kind == MessageKind::Request)
     }
 
     /// The ids of list requests (tools, resources, resource templates, prompts), whose
@@ -231,7 +233,7 @@ impl<'a> Payload<'a> {
     pub fn list_ids(&self) -> Vec<(Box<str>, ListKind)> {
         self.messages()
             .iter()
-            .filter(|m| m.kind == Kind::Request)
+            .filter(|m| m.kind == MessageKind::Request)
             .filter_map(|m| Some((m.id_text()?.into(), ListKind::of(m.method()?)?)))
             .collect()
     }
@@ -350,9 +352,9 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
     };
     let method = Reader::new(method).plain_string()?;
     let kind = if id.is_some() {
-        Kind::Request
+        MessageKind::Request
     } else {
-        Kind::Notification
+        MessageKind::Notification
     };
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
     let target;
@@ -435,9 +437,9 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
     let Text(method) = serde_json::from_str::<Text>(method.get())
         .map_err(|_| invalid("\"method\" must be a string"))?;
     let kind = if id.is_some() {
-        Kind::Request
+        MessageKind::Request
     } else {
-        Kind::Notification
+        MessageKind::Notification
     };
 
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
@@ -545,19 +547,19 @@ mod tests {
         let m = single(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
         assert_eq!(
             (m.kind, m.id_text(), m.method()),
-            (Kind::Request, Some("1"), Some("tools/list"))
+            (MessageKind::Request, Some("1"), Some("tools/list"))
         );
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).kind,
-            Kind::Notification
+            MessageKind::Notification
         );
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).kind,
-            Kind::Response
+            MessageKind::Response
         );
         assert_eq!(
             single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}}"#).kind,
-            Kind::Response
+            MessageKind::Response
         );
     }
 

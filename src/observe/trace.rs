@@ -250,8 +250,8 @@ fn span_data(r: Record, scope: &InstrumentationScope) -> SpanData {
     use opentelemetry::Value;
     let c = &r.context;
     let mut attributes = Vec::with_capacity(14);
-    // Each attribute costs about 0.17 µs of export (bench/trace.sh): the method is in the
-    // span's name and the total in its duration, so neither is repeated here. Shared and
+    // Every attribute is paid for in export time: the method is in the span's name and the
+    // total in its duration, so neither is repeated here. Shared and
     // static texts go in as they are: no copy per span.
     let mut put = |key: &'static str, value: Option<Value>| {
         if let Some(v) = value {

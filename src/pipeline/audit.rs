@@ -188,7 +188,7 @@ pub(super) fn record(
                 return response;
             }
             response.map(|body| {
-                GateBody::Stream(BodyExt::boxed_unsync(audit::AuditTap::new(
+                GateBody::Boxed(BodyExt::boxed_unsync(audit::AuditTap::new(
                     body,
                     a.clone(),
                     records,

@@ -10,18 +10,27 @@
 //! `insufficient_scope` naming the scope that would do, 503 when the issuer's keys or
 //! introspection cannot be had.
 
-use super::respond::Credential;
 use super::{Ctx, Peer};
 use crate::config::compile::OAuthSettings;
 use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::{Challenge, GateError};
 use crate::gateway::Live;
-use crate::http::fields::{Fields, Kind};
+use crate::http::fields::{FieldKind, Fields};
 use crate::oauth::Why;
 use http::{HeaderValue, StatusCode};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
+
+/// What a request was let in with, for the streams it opens and the rate limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Credential {
+    /// A configured token's SHA-256, or an OAuth caller's key (`oauth::Caller::key`).
+    pub key: [u8; 32],
+    pub not_after: Option<std::time::SystemTime>,
+    /// A configured token, which a reload may remove: its streams are watched for that.
+    pub configured: bool,
+}
 
 /// The auth stage: an address that failed too often is refused before its token is even
 /// looked at; a failed authentication counts against it. The caller's token id and expiry
@@ -184,7 +193,7 @@ fn challenge(settings: &OAuthSettings, route: &Route, why: Why) -> GateError {
 }
 
 fn bearer(fields: &Fields) -> Option<&str> {
-    let value = fields.get_str(Kind::Authorization)?;
+    let value = fields.get_str(FieldKind::Authorization)?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)

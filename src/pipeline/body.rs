@@ -4,7 +4,7 @@
 //! an HTTP/2 body is read here.
 
 use crate::error::GateError;
-use crate::http::fields::{Fields, Kind};
+use crate::http::fields::{FieldKind, Fields};
 use crate::http::request::ClientBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Limited};
 pub async fn read(fields: &Fields, body: &mut ClientBody, limit: u64) -> Result<Bytes, GateError> {
     check_content_headers(fields)?;
     let declared = fields
-        .get_str(Kind::ContentLength)
+        .get_str(FieldKind::ContentLength)
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(GateError::BodyTooLarge { limit });
@@ -39,14 +39,14 @@ pub async fn read(fields: &Fields, body: &mut ClientBody, limit: u64) -> Result<
 /// mcpgate did not inspect is never forwarded.
 fn check_content_headers(fields: &Fields) -> Result<(), GateError> {
     let media = fields
-        .get_str(Kind::ContentType)
+        .get_str(FieldKind::ContentType)
         .map(crate::http::headval::media_type);
     if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
         ));
     }
-    for v in fields.all(Kind::ContentEncoding) {
+    for v in fields.all(FieldKind::ContentEncoding) {
         let ok = crate::http::fields::visible(v).is_some_and(|v| {
             crate::http::headval::items(v)
                 .all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))

@@ -19,7 +19,7 @@ use crate::config::Upstream;
 use crate::error::GateError;
 use crate::gateway::Live;
 use crate::http::body::UpstreamBody;
-use crate::http::fields::Kind;
+use crate::http::fields::FieldKind;
 use crate::runtime::deadline::Deadline;
 use crate::upstream::encode::{Outgoing, encode};
 use crate::upstream::endpoint::EndpointState;
@@ -63,7 +63,7 @@ pub async fn send(
         });
     }
     let outlier = upstream.outlier.as_ref();
-    let session = out.fields.get(Kind::McpSessionId);
+    let session = out.fields.get(FieldKind::McpSessionId);
     // The endpoint being tried, so a passed deadline counts against it.
     let trying = AtomicUsize::new(usize::MAX);
     // Waiting for the session's earlier requests counts in the deadline.

@@ -3,15 +3,15 @@
 //! a plain token, made otherwise).
 
 use crate::error::GateError;
-use crate::http::fields::{Fields, Kind};
+use crate::http::fields::{FieldKind, Fields};
 use crate::mcp::jsonrpc;
 use std::sync::Arc;
 
 /// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
 /// intermediary routing on the header and the server reading the body would disagree.
 pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<(), GateError> {
-    let method = fields.get(Kind::McpMethod);
-    let name = fields.get(Kind::McpName);
+    let method = fields.get(FieldKind::McpMethod);
+    let name = fields.get(FieldKind::McpName);
     if method.is_none() && name.is_none() {
         return Ok(());
     }
@@ -41,7 +41,7 @@ pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<(), GateErro
 /// it is safe in logs and headers); otherwise makes one: a random prefix per thread and
 /// the thread's count, unique without a syscall or a shared counter per request.
 pub fn request_id(fields: &Fields) -> Arc<str> {
-    if let Some(b) = fields.get(Kind::XRequestId) {
+    if let Some(b) = fields.get(FieldKind::XRequestId) {
         if (1..=128).contains(&b.len())
             && b.iter()
                 .all(|c| c.is_ascii_alphanumeric() || b"._:-".contains(c))

@@ -26,7 +26,7 @@ use crate::config::{Auth, Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
-use crate::http::fields::Kind;
+use crate::http::fields::FieldKind;
 use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::jsonrpc::{self, Payload, ToolName};
 use crate::mcp::transport::accept::{self, Want};
@@ -58,7 +58,7 @@ struct Ctx<'s> {
     /// The client's `Accept`, negotiated once; errors are framed as SSE when it prefers SSE.
     want: Result<Want, accept::NotAcceptable>,
     /// The caller's credential, so its streams can be closed on expiry or revocation.
-    token: Option<respond::Credential>,
+    token: Option<auth::Credential>,
     /// The caller an OAuth access token speaks for (`auth = "oauth"` routes).
     caller: Option<Arc<crate::oauth::Caller>>,
     proto: &'static str,
@@ -86,7 +86,7 @@ pub async fn handle(
     req: ClientRequest,
 ) -> Response<GateBody> {
     let started = Instant::now();
-    let live = gw.snapshot_here();
+    let live = gw.live_here();
     let on = live.listeners.get(listener);
     let mut ctx = Ctx {
         listener: on.map_or("", |l| &l.name),
@@ -95,7 +95,7 @@ pub async fn handle(
         } else {
             "http"
         },
-        want: accept::negotiate(req.fields.get(Kind::Accept)),
+        want: accept::negotiate(req.fields.get(FieldKind::Accept)),
         request_id: headers::request_id(&req.fields),
         peer: peer.clone(),
         started,
@@ -113,7 +113,7 @@ pub async fn handle(
         trace: gw
             .tracer
             .as_ref()
-            .map(|t| Box::new(t.begin(req.fields.all(Kind::Traceparent)))),
+            .map(|t| Box::new(t.begin(req.fields.all(FieldKind::Traceparent)))),
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -157,7 +157,7 @@ async fn run<'s>(
     let profile = &route.profile;
     let (body_deadline, want) = match req.method {
         Method::POST => return post(gw, live, profile, peer, req, ctx).await,
-        Method::GET if !accept::accepts_sse(req.fields.get(Kind::Accept)) => {
+        Method::GET if !accept::accepts_sse(req.fields.get(FieldKind::Accept)) => {
             return Err(GateError::StreamNotAcceptable);
         }
         // A GET stream is long-lived: the deadline bounds its head, an idle timeout the rest.
@@ -262,7 +262,7 @@ fn access(req: &ClientRequest) -> combined::Access {
     let field = |name: &[u8]| {
         req.fields
             .iter()
-            .find(|(kind, n, _)| *kind == Kind::Other && n.eq_ignore_ascii_case(name))
+            .find(|(kind, n, _)| *kind == FieldKind::Other && n.eq_ignore_ascii_case(name))
             .map(|(_, _, v)| Box::<[u8]>::from(v))
     };
     combined::Access {
@@ -278,11 +278,7 @@ fn access(req: &ClientRequest) -> combined::Access {
 /// Counts the calls of deprecated tools (still listed: the policy refused those past
 /// their sunset) by caller.
 fn count_deprecated(gw: &Gateway, live: &Live, payload: &Payload<'_>, ctx: &Ctx<'_>) {
-    let caller = match (ctx.token_id, &ctx.caller) {
-        (Some(id), _) => id,
-        (None, Some(c)) => c.client_id.as_deref().or(c.sub.as_deref()).unwrap_or("-"),
-        (None, None) => "-",
-    };
+    let caller = ctx.client();
     for m in payload.messages() {
         if let Some(ToolName::Name(tool)) = &m.tool
             && live.deprecation(tool).is_some()
@@ -296,9 +292,25 @@ impl Ctx<'_> {
     /// Who is calling, for the status page and the combined log: the token id, or an
     /// OAuth caller's subject (its client when the token has none), or `-`.
     fn who(&self) -> &str {
-        match (self.token_id, &self.caller) {
+        self.caller_name(|c| c.sub.as_deref().or(c.client_id.as_deref()))
+    }
+
+    /// Which client is calling, for metric labels (`mcpgate_deprecated_calls`): the token
+    /// id, or an OAuth caller's client (its subject when the token has none), or `-`. A
+    /// client rather than a person: there are few clients and many subjects, and a label's
+    /// values must stay few.
+    fn client(&self) -> &str {
+        self.caller_name(|c| c.client_id.as_deref().or(c.sub.as_deref()))
+    }
+
+    /// The token id, else what `oauth` picks from the OAuth caller, else `-`.
+    fn caller_name<'c>(
+        &'c self,
+        oauth: impl FnOnce(&'c crate::oauth::Caller) -> Option<&'c str>,
+    ) -> &'c str {
+        match (self.token_id, self.caller.as_deref()) {
             (Some(id), _) => id,
-            (None, Some(c)) => c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-"),
+            (None, Some(c)) => oauth(c).unwrap_or("-"),
             (None, None) => "-",
         }
     }

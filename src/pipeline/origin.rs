@@ -5,18 +5,20 @@
 
 use crate::config::Listener;
 use crate::error::GateError;
-use crate::http::fields::{Fields, Kind};
+use crate::http::fields::{FieldKind, Fields};
 use crate::http::request::Target;
 
 pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
     // An absolute-form target's authority is the request's host, whatever `Host` says
     // (RFC 9112 §3.2.2), as HTTP/2's `:authority` is.
-    let host = target.authority().or_else(|| fields.get_str(Kind::Host));
+    let host = target
+        .authority()
+        .or_else(|| fields.get_str(FieldKind::Host));
     // HTTP/1.1 requires Host; a request without one cannot be checked, so it is refused.
     if !host.is_some_and(|h| listener.hosts.allows(h)) {
         return Err(GateError::HostRefused);
     }
-    if let Some(origin) = fields.get(Kind::Origin) {
+    if let Some(origin) = fields.get(FieldKind::Origin) {
         if !crate::http::fields::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }

@@ -6,7 +6,7 @@
 use crate::config::compile::HintsUnknown;
 use crate::config::{Profile, Snapshot};
 use crate::error::{GateError, Refusal, code};
-use crate::mcp::jsonrpc::{Kind, Message, Payload, ToolName};
+use crate::mcp::jsonrpc::{Message, MessageKind, Payload, ToolName};
 use crate::mcp::pointer::{self, Found};
 use crate::upstream::hints::HintStore;
 
@@ -70,7 +70,7 @@ pub fn check(
 ) -> Verdict {
     let messages = payload.messages();
     let problem = |m: &Message| match (m.kind, m.method()) {
-        (Kind::Response, _) | (_, None) => None,
+        (MessageKind::Response, _) | (_, None) => None,
         (_, Some(method)) => {
             if profile
                 .methods
@@ -100,7 +100,7 @@ pub fn check(
     let refusals: Vec<Refusal> = messages
         .iter()
         .zip(problems)
-        .filter(|(m, _)| m.kind == Kind::Request)
+        .filter(|(m, _)| m.kind == MessageKind::Request)
         .map(|(m, p)| {
             let (code, message, tool) = p.unwrap_or_else(|| {
                 (

@@ -5,6 +5,7 @@
 //! `Accept` (SPEC §5). Every other body streams through untouched.
 
 use super::Ctx;
+use super::auth::Credential;
 use super::forward::Answer;
 use crate::config::{Profile, Upstream};
 use crate::error::GateError;
@@ -12,7 +13,7 @@ use crate::gateway::Gateway;
 use crate::gateway::Live;
 use crate::http::body::GateBody;
 use crate::http::headval::{BodyFormat, body_format};
-use crate::mcp::jsonrpc::{Kind, Payload};
+use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::tools_list::ListRewrite;
 use crate::mcp::tools_list::ToolFilter;
 use crate::mcp::transport::accept::Want;
@@ -33,7 +34,7 @@ fn own_response(
     sse_frame: bool,
 ) -> Response<GateBody> {
     let body = if sse_frame {
-        GateBody::Streamed(Some(sse::encode_json(
+        GateBody::WholeAsStream(Some(sse::encode_json(
             &String::from_utf8_lossy(&json),
             None,
         )))
@@ -151,16 +152,6 @@ pub struct Shaping {
     pub hints: Option<Arc<crate::upstream::hints::HintStore>>,
 }
 
-/// What a request was let in with, for the streams it opens and the rate limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Credential {
-    /// A configured token's SHA-256, or an OAuth caller's key (`oauth::Caller::key`).
-    pub key: [u8; 32],
-    pub not_after: Option<std::time::SystemTime>,
-    /// A configured token, which a reload may remove: its streams are watched for that.
-    pub configured: bool,
-}
-
 impl Shaping {
     /// For a request without a JSON-RPC body (GET, DELETE): its stream, if any, is
     /// long-lived.
@@ -212,7 +203,7 @@ impl Shaping {
         let pending = payload
             .messages()
             .iter()
-            .filter(|m| m.kind == Kind::Request)
+            .filter(|m| m.kind == MessageKind::Request)
             .filter_map(|m| m.id.map(ToOwned::to_owned))
             .collect();
         let long_lived =
@@ -316,7 +307,7 @@ pub async fn upstream(
             (BodyFormat::Json, Want::Sse) => {
                 let text = relay::json_text(body, shaping.list.as_ref()).await?;
                 set_sse_headers(&mut parts.headers);
-                GateBody::Streamed(Some(sse::encode_json(
+                GateBody::WholeAsStream(Some(sse::encode_json(
                     &String::from_utf8_lossy(&text),
                     None,
                 )))
@@ -355,8 +346,8 @@ pub async fn upstream(
                     shaping.timing,
                     Some(watch),
                 )
-                .telling(shaping.hints);
-                GateBody::Stream(BodyExt::boxed_unsync(relay))
+                .marking_stale(shaping.hints);
+                GateBody::Boxed(BodyExt::boxed_unsync(relay))
             }
         }
     };

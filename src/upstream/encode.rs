@@ -6,7 +6,7 @@
 
 use crate::config::{Endpoint, Upstream};
 use crate::error::GateError;
-use crate::http::fields::{Fields, Kind};
+use crate::http::fields::{FieldKind, Fields};
 use crate::http::h1::framing::named_by_connection;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
@@ -20,21 +20,21 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 
 /// Fields of the client's request that never reach the upstream: hop-by-hop ones, the
 /// client's credentials, and those mcpgate sets itself.
-fn stays_here(kind: Kind) -> bool {
+fn stays_here(kind: FieldKind) -> bool {
     kind.is_hop_by_hop()
         || matches!(
             kind,
-            Kind::Host
-                | Kind::Authorization
-                | Kind::Cookie
-                | Kind::ContentLength
-                | Kind::AcceptEncoding
-                | Kind::XForwardedFor
-                | Kind::XForwardedProto
-                | Kind::XForwardedHost
-                | Kind::XRequestId
+            FieldKind::Host
+                | FieldKind::Authorization
+                | FieldKind::Cookie
+                | FieldKind::ContentLength
+                | FieldKind::AcceptEncoding
+                | FieldKind::XForwardedFor
+                | FieldKind::XForwardedProto
+                | FieldKind::XForwardedHost
+                | FieldKind::XRequestId
                 // Answered by the server that read the body (mcpgate), not passed on.
-                | Kind::Expect
+                | FieldKind::Expect
         )
 }
 
@@ -42,10 +42,10 @@ fn stays_here(kind: Kind) -> bool {
 /// hop-by-hop name listed stays here anyway.)
 fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
     let values = fields
-        .all(Kind::Connection)
+        .all(FieldKind::Connection)
         .filter_map(crate::http::fields::visible);
     named_by_connection(values)
-        .filter(|n| !Kind::of(n.as_bytes()).is_hop_by_hop())
+        .filter(|n| !FieldKind::of(n.as_bytes()).is_hop_by_hop())
         .collect()
 }
 
@@ -105,10 +105,10 @@ pub fn encode(
     // Names are sent as the client wrote them, as nginx sends them.
     for (kind, name, value) in out.fields.iter() {
         if stays_here(kind)
-            || (post && kind == Kind::Accept)
-            || (session.is_some() && kind == Kind::McpSessionId)
+            || (post && kind == FieldKind::Accept)
+            || (session.is_some() && kind == FieldKind::McpSessionId)
             || out.trace.is_some_and(|t| {
-                kind == Kind::Traceparent || (kind == Kind::Tracestate && !t.continued())
+                kind == FieldKind::Traceparent || (kind == FieldKind::Tracestate && !t.continued())
             })
             || (!out.underscores && name.contains(&b'_'))
             || listed
@@ -124,7 +124,7 @@ pub fn encode(
         }
         line(name, value);
     }
-    if let Some(host) = out.fields.get(Kind::Host) {
+    if let Some(host) = out.fields.get(FieldKind::Host) {
         line(X_FORWARDED_HOST.as_str().as_bytes(), host);
     }
     line(
@@ -376,7 +376,7 @@ auth = "none"
             "upgrade",
         ] {
             assert!(is_hop_by_hop(&parsed(n)), "{n}");
-            assert!(stays_here(Kind::of(n.as_bytes())), "{n}");
+            assert!(stays_here(FieldKind::of(n.as_bytes())), "{n}");
         }
         for n in [
             "host",
@@ -390,7 +390,7 @@ auth = "none"
             "X-Request-Id",
         ] {
             assert!(!is_hop_by_hop(&parsed(n)), "{n}");
-            assert!(stays_here(Kind::of(n.as_bytes())), "{n}");
+            assert!(stays_here(FieldKind::of(n.as_bytes())), "{n}");
         }
         for n in [
             "content-type",
@@ -399,7 +399,7 @@ auth = "none"
             "keep-alive-x",
             "x-te",
         ] {
-            assert!(!stays_here(Kind::of(n.as_bytes())), "{n}");
+            assert!(!stays_here(FieldKind::of(n.as_bytes())), "{n}");
         }
     }
 }

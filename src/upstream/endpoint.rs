@@ -199,7 +199,7 @@ impl EndpointState {
         {
             let probation = outlier.map_or(0, |o| o.consecutive_failures.saturating_sub(1));
             self.failures.store(probation, Ordering::Relaxed);
-            self.show();
+            self.publish_health();
             tracing::info!(endpoint = %self.label, "ejection over; the endpoint takes requests again");
         }
         true
@@ -230,7 +230,7 @@ impl EndpointState {
             .is_ok()
         {
             self.metrics.ejections.inc();
-            self.show();
+            self.publish_health();
             tracing::warn!(
                 endpoint = %self.label,
                 failures = n,
@@ -243,7 +243,7 @@ impl EndpointState {
     /// The active check's verdict.
     pub(super) fn set_healthy(&self, healthy: bool) {
         if self.healthy.swap(healthy, Ordering::Relaxed) != healthy {
-            self.show();
+            self.publish_health();
             if healthy {
                 tracing::info!(endpoint = %self.label, "endpoint healthy: it answers pings again");
             } else {
@@ -265,7 +265,8 @@ impl EndpointState {
         }
     }
 
-    fn show(&self) {
+    /// Sets the `healthy` gauge from the state: 1 while the endpoint takes requests.
+    fn publish_health(&self) {
         let in_ =
             self.healthy.load(Ordering::Relaxed) && self.ejected_until.load(Ordering::Relaxed) == 0;
         self.metrics.healthy.set(i64::from(in_));

@@ -3,7 +3,7 @@
 //! connection may be kept, by the rules of `framing` (RFC 9112 §6, §9.3).
 
 use super::framing::{self, Chunk};
-use crate::http::fields::{Fields, Kind, header_spans};
+use crate::http::fields::{FieldKind, Fields, header_spans};
 use crate::http::request::Target;
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
@@ -87,14 +87,14 @@ pub fn parse_request(
             return Err(bad("field name"));
         }
         match kind {
-            Kind::ContentLength => {
+            FieldKind::ContentLength => {
                 let n = framing::content_length(value).ok_or(bad("Content-Length"))?;
                 if length.is_some_and(|l| l != n) {
                     return Err(bad("conflicting Content-Length"));
                 }
                 length = Some(n);
             }
-            Kind::TransferEncoding => {
+            FieldKind::TransferEncoding => {
                 if http10 || chunked {
                     return Err(bad("Transfer-Encoding"));
                 }
@@ -103,15 +103,15 @@ pub fn parse_request(
                 }
                 chunked = true;
             }
-            Kind::Host => hosts += 1,
-            Kind::Connection => {
+            FieldKind::Host => hosts += 1,
+            FieldKind::Connection => {
                 if has_token(value, "close") {
                     keep_alive = false;
                 } else if http10 && has_token(value, "keep-alive") {
                     keep_alive = true;
                 }
             }
-            Kind::Expect => expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
+            FieldKind::Expect => expect_continue = value.eq_ignore_ascii_case(b"100-continue"),
             _ => {}
         }
     }
@@ -410,14 +410,14 @@ mod request_tests {
             }
             text.push_str("\r\n");
             let parsed = head(&text).unwrap().unwrap();
-            let fields: Vec<(Kind, &[u8], &[u8])> = parsed.fields.iter().collect();
+            let fields: Vec<(FieldKind, &[u8], &[u8])> = parsed.fields.iter().collect();
             assert_eq!(fields.len(), n + 1, "{n}");
-            assert_eq!(fields[0], (Kind::Host, &b"Host"[..], &b"a"[..]));
+            assert_eq!(fields[0], (FieldKind::Host, &b"Host"[..], &b"a"[..]));
             for i in 0..n {
                 let (name, value) = (format!("X-F{i}"), format!("v{i}"));
                 assert_eq!(
                     fields[i + 1],
-                    (Kind::Other, name.as_bytes(), value.as_bytes())
+                    (FieldKind::Other, name.as_bytes(), value.as_bytes())
                 );
             }
         }
@@ -469,8 +469,8 @@ mod request_tests {
         assert_eq!(&buf[..], b"{}GET", "the body and what follows stay");
         assert_eq!(p.method, Method::POST);
         assert_eq!(p.target.query(), Some("q=1"));
-        assert_eq!(p.fields.get(Kind::Host), Some(&b"a"[..]));
-        assert_eq!(p.fields.get_str(Kind::Expect), Some("100-continue"));
+        assert_eq!(p.fields.get(FieldKind::Host), Some(&b"a"[..]));
+        assert_eq!(p.fields.get_str(FieldKind::Expect), Some("100-continue"));
         assert!(!p.keep_alive && p.expect_continue && !p.http10);
         // Over the size limit while still partial: refused rather than buffered.
         let mut big = BytesMut::from(&format!("GET /m HTTP/1.1\r\nX: {}", "a".repeat(100))[..]);

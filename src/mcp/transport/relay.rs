@@ -90,7 +90,7 @@ pub struct SseRelay {
 
 impl SseRelay {
     /// The same, marking `store` stale when the upstream says its tools changed.
-    pub fn telling(mut self, store: Option<Arc<HintStore>>) -> Self {
+    pub fn marking_stale(mut self, store: Option<Arc<HintStore>>) -> Self {
         self.tools_changed = store;
         self
     }
@@ -465,7 +465,7 @@ mod tests {
                 },
                 None,
             )
-            .telling(Some(store))
+            .marking_stale(Some(store))
         };
         let quick = |store: Arc<HintStore>| async move {
             tokio::time::timeout(Duration::from_millis(50), store.stale())

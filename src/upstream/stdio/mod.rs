@@ -27,7 +27,7 @@ pub mod lines;
 use crate::config::{Sharing, StdioCommand};
 use crate::error::GateError;
 use crate::http::body::UpstreamBody;
-use crate::http::fields::Kind;
+use crate::http::fields::FieldKind;
 use crate::http::h1::client::BodyError;
 use bytes::Bytes;
 use child::{Child, SendError};
@@ -101,7 +101,7 @@ impl StdioUpstream {
         fields: &crate::http::fields::Fields,
         body: &Bytes,
     ) -> Result<Response<UpstreamBody>, GateError> {
-        let session = fields.get(Kind::McpSessionId);
+        let session = fields.get(FieldKind::McpSessionId);
         match *method {
             Method::POST => self.post(session, body).await,
             Method::GET => self.open_stream(session),

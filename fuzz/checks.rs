@@ -5,10 +5,6 @@
 
 // Each target binary and the stable runner use some of these checks, not all.
 #![allow(dead_code)]
-use bytes::BytesMut;
-use http::Method;
-use mcpgate::http::h1::framing::{Chunk, ChunkStep, DEFAULT_CHUNK_OVERHEAD, Overhead, step_chunk};
-use mcpgate::http::h1::head::{parse_answer, parse_request};
 use mcpgate::mcp::jsonrpc::{self, Payload};
 use mcpgate::mcp::transport::{accept, sse};
 use std::sync::Arc;
@@ -18,75 +14,6 @@ use std::sync::Arc;
 fn cut(data: &[u8]) -> (&[u8], &[u8]) {
     let at = data.first().map_or(0, |&b| b as usize % (data.len() + 1));
     data.split_at(at)
-}
-
-/// Request heads: never a panic; a head taken whole is taken from the front of the buffer
-/// and leaves the rest; a partial head takes nothing.
-pub fn request_head(data: &[u8]) {
-    let mut buf = BytesMut::from(data);
-    match parse_request(&mut buf, 64 << 10) {
-        Ok(Some(p)) => {
-            assert!(buf.len() < data.len(), "a head was taken");
-            assert!(data.ends_with(&buf), "only the head was taken");
-            assert!(
-                p.target.path().starts_with('/')
-                    || p.target.path() == "*"
-                    || p.target.authority().is_some()
-            );
-        }
-        Ok(None) => assert_eq!(&buf[..], data, "nothing taken from a partial head"),
-        Err(_) => {}
-    }
-}
-
-/// Chunked bodies, in both directions: never a panic; the same bytes decoded whole and
-/// in two pieces give the same data, end, or refusal.
-pub fn chunked_body(data: &[u8]) {
-    let decode = |pieces: &[&[u8]]| -> Result<(Vec<u8>, bool), ()> {
-        let mut buf = BytesMut::new();
-        let mut state = Chunk::Size;
-        let mut overhead = Overhead::new(DEFAULT_CHUNK_OVERHEAD);
-        let mut out = Vec::new();
-        for piece in pieces {
-            buf.extend_from_slice(piece);
-            loop {
-                match step_chunk(&mut buf, state, &mut overhead).map_err(|_| ())? {
-                    ChunkStep::Data(d, next) => {
-                        out.extend_from_slice(&d);
-                        state = next;
-                    }
-                    ChunkStep::Moved(next) => state = next,
-                    ChunkStep::Ended => return Ok((out, true)),
-                    ChunkStep::NeedMore => break,
-                }
-            }
-        }
-        Ok((out, false))
-    };
-    let whole = decode(&[data]);
-    let (a, b) = cut(data);
-    let split = decode(&[a, b]);
-    match (&whole, &split) {
-        (Ok((w, true)), Ok((s, true))) => assert_eq!(w, s),
-        (Ok((_, true)), _) | (_, Ok((_, true))) => {
-            panic!("ended one way only: {whole:?} {split:?}")
-        }
-        // Unfinished or refused: a refusal may come at a different byte when cut.
-        _ => {}
-    }
-}
-
-/// Upstream answer heads: never a panic; a parsed head carries at most one
-/// `Content-Length`, and none with a transfer coding.
-pub fn answer_head(data: &[u8]) {
-    for method in [Method::POST, Method::GET, Method::HEAD] {
-        let mut buf = BytesMut::from(data);
-        if let Ok(Some((response, _))) = parse_answer(&mut buf, &method) {
-            let lengths = response.headers().get_all("content-length").iter().count();
-            assert!(lengths <= 1);
-            assert!(response.headers().get("transfer-encoding").is_none());
-        }
-    }
 }
 
 /// The JSON-RPC envelope against serde_json: what serde_json refuses as a JSON text is

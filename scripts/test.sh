@@ -48,7 +48,7 @@ if [ $# -eq 0 ]; then
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --no-fail-fast "$@"
+  cargo nextest run --workspace --no-fail-fast "$@"
 else
-  cargo test --no-fail-fast "$@"
+  cargo test --workspace --no-fail-fast "$@"
 fi

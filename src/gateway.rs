@@ -330,7 +330,10 @@ impl Gateway {
 
 /// Each configuration's tasks that read what upstreams say of their tools.
 fn fetch_hints(live: &Live) -> Vec<tokio::task::AbortHandle> {
-    crate::upstream::hints::start_fetching(&live.config, |u| live.upstream(u))
+    crate::upstream::hints::start_fetching(&live.config, |u| {
+        let state = live.upstream(u);
+        (&state.endpoints[..], &state.hints)
+    })
 }
 
 /// The families the gateway's components count into, each registered by its component.

@@ -12,9 +12,6 @@ use std::path::Path;
 type Target = (&'static str, fn(&[u8]));
 
 const TARGETS: &[Target] = &[
-    ("request_head", checks::request_head),
-    ("chunked_body", checks::chunked_body),
-    ("answer_head", checks::answer_head),
     ("jsonrpc_envelope", checks::jsonrpc_envelope),
     ("accept_header", checks::accept_header),
     ("sse_stream", checks::sse_stream),

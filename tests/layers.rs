@@ -411,3 +411,49 @@ fn every_module_says_what_it_owns() {
         .collect();
     assert!(silent.is_empty(), "no //! paragraph: {silent:?}");
 }
+
+/// The wire crate (`crates/wire`) is below everything: its manifest names no crate of the
+/// gateway, no source of it names one, and its modules say what they own.
+#[test]
+fn the_wire_crate_depends_on_nothing_of_the_proxy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/wire");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let dependencies: Vec<&str> = manifest
+        .lines()
+        .skip_while(|l| !l.starts_with("[dependencies]"))
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .collect();
+    assert!(!dependencies.is_empty(), "no [dependencies] table read");
+    assert!(
+        dependencies.iter().all(|l| !l.contains("mcpgate")),
+        "{dependencies:?}"
+    );
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    assert!(files.len() >= 8, "{files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(
+            text.trim_start().starts_with("//!"),
+            "{}: no //! paragraph",
+            f.display()
+        );
+        let code: String = without_strings(&text)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        for proxy in [
+            "mcpgate",
+            "crate::http",
+            "crate::mcp",
+            "crate::upstream",
+            "crate::pipeline",
+            "crate::config",
+            "crate::gateway",
+            "crate::observe",
+        ] {
+            assert!(!code.contains(proxy), "{} names {proxy}", f.display());
+        }
+    }
+}

@@ -2,12 +2,12 @@
 //! upstreams' state and the last reload.
 
 use super::Gateway;
-use crate::mcp::jsontext::to_microsecond;
 use crate::observe::metrics::Row;
 use crate::observe::status::{
     DecisionStatus, RefusalCount, ReloadStatus, Status, StatusEndpoint, StatusRow, StatusUpstream,
 };
 use std::time::SystemTime;
+use wire::json::text::to_microsecond;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()

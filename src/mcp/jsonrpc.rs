@@ -5,11 +5,11 @@
 //! can disagree on which copy wins and the upstream must run exactly what was checked.
 
 use crate::error::GateError;
-use crate::mcp::jsonread::{Reader, Seen};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
+use wire::json::read::{Reader, Seen};
 
 /// A JSON string, borrowed from the body when it has no escapes, decoded otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -731,7 +731,7 @@ mod tests {
             "\"result\"",
         ];
         let (mut read, mut agreed_err) = (0, 0);
-        for text in crate::mcp::jsonread::edits(SEEDS, BITS, 0x9e37_79b9_7f4a_7c15, 40_000) {
+        for text in wire::json::read::edits(SEEDS, BITS, 0x9e37_79b9_7f4a_7c15, 40_000) {
             let slow = message_by_serde(&text);
             match read_message(&text) {
                 Some(fast) => {

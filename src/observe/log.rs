@@ -14,7 +14,6 @@
 //! The human format is tracing's own formatter, which knows only spans, so with it
 //! requests get a real span ([`use_spans`]).
 
-use crate::mcp::jsontext::{push_f64, push_i64, push_plain, push_rfc3339, push_str, push_u64};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use std::future::Future;
@@ -29,6 +28,7 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
+use wire::json::text::{push_f64, push_i64, push_plain, push_rfc3339, push_str, push_u64};
 
 /// Where the lines go; stderr in `mcpgate run`, a buffer in tests. `urgent` is set for
 /// warnings and errors, which a sink that gathers lines writes out at once.
@@ -229,7 +229,7 @@ pub struct RequestLine<'a> {
     pub tool: &'a str,
     pub status: u16,
     pub reason: &'a str,
-    /// Rounded to the microsecond ([`crate::mcp::jsontext::to_microsecond`]).
+    /// Rounded to the microsecond ([`wire::json::text::to_microsecond`]).
     pub ms: f64,
 }
 
@@ -321,7 +321,7 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
     out.push_str(",\"reason\":");
     push_str(out, f.reason);
     out.push_str(",\"ms\":");
-    crate::mcp::jsontext::push_ms(out, f.ms);
+    wire::json::text::push_ms(out, f.ms);
     out.push_str(",\"target\":\"mcpgate::pipeline\"");
     push_request(out);
     out.push_str("}\n");
@@ -602,7 +602,7 @@ mod tests {
             status: 200,
             reason: "-",
             // Rounded to the microsecond, as the pipeline hands it over.
-            ms: crate::mcp::jsontext::to_microsecond(0.578144),
+            ms: wire::json::text::to_microsecond(0.578144),
         };
         let via_event = Buffer::default();
         let subscriber = tracing_subscriber::registry().with(JsonLayer::new(via_event.clone()));

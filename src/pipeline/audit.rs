@@ -180,8 +180,8 @@ pub(super) fn record(
             response
         }
         None => {
-            let sse = crate::http::headval::body_format(response.headers())
-                == crate::http::headval::BodyFormat::Sse;
+            let sse =
+                wire::headval::body_format(response.headers()) == wire::headval::BodyFormat::Sse;
             if let (false, GateBody::Full(Some(json))) = (sse, response.body()) {
                 // A JSON answer already whole: its outcomes are read now, no tap needed.
                 audit::record_whole_answer(a, records, json, started, head_ms);

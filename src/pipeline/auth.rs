@@ -16,11 +16,11 @@ use crate::config::token::Secret;
 use crate::config::{Auth, Route, Snapshot, TokenEntry};
 use crate::error::{Challenge, GateError};
 use crate::gateway::Live;
-use crate::http::fields::{FieldKind, Fields};
 use crate::oauth::Why;
 use http::{HeaderValue, StatusCode};
 use std::time::SystemTime;
 use subtle::ConstantTimeEq;
+use wire::fields::{FieldKind, Fields};
 
 /// What a request was let in with, for the streams it opens and the rate limits.
 #[derive(Debug, Clone, Copy)]

@@ -4,10 +4,10 @@
 //! an HTTP/2 body is read here.
 
 use crate::error::GateError;
-use crate::http::fields::{FieldKind, Fields};
 use crate::http::request::ClientBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use wire::fields::{FieldKind, Fields};
 
 /// The request body, once its headers are checked, and never more than `limit` bytes.
 pub async fn read(fields: &Fields, body: &mut ClientBody, limit: u64) -> Result<Bytes, GateError> {
@@ -40,16 +40,15 @@ pub async fn read(fields: &Fields, body: &mut ClientBody, limit: u64) -> Result<
 fn check_content_headers(fields: &Fields) -> Result<(), GateError> {
     let media = fields
         .get_str(FieldKind::ContentType)
-        .map(crate::http::headval::media_type);
+        .map(wire::headval::media_type);
     if !media.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
         return Err(GateError::UnsupportedMediaType(
             "Content-Type must be application/json",
         ));
     }
     for v in fields.all(FieldKind::ContentEncoding) {
-        let ok = crate::http::fields::visible(v).is_some_and(|v| {
-            crate::http::headval::items(v)
-                .all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
+        let ok = wire::fields::visible(v).is_some_and(|v| {
+            wire::headval::items(v).all(|e| e.is_empty() || e.eq_ignore_ascii_case("identity"))
         });
         if !ok {
             return Err(GateError::UnsupportedMediaType(

@@ -102,7 +102,7 @@ fn log_request(
         tool: ctx.tool.as_deref().unwrap_or("-"),
         status,
         reason: error.map_or("-", GateError::reason),
-        ms: crate::mcp::jsontext::to_microsecond(head_ms),
+        ms: wire::json::text::to_microsecond(head_ms),
     };
     match error {
         Some(e) if e.side() != Side::Downstream => log::request_failed(&line, e),

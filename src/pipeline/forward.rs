@@ -19,7 +19,6 @@ use crate::config::Upstream;
 use crate::error::GateError;
 use crate::gateway::Live;
 use crate::http::body::UpstreamBody;
-use crate::http::fields::FieldKind;
 use crate::runtime::deadline::Deadline;
 use crate::upstream::encode::{Outgoing, encode};
 use crate::upstream::endpoint::EndpointState;
@@ -28,6 +27,7 @@ use crate::upstream::registry::UpstreamState;
 use http::header::HeaderValue;
 use http::{Method, Response, StatusCode};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use wire::fields::FieldKind;
 
 /// The upstream's response head and, when the deadline bounds the body too, what is left
 /// of it.

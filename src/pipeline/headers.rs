@@ -3,9 +3,9 @@
 //! a plain token, made otherwise).
 
 use crate::error::GateError;
-use crate::http::fields::{FieldKind, Fields};
 use crate::mcp::jsonrpc;
 use std::sync::Arc;
+use wire::fields::{FieldKind, Fields};
 
 /// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
 /// intermediary routing on the header and the server reading the body would disagree.

@@ -26,7 +26,6 @@ use crate::config::{Auth, Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
-use crate::http::fields::FieldKind;
 use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::jsonrpc::{self, Payload, ToolName};
 use crate::mcp::transport::accept::{self, Want};
@@ -40,6 +39,7 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
+use wire::fields::FieldKind;
 
 /// What one request has learned about itself so far; logged when it ends. What comes from
 /// the configuration is borrowed from the request's snapshot (`'s`), not cloned: those

@@ -5,8 +5,8 @@
 
 use crate::config::Listener;
 use crate::error::GateError;
-use crate::http::fields::{FieldKind, Fields};
 use crate::http::request::Target;
+use wire::fields::{FieldKind, Fields};
 
 pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<(), GateError> {
     // An absolute-form target's authority is the request's host, whatever `Host` says
@@ -19,7 +19,7 @@ pub fn check(listener: &Listener, target: &Target, fields: &Fields) -> Result<()
         return Err(GateError::HostRefused);
     }
     if let Some(origin) = fields.get(FieldKind::Origin) {
-        if !crate::http::fields::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
+        if !wire::fields::visible(origin).is_some_and(|o| listener.origins.allows(o)) {
             return Err(GateError::OriginRefused);
         }
     }

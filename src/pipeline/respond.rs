@@ -12,7 +12,6 @@ use crate::error::GateError;
 use crate::gateway::Gateway;
 use crate::gateway::Live;
 use crate::http::body::GateBody;
-use crate::http::headval::{BodyFormat, body_format};
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::tools_list::ListRewrite;
 use crate::mcp::tools_list::ToolFilter;
@@ -25,6 +24,7 @@ use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::value::RawValue;
 use std::sync::Arc;
+use wire::headval::{BodyFormat, body_format};
 
 /// A body mcpgate wrote itself: JSON, or that JSON as one SSE frame.
 fn own_response(
@@ -57,8 +57,7 @@ fn own_response(
 
 pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        r.headers_mut()
-            .insert(crate::http::headval::X_REQUEST_ID, v);
+        r.headers_mut().insert(wire::headval::X_REQUEST_ID, v);
     }
 }
 

@@ -6,12 +6,12 @@
 
 use crate::config::{Endpoint, Upstream};
 use crate::error::GateError;
-use crate::http::fields::{FieldKind, Fields};
-use crate::http::h1::framing::named_by_connection;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Uri};
 use std::borrow::Cow;
+use wire::fields::{FieldKind, Fields};
+use wire::h1::framing::named_by_connection;
 
 // Made at compile time: a name given as a `&str` is parsed on every request.
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -43,7 +43,7 @@ fn stays_here(kind: FieldKind) -> bool {
 fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
     let values = fields
         .all(FieldKind::Connection)
-        .filter_map(crate::http::fields::visible);
+        .filter_map(wire::fields::visible);
     named_by_connection(values)
         .filter(|n| !FieldKind::of(n.as_bytes()).is_hop_by_hop())
         .collect()
@@ -136,7 +136,7 @@ pub fn encode(
     let id = out.request_id.as_bytes();
     let id_ok = id.iter().all(|c| c.is_ascii_graphic());
     line(
-        crate::http::headval::X_REQUEST_ID.as_str().as_bytes(),
+        wire::headval::X_REQUEST_ID.as_str().as_bytes(),
         if id_ok { id } else { b"-" },
     );
     if let Some(t) = out.trace {
@@ -247,7 +247,7 @@ fn origin_form<'a>(base: &'a Uri, query: Option<&str>) -> Result<Cow<'a, str>, G
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::h1::framing::is_hop_by_hop;
+    use wire::h1::framing::is_hop_by_hop;
 
     #[test]
     fn query_is_appended() {

@@ -93,8 +93,7 @@ async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), Strin
     if status.is_server_error() {
         return Err(format!("status {status}"));
     }
-    let sse = crate::http::headval::body_format(answer.headers())
-        == crate::http::headval::BodyFormat::Sse;
+    let sse = wire::headval::body_format(answer.headers()) == wire::headval::BodyFormat::Sse;
     let mut body = answer.into_body();
     let mut seen = BytesMut::new();
     loop {

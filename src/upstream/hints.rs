@@ -5,8 +5,8 @@
 //! the tasks of [`start_fetching`], which the gateway starts anew for each configuration. The hints come from the
 //! upstream, which the operator runs: they are trusted as its own word about its tools.
 
+use super::endpoint::EndpointState;
 use super::pool::Pool;
-use super::registry::UpstreamState;
 use crate::config::{Endpoint, Snapshot, Upstream};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
@@ -170,8 +170,7 @@ async fn exchange(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let sse = crate::http::headval::body_format(answer.headers())
-        == crate::http::headval::BodyFormat::Sse;
+    let sse = wire::headval::body_format(answer.headers()) == wire::headval::BodyFormat::Sse;
     let mut body = answer.into_body();
     let mut seen = BytesMut::new();
     while let Some(frame) = body.frame().await {
@@ -206,10 +205,10 @@ pub const HINTS_EVERY: std::time::Duration = std::time::Duration::from_secs(300)
 /// For each HTTP upstream that a profile judges by annotations: a task that reads its
 /// tool list in a session of mcpgate's own now and every [`HINTS_EVERY`], from the first
 /// endpoint that takes requests. (A stdio upstream learns from the lists that pass.)
-/// `state` gives each upstream's runtime state in the configuration in force.
+/// `state` gives each upstream's endpoints and hint store in the configuration in force.
 pub fn start_fetching<'a>(
     config: &Snapshot,
-    state: impl Fn(&Upstream) -> &'a UpstreamState,
+    state: impl Fn(&Upstream) -> (&'a [Arc<EndpointState>], &'a Arc<HintStore>),
 ) -> Vec<tokio::task::AbortHandle> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return Vec::new();
@@ -219,9 +218,8 @@ pub fn start_fetching<'a>(
         if u.stdio.is_some() || !config.judges_hints(u) {
             continue;
         }
-        let state = state(u);
-        let (upstream, endpoints, store) =
-            (u.clone(), state.endpoints.clone(), state.hints.clone());
+        let (endpoints, store) = state(u);
+        let (upstream, endpoints, store) = (u.clone(), endpoints.to_vec(), store.clone());
         let task = rt.spawn(async move {
             let pools: Vec<_> = endpoints.iter().map(|e| e.new_pool()).collect();
             loop {

@@ -1,3 +1,6 @@
+//! Compiling configurations: every section's defaults and mistakes (each named with
+//! its position), route matching, tokens, `check`'s table.
+
 use super::routes::Segment;
 use super::*;
 use std::sync::Arc;

@@ -15,8 +15,6 @@
 //! - A head larger than [`READ_BUFFER`] is refused; a body is read at most
 //!   [`READ_BUFFER`] bytes at a time, so a large answer passes through in pieces.
 
-use super::framing::{self, ChunkStep, Overhead, step_chunk, take_up_to};
-use super::head::{AnswerFraming as Framing, parse_answer};
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -25,6 +23,8 @@ use std::pin::Pin;
 use std::sync::Weak;
 use std::task::{Context, Poll, Waker, ready};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use wire::h1::framing::{self, ChunkStep, Overhead, step_chunk, take_up_to};
+use wire::h1::head::{AnswerFraming as Framing, parse_answer};
 
 /// The largest answer head read, and the most read from a connection at a time. nginx's
 /// `proxy_buffer_size` is 4 or 8 KiB; hyper's default grows to about 400 KiB.

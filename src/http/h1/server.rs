@@ -26,8 +26,6 @@
 //! - A connection that closes with request bytes it did not read first reads (and drops)
 //!   what the client still sends for up to [`LINGER`], so the answer is not lost to a reset.
 
-use super::framing::{Chunk, ChunkStep, Overhead, step_chunk};
-use super::head::{Parsed, RequestFraming as Framing, has_token, parse_request};
 use crate::http::request::{ClientBody, ClientRequest};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
@@ -43,6 +41,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use wire::h1::framing::{Chunk, ChunkStep, Overhead, step_chunk};
+use wire::h1::head::{Parsed, RequestFraming as Framing, has_token, parse_request};
 
 /// What a client with HTTP/2 prior knowledge sends first (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -158,10 +158,8 @@ impl Record {
 /// where its member, `"prev":"…",`, goes. Written by hand because it runs for every
 /// audited call; a unit test holds it to serde_json's output.
 pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
-    use crate::mcp::jsontext::{
-        push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64,
-    };
     use std::fmt::Write as _;
+    use wire::json::text::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
     let r = record;
     let b = &*r.base;
     // `,"name":` before every field but the first (`arguments` or `client`).

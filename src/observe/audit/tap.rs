@@ -59,13 +59,13 @@ pub(super) fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'st
     }
 }
 
-/// The outcome of a single response, read in one pass with [`crate::mcp::jsonread`]:
+/// The outcome of a single response, read in one pass with [`wire::json::read`]:
 /// `Some(None)` when it has none (no id, or neither result nor error), `None` to leave
 /// the text to serde_json (malformed, an escaped key, a repeated field, a `result` or
 /// `error` or `isError` or `code` of a shape that is not the usual one). Where both
 /// read it, they agree (`fast_and_serde_agree`).
 pub(super) fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
-    use crate::mcp::jsonread::Reader;
+    use wire::json::read::Reader;
     let mut r = Reader::new(text);
     r.skip_ws();
     // Which of `id`, `result` and `error` were seen: a second of any makes it give up.
@@ -228,7 +228,7 @@ pub fn record_whole_answer(
     total_ms: f64,
 ) {
     let mut outcomes = Outcomes::new(records, started);
-    outcomes.scan(&crate::mcp::jsontext::lossy(json));
+    outcomes.scan(&wire::json::text::lossy(json));
     outcomes.write(audit, "upstream_error", total_ms);
 }
 
@@ -317,7 +317,7 @@ impl AuditTap {
             self.outcomes.settle_unknown(outcome);
         } else if !self.json.is_empty() {
             let json = std::mem::take(&mut self.json);
-            self.scan(&crate::mcp::jsontext::lossy(&json));
+            self.scan(&wire::json::text::lossy(&json));
         }
         let total_ms = self.outcomes.started.elapsed().as_secs_f64() * 1000.0;
         self.outcomes.write(&self.audit, otherwise, total_ms);
@@ -340,7 +340,7 @@ impl http_body::Body for AuditTap {
                 if let Some(d) = frame.data_ref() {
                     if end && this.sse.is_none() && this.json.is_empty() {
                         // A whole JSON answer in one frame: read it where it is.
-                        this.scan(&crate::mcp::jsontext::lossy(d));
+                        this.scan(&wire::json::text::lossy(d));
                     } else {
                         let d = d.clone();
                         this.observe(&d);
@@ -481,7 +481,7 @@ mod outcome_tests {
             "99999999999999999999",
         ];
         let mut read = 0;
-        for text in crate::mcp::jsonread::edits(ANSWERS, BITS, 0x2545_f491_4f6c_dd1d, 40_000) {
+        for text in wire::json::read::edits(ANSWERS, BITS, 0x2545_f491_4f6c_dd1d, 40_000) {
             if let Some(found) = read_outcome(&text) {
                 read += 1;
                 assert_eq!(as_found(found), by_serde(&text), "{text}");

@@ -369,7 +369,7 @@ fn lines_are_serde_json_text() {
         put("reason", r.reason.clone().map(|x| json!(x)));
         put("status", r.status.map(|x| json!(x)));
         // Times are written to the microsecond.
-        let ms = crate::mcp::jsontext::to_microsecond;
+        let ms = wire::json::text::to_microsecond;
         put("upstream_ms", r.upstream_ms.map(|x| json!(x.map(ms))));
         put("gateway_ms", r.gateway_ms.map(|x| json!(ms(x))));
         put("outcome", r.outcome.map(|x| json!(x)));

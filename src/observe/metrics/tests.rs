@@ -1,3 +1,6 @@
+//! The registry and the shards: labels bounded, series summed over threads, status rows
+//! and their quantiles, both text formats.
+
 use super::*;
 
 #[test]

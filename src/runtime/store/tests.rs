@@ -1,3 +1,6 @@
+//! The store's script and its calls: how a batch is encoded, the script run on a real
+//! `redis-server` against a request-by-request GCRA, and replies that do not fit.
+
 use super::*;
 
 fn cells(key: &str, interval_us: u64, burst: u32, count: u32) -> Cells {

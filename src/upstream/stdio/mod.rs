@@ -27,7 +27,6 @@ pub mod lines;
 use crate::config::{Sharing, StdioCommand};
 use crate::error::GateError;
 use crate::http::body::UpstreamBody;
-use crate::http::fields::FieldKind;
 use crate::http::h1::client::BodyError;
 use bytes::Bytes;
 use child::{Child, SendError};
@@ -38,6 +37,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use wire::fields::FieldKind;
 
 /// A process that exits by itself sooner than this after its start counts as a crash.
 const QUICK_EXIT: Duration = Duration::from_secs(10);
@@ -98,7 +98,7 @@ impl StdioUpstream {
     pub async fn send(
         &self,
         method: &Method,
-        fields: &crate::http::fields::Fields,
+        fields: &wire::fields::Fields,
         body: &Bytes,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let session = fields.get(FieldKind::McpSessionId);

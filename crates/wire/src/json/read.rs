@@ -241,7 +241,7 @@ fn past_string(bytes: &[u8], i: usize) -> Option<(usize, bool)> {
     loop {
         // Runs of bytes that end nothing are passed over a word at a time.
         while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-            let mask = crate::mcp::jsontext::escape_mask(u64::from_le_bytes(*word));
+            let mask = crate::json::text::escape_mask(u64::from_le_bytes(*word));
             if mask != 0 {
                 i += mask.trailing_zeros() as usize / 8;
                 break;
@@ -342,8 +342,7 @@ impl Default for Seen<'_> {
 /// or one replaced by a piece; the pieces are JSON's punctuation and literals and the
 /// caller's `bits`), the same for the same `seed`: the inputs on which the tests hold
 /// this reader's users to serde_json.
-#[cfg(test)]
-pub(crate) fn edits(seeds: &[&str], bits: &[&str], seed: u64, count: usize) -> Vec<String> {
+pub fn edits(seeds: &[&str], bits: &[&str], seed: u64, count: usize) -> Vec<String> {
     const JSON: &[&str] = &[
         "{", "}", "[", "]", "\"", ",", ":", "\\", " ", "\n", "0", "1", "-", ".", "e", "null",
         "true", "{}", "[]",

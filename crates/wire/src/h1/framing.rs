@@ -274,7 +274,7 @@ pub fn named_by_connection<'a>(
     values: impl Iterator<Item = &'a str>,
 ) -> impl Iterator<Item = &'a str> {
     values
-        .flat_map(crate::http::headval::items)
+        .flat_map(crate::headval::items)
         .filter(|n| !n.eq_ignore_ascii_case("close") && !n.eq_ignore_ascii_case("keep-alive"))
 }
 

@@ -3,8 +3,8 @@
 //! connection may be kept, by the rules of `framing` (RFC 9112 §6, §9.3).
 
 use super::framing::{self, Chunk};
-use crate::http::fields::{FieldKind, Fields, header_spans};
-use crate::http::request::Target;
+use crate::fields::{FieldKind, Fields, header_spans};
+use crate::target::Target;
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
@@ -37,7 +37,7 @@ pub struct Parsed {
 }
 
 pub fn has_token(value: &[u8], token: &str) -> bool {
-    crate::http::fields::visible(value).is_some_and(|v| crate::http::headval::lists(v, token))
+    crate::fields::visible(value).is_some_and(|v| crate::headval::lists(v, token))
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: not complete yet. On success
@@ -195,8 +195,8 @@ pub fn parse_answer(
         // Whether a `Connection` field names other fields to remove.
         let mut names_fields = false;
         for &span in spans {
-            let name = crate::http::headval::name(&bytes[span.name()])
-                .map_err(|_| malformed("header name"))?;
+            let name =
+                crate::headval::name(&bytes[span.name()]).map_err(|_| malformed("header name"))?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(span.value()))
                 .map_err(|_| malformed("header value"))?;
             if name == header::CONTENT_LENGTH {
@@ -219,7 +219,7 @@ pub fn parse_answer(
                 let listed = |token: &str| {
                     value
                         .to_str()
-                        .is_ok_and(|v| crate::http::headval::lists(v, token))
+                        .is_ok_and(|v| crate::headval::lists(v, token))
                 };
                 if listed("close") {
                     keep = false;
@@ -228,7 +228,7 @@ pub fn parse_answer(
                 }
                 // Kept for now only when it names other fields, to remove them by it below.
                 let names_others = value.to_str().is_ok_and(|v| {
-                    crate::http::headval::items(v).any(|t| {
+                    crate::headval::items(v).any(|t| {
                         !(t.is_empty()
                             || t.eq_ignore_ascii_case("close")
                             || t.eq_ignore_ascii_case("keep-alive"))

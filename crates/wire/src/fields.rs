@@ -219,9 +219,10 @@ impl Fields {
         }
     }
 
-    /// The fields of an HTTP/1.1 head given as text, for tests.
-    #[cfg(test)]
-    pub(crate) fn from_head(text: &str) -> Fields {
+    /// The fields of an HTTP/1.1 head given as text, for tests (here and in the crates
+    /// that use this one: feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn from_head(text: &str) -> Fields {
         let mut slots = [httparse::EMPTY_HEADER; 32];
         let mut head = httparse::Request::new(&mut slots);
         let len = match head.parse(text.as_bytes()) {

@@ -211,46 +211,36 @@ pub fn page(status: &Status) -> String {
 }
 
 /// `GET /`: the page, with headers that keep it to itself (no framing, no other
-/// script, nothing fetched but `/status`).
+/// script, nothing fetched but `/status/fragment`).
 pub fn response(status: &Status) -> Response<Full<Bytes>> {
     let (_, hash) = script();
-    let mut r = Response::new(Full::new(Bytes::from(page(status))));
-    *r.status_mut() = StatusCode::OK;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/html; charset=utf-8"),
-    );
     let csp = format!(
         "default-src 'none'; style-src 'unsafe-inline'; script-src {hash}; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
     );
-    let h = r.headers_mut();
-    if let Ok(v) = header::HeaderValue::from_str(&csp) {
-        h.insert(header::CONTENT_SECURITY_POLICY, v);
-    }
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        header::HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-store"),
-    );
-    r
+    html(page(status), &csp)
 }
 
 /// `GET /status/fragment`: the markup alone, for the script; no script of its own may run
 /// in it, whoever opens it.
 pub fn fragment_response(status: &Status) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(fragment(status))));
+    html(
+        fragment(status),
+        "default-src 'none'; frame-ancestors 'none'",
+    )
+}
+
+/// HTML under `csp`, never sniffed as anything else nor kept by a cache.
+fn html(body: String, csp: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::OK;
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        header::HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
-    );
+    if let Ok(v) = header::HeaderValue::from_str(csp) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         header::HeaderValue::from_static("nosniff"),

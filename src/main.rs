@@ -212,8 +212,14 @@ fn dispatch(command: Command) -> Result<()> {
         }
         Command::Audit(AuditCommand::Verify { file }) => {
             match mcpgate::observe::audit::verify(&file) {
-                Ok(lines) => {
-                    println!("{}: {lines} lines, chain intact", file.display());
+                Ok(v) => {
+                    println!("{}: {} lines, chain intact", file.display(), v.lines);
+                    if let Some(bytes) = v.torn_tail {
+                        println!(
+                            "{}: then {bytes} bytes of a last line a crash cut short; mcpgate marks it with a \"recovered\" record when it next starts on this file",
+                            file.display()
+                        );
+                    }
                     Ok(())
                 }
                 Err(VerifyError::Broken { line, why }) => {

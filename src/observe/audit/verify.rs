@@ -17,14 +17,28 @@ pub enum VerifyError {
     Broken { line: usize, why: String },
 }
 
-/// `mcpgate audit verify FILE`: walks the chain. `Ok(lines)`, or why it is broken.
-pub fn verify(path: &Path) -> Result<usize, VerifyError> {
+/// A chain walked whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    /// The lines whose links hold.
+    pub lines: usize,
+    /// The bytes of an unfinished last line, when a crash cut the last write short and no
+    /// gateway has started on the file since (one marks it with a `recovered` record).
+    /// Cutting a file's end is not something a chain can show, so this is no break.
+    pub torn_tail: Option<usize>,
+}
+
+/// `mcpgate audit verify FILE`: walks the chain; how far it holds, or why it is broken.
+pub fn verify(path: &Path) -> Result<Verified, VerifyError> {
     let text = std::fs::read(path).map_err(|cause| VerifyError::Read {
         path: path.to_path_buf(),
         cause,
     })?;
     let broken = |line: usize, why: String| VerifyError::Broken { line, why };
-    let lines: Vec<&[u8]> = text
+    // Every record ends with its newline; bytes after the last one are a write cut short.
+    let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let torn_tail = (end < text.len()).then_some(text.len() - end);
+    let lines: Vec<&[u8]> = text[..end]
         .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .collect();
@@ -74,7 +88,10 @@ pub fn verify(path: &Path) -> Result<usize, VerifyError> {
         }
         prev = Some(hex_sha256(line));
     }
-    Ok(lines.len())
+    Ok(Verified {
+        lines: lines.len(),
+        torn_tail,
+    })
 }
 
 /// Whether `next` is the `recovered` record of `line`: it names its length and hash.

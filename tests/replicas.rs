@@ -472,30 +472,36 @@ async fn a_replica_killed_under_load_fails_only_what_was_written_to_it() {
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
     let running = tokio::spawn(load(gw.url("/mcp"), clients, stop.clone(), tally.clone()));
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let before = metrics(&gw).await;
-    assert!(series(&before, "mcpgate_endpoint_requests_total", &url_a) > 50);
+    support::eventually(Duration::from_secs(10), "load on both replicas", || async {
+        let before = metrics(&gw).await;
+        (series(&before, "mcpgate_endpoint_requests_total", &url_a) > 50).then_some(())
+    })
+    .await;
     a.kill();
     let killed_at = tally.ok.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let down = metrics(&gw).await;
-    assert_eq!(series(&down, "mcpgate_endpoint_healthy", &url_a), 0);
-    assert!(
-        tally.ok.load(Ordering::Relaxed) > killed_at + 100,
-        "the other replica serves"
-    );
+    let down = support::eventually(
+        Duration::from_secs(10),
+        "the killed replica out, the other serving",
+        || async {
+            let down = metrics(&gw).await;
+            let out = series(&down, "mcpgate_endpoint_healthy", &url_a) == 0;
+            (out && tally.ok.load(Ordering::Relaxed) > killed_at + 100).then_some(down)
+        },
+    )
+    .await;
 
+    // Back in, it serves again.
     let _a = Replica::start(port_a);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    support::eventually(Duration::from_secs(10), "the replica back in", || async {
+        let after = metrics(&gw).await;
+        let back = series(&after, "mcpgate_endpoint_healthy", &url_a) == 1
+            && series(&after, "mcpgate_endpoint_requests_total", &url_a)
+                > series(&down, "mcpgate_endpoint_requests_total", &url_a) + 20;
+        back.then_some(())
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     running.await.unwrap();
-    let after = metrics(&gw).await;
-    assert_eq!(series(&after, "mcpgate_endpoint_healthy", &url_a), 1);
-    assert!(
-        series(&after, "mcpgate_endpoint_requests_total", &url_a)
-            > series(&down, "mcpgate_endpoint_requests_total", &url_a) + 20,
-        "back in, it serves again"
-    );
     let (ok, reached, other) = (
         tally.ok.load(Ordering::Relaxed),
         tally.reached.load(Ordering::Relaxed),

@@ -108,7 +108,7 @@ pub struct Gateway {
     pools: Registry,
     /// Which gateway this is, for the per-thread cache of [`Gateway::live_here`].
     id: u64,
-    /// Moved on every swap of `snapshot`, after it.
+    /// Moved on every swap of `live`, after it.
     generation: AtomicU64,
     pub metrics: Metrics,
     /// The families the gateway's components count into, registered in `metrics`.

@@ -9,9 +9,9 @@
 //!   and a lookup (`cache`).
 //! - The keys are fetched when the verifier starts (at start, or on a reload that changes
 //!   the `[oauth]` table), again every hour, and when a token names a `kid` the set does
-//!   not have, at most once per `refetch_after` (`[oauth] jwks_refetch_after`) whatever the tokens say. A failed fetch
-//!   keeps the keys there are and logs a warning; with none at all, tokens are refused
-//!   with a 503 and a fetch is tried again every `refetch_after` (`[oauth] jwks_refetch_after`).
+//!   not have, at most once per `[oauth] jwks_refetch_after` (30 s unless set) whatever
+//!   the tokens say. A failed fetch keeps the keys there are and logs a warning; with
+//!   none at all, tokens are refused with a 503 and a fetch is tried again as often.
 
 mod cache;
 pub mod caller;
@@ -117,13 +117,13 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    /// A verifier for `settings`. Inside a runtime, its keys are fetched at once and then
-    /// kept fresh on that runtime for as long as the verifier lives.
     /// Counts a request on an oauth route refused for `reason`.
     pub fn count_refusal(&self, reason: &'static str) {
         self.metrics.count_refusal(reason);
     }
 
+    /// A verifier for `settings`. Inside a runtime, its keys are fetched at once and then
+    /// kept fresh on that runtime for as long as the verifier lives.
     pub fn start(settings: Arc<OAuthSettings>, metrics: OAuthMetrics) -> Arc<Verifier> {
         let verifier = Arc::new(Verifier {
             client: IdpClient::new(settings.tls.clone()),
@@ -202,8 +202,8 @@ impl Verifier {
     }
 
     /// Fetches the issuer's metadata (once) and keys, unless `force` is false and the
-    /// last fetch began less than `refetch_after` (`[oauth] jwks_refetch_after`) ago. A request that finds a fetch
-    /// running waits for it instead of starting another.
+    /// last fetch began less than `settings.refetch_after` ago. A request that finds a
+    /// fetch running waits for it instead of starting another.
     async fn fetch_keys(&self, force: bool) {
         let mut state = self.refresh.lock().await;
         if !force
@@ -272,8 +272,8 @@ impl Verifier {
     }
 }
 
-/// Fetches the keys now, again every [`REFRESH_EVERY`], and every `refetch_after` (`[oauth] jwks_refetch_after`) while
-/// there are none; ends when the verifier is gone.
+/// Fetches the keys now, again every [`REFRESH_EVERY`], and every `settings.refetch_after`
+/// while there are none; ends when the verifier is gone.
 async fn keep_fresh(verifier: Weak<Verifier>) {
     loop {
         let wait = {

@@ -251,8 +251,8 @@ fn span_data(r: Record, scope: &InstrumentationScope) -> SpanData {
     let c = &r.context;
     let mut attributes = Vec::with_capacity(14);
     // Every attribute is paid for in export time: the method is in the span's name and the
-    // total in its duration, so neither is repeated here. Shared and
-    // static texts go in as they are: no copy per span.
+    // total in its duration, so neither is repeated here. Shared and static texts go in as
+    // they are: no copy per span.
     let mut put = |key: &'static str, value: Option<Value>| {
         if let Some(v) = value {
             attributes.push(KeyValue::new(key, v));

@@ -2,8 +2,9 @@
 //! tools/list, kept per upstream for profiles with `allow_annotations` or
 //! `deny_annotations`. Filled from every tools/list answer that passes through, and by
 //! [`fetch`]: mcpgate's own session (initialize, tools/list page by page, DELETE) run by
-//! the tasks of [`start_fetching`], which the gateway starts anew for each configuration. The hints come from the
-//! upstream, which the operator runs: they are trusted as its own word about its tools.
+//! the tasks of [`start_fetching`], which the gateway starts anew for each configuration.
+//! The hints come from the upstream, which the operator runs: they are trusted as its own
+//! word about its tools.
 
 use super::endpoint::EndpointState;
 use super::pool::Pool;

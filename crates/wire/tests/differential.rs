@@ -8,6 +8,11 @@
 //! `Host`, both `Content-Length` and `Transfer-Encoding`, chunk-size lines with spaces),
 //! only one direction is held: what it takes, the other takes and reads the same way.
 //! Well-formed input, made so by construction, must be taken by both and read alike.
+//!
+//! One class goes the other way, on purpose: an HTTP/1.0 answer with `Transfer-Encoding`.
+//! RFC 9112 §6.1 has the recipient process it as faulty framing and then close the
+//! connection, which this crate does (docs/behaviour.md); hyper's client refuses it. For
+//! that class the tests hold the close instead.
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderName, Method, Uri};
@@ -360,6 +365,33 @@ fn hostile_piece() -> impl Strategy<Value = Vec<u8>> {
     .prop_map(<[u8]>::to_vec)
 }
 
+/// Whether an answer taken is HTTP/1.0 and framed by a transfer coding (see the top).
+fn http10_with_coding(input: &[u8]) -> bool {
+    let mut buf = BytesMut::from(input);
+    let Ok(Some((response, head))) = parse_answer(&mut buf, &Method::POST) else {
+        return false;
+    };
+    response.version() == http::Version::HTTP_10
+        && matches!(head.framing, AnswerFraming::Chunked(_))
+}
+
+/// Whether the connection an answer came on is closed after it.
+fn closes_after(input: &[u8]) -> bool {
+    let mut buf = BytesMut::from(input);
+    matches!(parse_answer(&mut buf, &Method::POST), Ok(Some((_, head))) if !head.keep)
+}
+
+#[test]
+fn an_http10_answer_with_a_coding_is_read_then_closed() {
+    let input = b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    assert!(http10_with_coding(input));
+    assert!(closes_after(input));
+    let ours = ours_answer(input, &Method::POST).unwrap();
+    assert_eq!(ours.body, b"{}");
+    // hyper's client refuses it: the one place this crate takes more, as RFC 9112 says.
+    assert_eq!(runtime().block_on(hyper_answer(input, &Method::POST)), None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -400,7 +432,9 @@ proptest! {
         input in answer(), at in any::<usize>(), piece in hostile_piece(), replace in any::<bool>()
     ) {
         let input = mangle(&input, at, &piece, replace);
-        if let Some(ours) = ours_answer(&input, &Method::POST) {
+        if http10_with_coding(&input) {
+            prop_assert!(closes_after(&input), "{:?}", String::from_utf8_lossy(&input));
+        } else if let Some(ours) = ours_answer(&input, &Method::POST) {
             let theirs = runtime().block_on(hyper_answer(&input, &Method::POST));
             prop_assert_eq!(Some(ours), theirs, "{:?}", String::from_utf8_lossy(&input));
         }

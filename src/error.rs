@@ -12,11 +12,26 @@ pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
+    // mcpgate's own codes stay in -32000…-32019, which JSON-RPC leaves to implementations
+    // and MCP 2026-07-28 gives no meaning but -32002's (resource not found, retired):
+    // -32020…-32099 belong to the MCP specification.
     pub const UNAUTHORIZED: i64 = -32001;
-    pub const UPSTREAM: i64 = -32002;
-    pub const UPSTREAM_TIMEOUT: i64 = -32004;
-    pub const RATE_LIMITED: i64 = -32029;
     pub const UNAVAILABLE: i64 = -32003;
+    pub const UPSTREAM_TIMEOUT: i64 = -32004;
+    pub const RATE_LIMITED: i64 = -32005;
+    pub const UPSTREAM: i64 = -32006;
+    /// MCP 2026-07-28's HeaderMismatch: a mirrored header missing, doubled, or saying
+    /// something the body does not.
+    pub const HEADER_MISMATCH: i64 = -32020;
+
+    /// The `data.reason` of an error event mcpgate writes into a stream that failed with
+    /// `code`.
+    pub fn stream_reason(code: i64) -> &'static str {
+        match code {
+            UPSTREAM_TIMEOUT => "upstream_timeout",
+            _ => "upstream_bad_response",
+        }
+    }
 
     /// The outcome of a call (audit records, the status page) whose answer is an error
     /// with `code`.
@@ -59,12 +74,20 @@ struct ErrorObject<'a> {
 #[derive(serde::Serialize)]
 struct ErrorData<'a> {
     request_id: &'a str,
+    /// Why, as the log line and the metrics say it (`GateError::reason`).
+    reason: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
 }
 
 impl<'a> Envelope<'a> {
-    pub fn new(id: Option<&'a RawValue>, code: i64, message: &'a str, request_id: &'a str) -> Self {
+    pub fn new(
+        id: Option<&'a RawValue>,
+        code: i64,
+        message: &'a str,
+        reason: &'a str,
+        request_id: &'a str,
+    ) -> Self {
         Envelope {
             jsonrpc: "2.0",
             id,
@@ -73,6 +96,7 @@ impl<'a> Envelope<'a> {
                 message,
                 data: ErrorData {
                     request_id,
+                    reason,
                     retry_after_ms: None,
                 },
             },
@@ -95,7 +119,7 @@ impl<'a> Envelope<'a> {
 /// per element: [`envelopes`]).
 pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec<u8> {
     let message = err.to_string();
-    Envelope::new(id, err.rpc_code(), &message, request_id)
+    Envelope::new(id, err.rpc_code(), &message, err.reason(), request_id)
         .retry_after(err.retry_after())
         .to_vec()
 }
@@ -105,7 +129,7 @@ pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec
 pub fn envelopes(refusals: &[Refusal], batch: bool, request_id: &str) -> Vec<u8> {
     let all: Vec<Envelope> = refusals
         .iter()
-        .map(|r| Envelope::new(r.id.as_deref(), r.code, &r.message, request_id))
+        .map(|r| Envelope::new(r.id.as_deref(), r.code, &r.message, "policy", request_id))
         .collect();
     if batch || all.len() != 1 {
         serde_json::to_vec(&all)
@@ -172,6 +196,8 @@ pub enum GateError {
     Parse(String),
     #[error("Invalid request: {0}")]
     InvalidRequest(String),
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
@@ -217,7 +243,7 @@ impl GateError {
             NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Parse(_) | InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Parse(_) | InvalidRequest(_) | HeaderMismatch(_) => StatusCode::BAD_REQUEST,
             Refused { .. } => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
@@ -239,6 +265,7 @@ impl GateError {
             OAuth(_) => code::UNAUTHORIZED,
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
+            HeaderMismatch(_) => code::HEADER_MISMATCH,
             MethodNotAllowed
             | StreamConflict
             | BodyTooLarge { .. }
@@ -311,6 +338,7 @@ impl GateError {
             UnsupportedMediaType(_) => "unsupported_media_type",
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
+            HeaderMismatch(_) => "header_mismatch",
             Refused { .. } => "policy",
             RateLimited { .. } => "rate_limited",
             ConcurrencyLimited { .. } => "concurrency_limited",

@@ -147,7 +147,7 @@ async fn upstream_down_is_502() {
     let r = post(&gw.url("/mcp-gpt-full"), &[], &call(11, "get_document")).await;
     assert_eq!(r.status, 502);
     let v = r.json();
-    assert_eq!(v["error"]["code"], -32002);
+    assert_eq!(v["error"]["code"], -32006);
     assert_eq!(v["id"], 11);
     assert!(
         !r.body.contains(&port.to_string()),
@@ -255,7 +255,7 @@ async fn json_answers_leave_whole_or_stream_when_large() {
     let gw = Gateway::start(&config(&cut, "10s"));
     let r = post(&gw.url("/mcp-gpt-full"), &[], &call(3, "get_document")).await;
     assert_eq!(r.status, 502, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32002);
+    assert_eq!(r.json()["error"]["code"], -32006);
     assert_eq!(r.json()["id"], 3);
 }
 
@@ -782,7 +782,7 @@ async fn upstream_framing_is_read_strictly_and_passed_on_once() {
         let gw = Gateway::start(&config(&url, "10s"));
         let r = post(&gw.url("/mcp-gpt-full"), &[], &call(3, "get_document")).await;
         assert_eq!(r.status, 502, "{head:?}: {}", r.body);
-        assert_eq!(r.json()["error"]["code"], -32002);
+        assert_eq!(r.json()["error"]["code"], -32006);
     }
     for head in [
         format!("content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{chunked}"),
@@ -993,7 +993,7 @@ async fn a_unix_socket_upstream_is_served_and_its_connections_kept() {
     let gw = Gateway::start(&config(&format!("unix:{}:/mcp", missing.display()), "10s"));
     let r = post(&gw.url("/mcp-gpt-full"), &[], &call(7, "get_document")).await;
     assert_eq!(r.status, 502, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32002);
+    assert_eq!(r.json()["error"]["code"], -32006);
     assert!(!r.body.contains("nobody.sock"), "{}", r.body);
     assert!(gw.log().contains("nobody.sock"), "the log names the socket");
 }

@@ -173,13 +173,14 @@ async fn mcp_headers_must_match_the_body() {
         vec![("mcp-name", "move_document")],
     ] {
         let r = post(&url, &headers, &body).await;
-        assert_envelope(&r, 400, -32600);
+        let v = assert_envelope(&r, 400, -32020);
+        assert_eq!(v["error"]["data"]["reason"], "header_mismatch");
     }
     let batch = format!("[{body}]");
     assert_envelope(
         &post(&url, &[("mcp-method", "tools/call")], &batch).await,
         400,
-        -32600,
+        -32020,
     );
     assert!(up.received().is_empty());
 

@@ -23,7 +23,7 @@ fn assert_429(r: &Reply, id: serde_json::Value) -> u64 {
         .expect("Retry-After in seconds");
     assert!(secs >= 1);
     let v = r.messages().into_iter().next().unwrap();
-    assert_eq!(v["error"]["code"], -32029);
+    assert_eq!(v["error"]["code"], -32005);
     assert_eq!(v["id"], id);
     let ms = v["error"]["data"]["retry_after_ms"]
         .as_u64()

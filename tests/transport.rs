@@ -422,11 +422,11 @@ async fn mcp_headers_pass_both_ways() {
     let up = sse_upstream().await;
     let gw = Gateway::start(&config(&up.url(), "10s"));
     let url = gw.url(&format!("/gpt-mcp/{GPT}/mcp"));
-    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2026-07-28","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let r = post(
         &url,
         &[
-            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-protocol-version", "2025-11-25"),
             ("mcp-method", "initialize"),
             ("mcp-extra", "x"),
         ],
@@ -435,9 +435,9 @@ async fn mcp_headers_pass_both_ways() {
     .await;
     assert!(r.header("mcp-session-id").starts_with("sample-"));
     let m = r.messages();
-    assert_eq!(m[0]["result"]["protocolVersion"], "2026-07-28");
+    assert_eq!(m[0]["result"]["protocolVersion"], "2025-11-25");
     let h = &up.received()[0].headers;
-    assert_eq!(h["mcp-protocol-version"], "2026-07-28");
+    assert_eq!(h["mcp-protocol-version"], "2025-11-25");
     assert_eq!(h["mcp-method"], "initialize");
     assert_eq!(h["mcp-extra"], "x");
     let discover = r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#;

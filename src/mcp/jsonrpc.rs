@@ -177,6 +177,10 @@ pub struct Message<'a> {
     pub mcp_name: Option<Cow<'a, str>>,
     /// `params.arguments` of a request, as its JSON text: for the audit trail.
     pub arguments: Option<&'a str>,
+    /// `params._meta` as its JSON text: where a 2026-07-28 request says its version.
+    pub meta: Option<&'a str>,
+    /// `params.requestState` as its JSON text: a multi round-trip retry's state.
+    pub request_state: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
@@ -190,6 +194,8 @@ impl<'a> Message<'a> {
             target: None,
             mcp_name: None,
             arguments: None,
+            meta: None,
+            request_state: None,
         }
     }
 
@@ -301,8 +307,9 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
     r.skip_ws();
     let mut seen = Seen::new();
     let (mut jsonrpc, mut id, mut method, mut noted) = (None, None, None, false);
-    // `params`: `None` if absent, `Some(None)` if not an object, else its three fields.
-    let mut params: Option<Option<[Option<&str>; 3]>> = None;
+    // `params`: `None` if absent, `Some(None)` if not an object, else the fields of
+    // [`PARAMS`].
+    let mut params: Option<Option<[Option<&str>; PARAMS.len()]>> = None;
     r.object(0, |r, key| {
         let key = key.plain()?;
         seen.first(key)?;
@@ -312,11 +319,11 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
             "method" => method = Some(r.value(1)?),
             "params" if r.peek() == Some(b'{') => {
                 let mut inner = Seen::new();
-                let mut found = [None; 3];
+                let mut found = [None; PARAMS.len()];
                 r.object(1, |r, key| {
                     let key = key.plain()?;
                     inner.first(key)?;
-                    match ["name", "uri", "arguments"].iter().position(|w| *w == key) {
+                    match PARAMS.iter().position(|w| *w == key) {
                         Some(i) => found[i] = Some(r.value(2)?),
                         None => r.skip(2)?,
                     }
@@ -357,6 +364,7 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
         MessageKind::Notification
     };
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
+    let (mut meta, mut request_state) = (None, None);
     let target;
     // A field's text if it is a string, `Some(None)` if absent or not a string, `None`
     // to give up (an escaped string).
@@ -365,8 +373,10 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
         _ => Some(None),
     };
     match params {
-        Some(Some([name, uri, args])) => {
+        Some(Some([name, uri, args, task, meta_text, state])) => {
             arguments = args;
+            meta = meta_text;
+            request_state = state;
             let name_text = text(name)?;
             if method == "tools/call" {
                 tool = Some(match (name_text, name) {
@@ -381,9 +391,11 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
                 Some(Field::Uri) => Some(named(uri_text.map(Cow::Borrowed), uri.is_some())),
                 None => None,
             };
-            // What `Mcp-Name` mirrors: the URI for resources methods, else the name.
+            // What `Mcp-Name` mirrors: the URI for resources methods, the task id for
+            // tasks methods, else the name.
             mcp_name = match target_field(method) {
                 Some(Field::Uri) => uri_text,
+                _ if is_task_method(method) => text(task)?,
                 _ => name_text.or(uri_text),
             }
             .map(Cow::Borrowed);
@@ -403,7 +415,25 @@ fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
         target,
         mcp_name,
         arguments,
+        meta,
+        request_state,
     })
+}
+
+/// The fields of `params` a request is read for, in the order the readers keep them.
+const PARAMS: [&str; 6] = [
+    "name",
+    "uri",
+    "arguments",
+    "taskId",
+    "_meta",
+    "requestState",
+];
+
+/// The tasks extension's methods that name one task (`params.taskId`, which `Mcp-Name`
+/// mirrors).
+pub fn is_task_method(method: &str) -> bool {
+    matches!(method, "tasks/get" | "tasks/result" | "tasks/cancel")
 }
 
 fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
@@ -443,12 +473,15 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
     };
 
     let (mut tool, mut mcp_name, mut arguments) = (None, None, None);
+    let (mut meta, mut request_state) = (None, None);
     let target;
     if let Some(params) = params.filter(|p| p.get().trim_start().starts_with('{')) {
-        let p = object_fields(params.get(), ["name", "uri", "arguments"], &[])
+        let p = object_fields(params.get(), PARAMS, &[])
             .map_err(|e| invalid(&format!("params: {e}")))?;
-        let [name, uri, args] = p.found;
+        let [name, uri, args, task, meta_text, state] = p.found;
         arguments = args.map(RawValue::get);
+        meta = meta_text.map(RawValue::get);
+        request_state = state.map(RawValue::get);
         let name_text = as_text(name);
         if method == "tools/call" {
             tool = Some(match (&name_text, name) {
@@ -465,6 +498,7 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
         };
         mcp_name = match target_field(&method) {
             Some(Field::Uri) => uri_text,
+            _ if is_task_method(&method) => as_text(task),
             _ => name_text.or(uri_text),
         }
         .map(|t| t.0);
@@ -482,6 +516,8 @@ fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {
         target,
         mcp_name,
         arguments,
+        meta,
+        request_state,
     })
 }
 

@@ -1,40 +1,99 @@
-//! The headers stage: what the request's own headers must agree with (`Mcp-Method` and
-//! `Mcp-Name` say what the body says), and the request's id (`X-Request-Id`, kept when it is
+//! The headers stage: what the request's own headers must agree with (`MCP-Protocol-Version`,
+//! `Mcp-Method` and `Mcp-Name` say what the body says, and so which generation it is), and the request's id (`X-Request-Id`, kept when it is
 //! a plain token, made otherwise).
 
 use crate::error::GateError;
-use crate::mcp::jsonrpc;
+use crate::mcp::era::{self, Era};
+use crate::mcp::jsonrpc::{self, Message, MessageKind};
 use std::sync::Arc;
 use wire::fields::{FieldKind, Fields};
 
-/// `Mcp-Method` / `Mcp-Name` (MCP 2026-07-28) must say what the body says, or an
-/// intermediary routing on the header and the server reading the body would disagree.
-pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<(), GateError> {
-    let method = fields.get(FieldKind::McpMethod);
-    let name = fields.get(FieldKind::McpName);
-    if method.is_none() && name.is_none() {
-        return Ok(());
-    }
+/// Which generation the request speaks (SPEC §15), once its headers are shown to agree
+/// with its body. `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` must say what the
+/// body says, or an intermediary routing on the header and the server reading the body
+/// would disagree: a doubled header, one that does not decode, or one that says something
+/// else is refused with HeaderMismatch (-32020). A modern request must carry all three
+/// (`Mcp-Name` for the methods that name something); a legacy one is held only to those it
+/// sends.
+pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<Era, GateError> {
     let jsonrpc::Payload::Single(m) = payload else {
-        return Err(GateError::InvalidRequest(
-            "Mcp-Method / Mcp-Name headers cannot describe a batch".into(),
-        ));
+        if [FieldKind::McpMethod, FieldKind::McpName]
+            .into_iter()
+            .any(|k| fields.has(k))
+        {
+            return Err(mismatch("Mcp-Method and Mcp-Name cannot describe a batch"));
+        }
+        return Ok(Era::Legacy);
     };
-    if let Some(h) = method {
-        if m.method().map(str::as_bytes) != Some(h) {
-            return Err(GateError::InvalidRequest(
-                "the Mcp-Method header does not match the body's method".into(),
+    let version = one(fields, FieldKind::McpProtocolVersion, "MCP-Protocol-Version")?;
+    let method = one(fields, FieldKind::McpMethod, "Mcp-Method")?;
+    let name = one(fields, FieldKind::McpName, "Mcp-Name")?;
+    let claimed = m.meta.and_then(era::meta_version);
+    let modern = !fields.has(FieldKind::McpSessionId)
+        && (claimed.as_deref().is_some_and(era::is_modern)
+            || version.is_some_and(|v| era::is_modern(&String::from_utf8_lossy(v))));
+    let strict = modern && m.kind == MessageKind::Request;
+    match (version, claimed.as_deref()) {
+        (Some(h), Some(b)) if h != b.as_bytes() => {
+            return Err(mismatch(
+                "MCP-Protocol-Version does not match params._meta's protocolVersion",
             ));
         }
-    }
-    if let Some(h) = name {
-        if m.mcp_name.as_deref().map(str::as_bytes) != Some(h) {
-            return Err(GateError::InvalidRequest(
-                "the Mcp-Name header does not match the body's params".into(),
+        (None, _) if strict => return Err(mismatch("MCP-Protocol-Version is missing")),
+        (Some(_), None) if strict => {
+            return Err(mismatch(
+                "MCP-Protocol-Version names a revision params._meta does not",
             ));
         }
+        _ => {}
     }
-    Ok(())
+    match method {
+        Some(h) if m.method().map(str::as_bytes) != Some(h) => {
+            return Err(mismatch("Mcp-Method does not match the body's method"));
+        }
+        None if strict => return Err(mismatch("Mcp-Method is missing")),
+        _ => {}
+    }
+    match name {
+        Some(h) => {
+            let decoded = era::decode_header(h)
+                .ok_or_else(|| mismatch("Mcp-Name is neither printable ASCII nor =?base64?…?="))?;
+            if m.mcp_name.as_deref() != Some(&*decoded) {
+                return Err(mismatch("Mcp-Name does not match the body's params"));
+            }
+        }
+        None if strict && names_target(m) => return Err(mismatch("Mcp-Name is missing")),
+        None => {}
+    }
+    Ok(if modern { Era::Modern } else { Era::Legacy })
+}
+
+/// Whether `Mcp-Name` is required of a modern request: it names a tool, prompt, resource
+/// or task, and the body says which.
+fn names_target(m: &Message<'_>) -> bool {
+    m.mcp_name.is_some()
+        && m.method().is_some_and(|method| {
+            matches!(method, "tools/call" | "prompts/get" | "resources/read")
+                || jsonrpc::is_task_method(method)
+        })
+}
+
+/// The one value of a header that may appear once.
+fn one<'f>(
+    fields: &'f Fields,
+    kind: FieldKind,
+    name: &str,
+) -> Result<Option<&'f [u8]>, GateError> {
+    let mut all = fields.all(kind);
+    let first = all.next();
+    if all.next().is_some() {
+        return Err(mismatch(&format!("{name} is sent more than once")));
+    }
+    Ok(first)
+}
+
+fn mismatch(why: &str) -> GateError {
+    GateError::HeaderMismatch(why.to_string())
 }
 
 /// Keeps a client's `X-Request-Id` when it is a plain token (1–128 of `A-Za-z0-9._:-`, so

@@ -27,6 +27,7 @@ use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
 use crate::http::request::{ClientRequest, Peer};
+use crate::mcp::era::Era;
 use crate::mcp::jsonrpc::{self, Payload, ToolName};
 use crate::mcp::transport::accept::{self, Want};
 use crate::observe::audit as trail;
@@ -75,6 +76,8 @@ struct Ctx<'s> {
     access: Option<Box<combined::Access>>,
     /// The request's trace context, when traces are exported.
     trace: Option<Box<crate::observe::trace::Context>>,
+    /// Which generation of MCP the request speaks (SPEC §15), once its headers are read.
+    era: Era,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -114,6 +117,7 @@ pub async fn handle(
             .tracer
             .as_ref()
             .map(|t| Box::new(t.begin(req.fields.all(FieldKind::Traceparent)))),
+        era: Era::Legacy,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -196,7 +200,7 @@ async fn post<'s>(
     let bytes = body::read(&req.fields, &mut req.body, live.max_body).await?;
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
-    headers::check(&req.fields, &payload)?;
+    ctx.era = headers::check(&req.fields, &payload)?;
     audit::note_calls(gw, &payload, ctx);
     let hints = &live.upstream(&profile.upstream).hints;
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {

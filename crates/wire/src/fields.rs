@@ -35,6 +35,7 @@ pub enum FieldKind {
     McpMethod,
     McpName,
     McpSessionId,
+    McpProtocolVersion,
     Te,
     Trailer,
     Upgrade,
@@ -48,7 +49,7 @@ pub enum FieldKind {
 
 impl FieldKind {
     /// Every kind but `Other`, with its name as HTTP/2 writes it (lower case).
-    pub const NAMED: [(FieldKind, &'static str); 28] = [
+    pub const NAMED: [(FieldKind, &'static str); 29] = [
         (FieldKind::Host, "host"),
         (FieldKind::ContentLength, "content-length"),
         (FieldKind::ContentType, "content-type"),
@@ -68,6 +69,7 @@ impl FieldKind {
         (FieldKind::McpMethod, "mcp-method"),
         (FieldKind::McpName, "mcp-name"),
         (FieldKind::McpSessionId, "mcp-session-id"),
+        (FieldKind::McpProtocolVersion, "mcp-protocol-version"),
         (FieldKind::Te, "te"),
         (FieldKind::Trailer, "trailer"),
         (FieldKind::Upgrade, "upgrade"),
@@ -83,8 +85,8 @@ impl FieldKind {
     /// and matched whole, which costs less than comparing it without case to each name of
     /// its length.
     pub fn of(name: &[u8]) -> FieldKind {
-        // The longest name of a kind has 19 bytes; a longer one is of none.
-        let mut low = [0u8; 19];
+        // The longest name of a kind has 20 bytes; a longer one is of none.
+        let mut low = [0u8; 20];
         let Some(low) = low.get_mut(..name.len()) else {
             return FieldKind::Other;
         };
@@ -120,6 +122,7 @@ impl FieldKind {
             b"x-forwarded-proto" => FieldKind::XForwardedProto,
             b"proxy-authenticate" => FieldKind::ProxyAuthenticate,
             b"proxy-authorization" => FieldKind::ProxyAuthorization,
+            b"mcp-protocol-version" => FieldKind::McpProtocolVersion,
             _ => FieldKind::Other,
         }
     }

@@ -53,7 +53,8 @@ fn looks_like_json(data: &str) -> bool {
 
 /// An error envelope mcpgate writes into a stream or a body.
 pub fn error_json(id: Option<&RawValue>, code: i64, message: &str, request_id: &str) -> String {
-    let bytes = crate::error::Envelope::new(id, code, message, request_id).to_vec();
+    let reason = crate::error::code::stream_reason(code);
+    let bytes = crate::error::Envelope::new(id, code, message, reason, request_id).to_vec();
     String::from_utf8(bytes).expect("serde_json writes UTF-8")
 }
 

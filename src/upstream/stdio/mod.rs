@@ -14,7 +14,7 @@
 //! - GET opens the session's stream for the process's messages about no call (one at a
 //!   time: a second is a 409). DELETE ends the session.
 //! - A start failure, a process that exits before its first answer, or one that does not
-//!   read its input: 502 -32002. More sessions than `max_processes`: 503 -32003.
+//!   read its input: 502 -32006. More sessions than `max_processes`: 503 -32003.
 //! - A session ends with DELETE, after `idle_timeout` without a request, when its process
 //!   dies, when a reload removes or changes the upstream, and at shutdown; its process
 //!   (per_client) is then closed: stdin, SIGTERM, SIGKILL (`child`).

@@ -298,6 +298,8 @@ pub struct RawTransport {
     /// A `: keepalive` comment goes to a client whose SSE stream was silent this long;
     /// default `15s`.
     pub sse_keepalive: Option<S<String>>,
+    /// The longest `ttlMs` a list answered to a 2026-07-28 client carries; default `60s`.
+    pub list_ttl: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -73,6 +73,11 @@ impl ToolFilter {
         }
     }
 
+    /// How long a list filtered now may be cached.
+    fn fresh_for(&self) -> std::time::Duration {
+        self.snapshot.list_fresh_for(std::time::SystemTime::now())
+    }
+
     /// A list that depends on the caller's profile must not be shared by caches.
     fn restricts(&self, kind: ListKind) -> bool {
         match kind {
@@ -104,6 +109,8 @@ struct Response<'a> {
 struct ListResult<'a> {
     lists: [Tools<'a>; 4],
     cache_scope: Option<&'a RawValue>,
+    /// `ttlMs` (2026-07-28): how long the client may keep the list.
+    ttl_ms: Option<&'a RawValue>,
     /// Why this is not a readable tools/list result, if it is not.
     unreadable: Option<&'static str>,
 }
@@ -128,7 +135,7 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ResultVisitor<'a> {
 
     fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
         let mut out = ListResult::default();
-        let (mut seen_lists, mut seen_scope) = ([false; 4], false);
+        let (mut seen_lists, mut seen_scope, mut seen_ttl) = ([false; 4], false, false);
         while let Some(Text(key)) = map.next_key::<Text>()? {
             if let Some(i) = ListKind::ALL.iter().position(|k| k.array() == key) {
                 if seen_lists[i] {
@@ -145,6 +152,13 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ResultVisitor<'a> {
                     }
                     seen_scope = true;
                     out.cache_scope = Some(map.next_value::<&'de RawValue>()?);
+                }
+                "ttlMs" => {
+                    if seen_ttl {
+                        out.unreadable = Some("the list result repeats \"ttlMs\"");
+                    }
+                    seen_ttl = true;
+                    out.ttl_ms = Some(map.next_value::<&'de RawValue>()?);
                 }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -551,6 +565,14 @@ fn edits_for(
             edits.push((span_in(whole, scope.get()), "\"private\"".to_string()));
         }
     }
+    if let Some(ttl) = list.ttl_ms {
+        // No longer than the upstream said, nor than until mcpgate may change the list.
+        let most = filter.fresh_for().as_millis() as u64;
+        let given = ttl.get().parse::<u64>().ok();
+        if given.is_none_or(|t| t > most) {
+            edits.push((span_in(whole, ttl.get()), given.unwrap_or(0).min(most).to_string()));
+        }
+    }
     Ok(())
 }
 
@@ -771,5 +793,43 @@ mod tests {
             r#"{"name":"old","description":"[deprecated: use new_tool; removed 2099-01-01]","_meta":{"mcpgate/deprecated":{"replacement":"new_tool","sunset":"2099-01-01"}}}"#
         );
         assert_eq!(mark_deprecated(r#"{"name":"old","name":"x"}"#, &d), None);
+    }
+
+    /// A 2026-07-28 list is cached no longer than `[transport] list_ttl`, nor past the next
+    /// sunset, nor longer than the upstream said; a negative or unreadable `ttlMs` is 0.
+    #[test]
+    fn ttl_is_capped_by_list_ttl_and_the_next_sunset() {
+        let with = |extra: &str| {
+            let text = format!(
+                "[upstreams.u]\nurl = \"http://127.0.0.1:9/mcp\"\n[profiles.p]\nupstream = \"u\"\nallow = [\"*\"]\n[transport]\nlist_ttl = \"5s\"\n{extra}"
+            );
+            let s = Arc::new(load_str(&text, "t.toml").unwrap());
+            let p = s.profiles["p"].clone();
+            ToolFilter::new(s, p)
+        };
+        let list = |ttl: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"result":{{"tools":[{{"name":"a"}}],"resultType":"complete","ttlMs":{ttl},"cacheScope":"public"}}}}"#
+            )
+        };
+        let f = with("");
+        let out = rewrite(&list("3600000"), &[tools("3")], &f).unwrap().unwrap();
+        assert_eq!(out, list("5000"), "capped by list_ttl; all tools allowed: still public");
+        assert_eq!(rewrite(&list("1200"), &[tools("3")], &f).unwrap(), None);
+        for bad in ["-1", "1.5", "\"60\"", "null"] {
+            let out = rewrite(&list(bad), &[tools("3")], &f).unwrap().unwrap();
+            assert_eq!(out, list("0"), "{bad}");
+        }
+        // A sunset two seconds away caps it further.
+        let soon = humantime::format_rfc3339_seconds(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(2),
+        );
+        let f = with(&format!(
+            "[tools.deprecated.old]\nreplacement = \"a\"\nsunset = \"{soon}\"\n"
+        ));
+        let out = rewrite(&list("3600000"), &[tools("3")], &f).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let ttl = v["result"]["ttlMs"].as_u64().unwrap();
+        assert!((1_000..=2_000).contains(&ttl), "{ttl}");
     }
 }

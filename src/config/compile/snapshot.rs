@@ -97,6 +97,8 @@ pub struct Snapshot {
     pub max_body: u64,
     pub limits: LimitRules,
     pub sse_keepalive: Duration,
+    /// `[transport] list_ttl`: the most `ttlMs` a list answer carries (SPEC §15).
+    pub list_ttl: Duration,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
     /// `[oauth]`, when routes take OAuth access tokens.
@@ -172,6 +174,15 @@ impl Snapshot {
     }
 
     /// `tool`'s deprecation, if it has one.
+    /// How long a list answered now may be cached (SPEC §15): `[transport] list_ttl`, or
+    /// less when a sunset comes sooner and will change the list.
+    pub fn list_fresh_for(&self, now: std::time::SystemTime) -> Duration {
+        self.deprecated
+            .values()
+            .filter_map(|d| d.sunset.duration_since(now).ok())
+            .fold(self.list_ttl, Duration::min)
+    }
+
     pub fn deprecation(&self, tool: &str) -> Option<&super::arguments::Deprecation> {
         if self.deprecated.is_empty() {
             return None;
@@ -501,6 +512,11 @@ impl Snapshot {
             out,
             "  sse_keepalive: {}",
             humantime::format_duration(self.sse_keepalive)
+        );
+        let _ = writeln!(
+            out,
+            "  list_ttl: {}",
+            humantime::format_duration(self.list_ttl)
         );
         for w in &self.warnings {
             let _ = writeln!(out, "\nwarning: {w}");

@@ -1,6 +1,7 @@
-//! `[transport]`: how streams to clients are kept alive.
+//! `[transport]`: how streams to clients are kept alive, and how long a client may cache a
+//! list.
 
-use super::{DEFAULT_SSE_KEEPALIVE, Fail, at};
+use super::{DEFAULT_LIST_TTL, DEFAULT_SSE_KEEPALIVE, Fail, at};
 use crate::config::raw::{self, S};
 use crate::config::units::parse_duration;
 use std::time::Duration;
@@ -10,5 +11,14 @@ pub(super) fn sse_keepalive(raw: Option<&S<raw::RawTransport>>) -> Result<Durati
     match raw.and_then(|t| t.get_ref().sse_keepalive.as_ref()) {
         Some(v) => at(v, parse_duration(v.get_ref())),
         None => Ok(DEFAULT_SSE_KEEPALIVE),
+    }
+}
+
+/// The longest a 2026-07-28 client is told a list stays fresh (`ttlMs`): a reload may
+/// change what its profile sees, and its cache should not outlive that by much.
+pub(super) fn list_ttl(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
+    match raw.and_then(|t| t.get_ref().list_ttl.as_ref()) {
+        Some(v) => at(v, parse_duration(v.get_ref())),
+        None => Ok(DEFAULT_LIST_TTL),
     }
 }

@@ -234,6 +234,14 @@ impl<'a> Payload<'a> {
             .any(|m| m.kind == MessageKind::Request)
     }
 
+    /// The id of the `server/discover` request among the payload's, if there is one.
+    pub fn discover_id(&self) -> Option<Box<str>> {
+        self.messages()
+            .iter()
+            .filter(|m| m.kind == MessageKind::Request && m.method() == Some("server/discover"))
+            .find_map(|m| m.id_text().map(Into::into))
+    }
+
     /// The ids of list requests (tools, resources, resource templates, prompts), whose
     /// responses must be filtered, each with what it lists.
     pub fn list_ids(&self) -> Vec<(Box<str>, ListKind)> {

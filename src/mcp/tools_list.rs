@@ -581,13 +581,23 @@ fn edits_for(
 #[derive(Clone)]
 pub struct ListRewrite {
     pub ids: Vec<(Box<str>, ListKind)>,
+    /// The id of a `server/discover` request, whose answer is narrowed to the profile.
+    pub discover: Option<Box<str>>,
     pub filter: ToolFilter,
 }
 
 impl ListRewrite {
-    /// Rewrites a JSON message or batch if it answers one of `ids`. `Ok(None)`: unchanged.
+    /// Rewrites a JSON message or batch if it answers one of `ids` (or the discover
+    /// request). `Ok(None)`: unchanged.
     pub fn apply(&self, text: &str) -> Result<Option<String>, String> {
-        rewrite(text, &self.ids, &self.filter)
+        let listed = rewrite(text, &self.ids, &self.filter)?;
+        let Some(id) = &self.discover else {
+            return Ok(listed);
+        };
+        let base = listed.as_deref().unwrap_or(text);
+        let narrowed =
+            crate::mcp::discover::narrow(base, id, &self.filter.profile, self.filter.fresh_for())?;
+        Ok(narrowed.or(listed))
     }
 }
 

@@ -188,10 +188,12 @@ impl Shaping {
         token: Option<Credential>,
     ) -> Shaping {
         let ids = payload.list_ids();
-        let list = (!ids.is_empty()).then(|| {
+        let discover = payload.discover_id();
+        let list = (!ids.is_empty() || discover.is_some()).then(|| {
             let filter = ToolFilter::new(live.config.clone(), profile.clone());
             ListRewrite {
                 ids,
+                discover,
                 filter: if live.judges_hints(&profile.upstream) {
                     filter.learning(live.upstream(&profile.upstream).hints.clone())
                 } else {

@@ -87,6 +87,29 @@ impl Profile {
     pub fn allows_prompt(&self, name: &str) -> bool {
         self.prompts.as_ref().is_none_or(|r| r.allows(name))
     }
+
+    /// Whether this profile may use any tool, resource or prompt at all (`kind` is the
+    /// capability's name, as `server/discover` writes it): some name may pass its rules
+    /// and its `methods` let it list or use them.
+    pub fn may_use(&self, kind: &str) -> bool {
+        let rules_allow = match kind {
+            "tools" => !self.allow.is_empty() || !self.allow_annotations.is_empty(),
+            "resources" => self.resources.as_ref().is_none_or(|r| !r.allow.is_empty()),
+            "prompts" => self.prompts.as_ref().is_none_or(|r| !r.allow.is_empty()),
+            _ => true,
+        };
+        let verbs: &[&str] = match kind {
+            "tools" => &["tools/list", "tools/call"],
+            "resources" => &["resources/list", "resources/read", "resources/templates/list"],
+            "prompts" => &["prompts/list", "prompts/get"],
+            _ => &[],
+        };
+        rules_allow
+            && self
+                .methods
+                .as_ref()
+                .is_none_or(|m| verbs.is_empty() || verbs.iter().any(|v| m.matches(v)))
+    }
 }
 
 /// Whether every hint of `rules` holds in `hints`. The four hints MCP defines have its

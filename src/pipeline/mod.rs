@@ -210,8 +210,20 @@ async fn post<'s>(
         count_deprecated(gw, live, &payload, ctx);
     }
     let admitted = limits::admit(live, profile, peer, ctx, &payload).await?;
-    let shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
+    let mut shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
+    let listen = matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
     drop(payload);
+    let mut bytes = bytes;
+    if listen {
+        // What the profile may not see is not asked for (SPEC §15).
+        let (narrowed, listening) = crate::mcp::listen::prepare(&bytes, profile)
+            .map_err(GateError::InvalidRequest)?;
+        if let Some(narrowed) = narrowed {
+            bytes = Bytes::from(narrowed);
+        }
+        shaping.notices = Some(profile.name.clone());
+        shaping.listening = Some(listening);
+    }
     // From here the calls count as allowed; the guard records them if the client leaves
     // before their answer is back.
     let mut unanswered = audit::begin(gw, ctx).await?;

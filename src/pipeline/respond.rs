@@ -144,8 +144,10 @@ pub struct Shaping {
     /// The caller's credential: a stream ends when it expires, or when a reload revokes
     /// it.
     pub token: Option<Credential>,
-    /// A GET stream's profile: the list changes of that profile are sent on it.
+    /// A GET or listen stream's profile: the list changes of that profile are sent on it.
     pub notices: Option<Arc<str>>,
+    /// A `subscriptions/listen` stream's opt-ins (2026-07-28).
+    pub listening: Option<crate::mcp::listen::Listening>,
     /// The upstream's tool hints, when a profile judges by them: marked stale when the
     /// upstream announces a change.
     pub hints: Option<Arc<crate::upstream::hints::HintStore>>,
@@ -171,6 +173,7 @@ impl Shaping {
             },
             token,
             notices: None,
+            listening: None,
             hints: live
                 .judges_hints(upstream)
                 .then(|| live.upstream(upstream).hints.clone()),
@@ -220,6 +223,7 @@ impl Shaping {
             },
             token,
             notices: None,
+            listening: None,
             hints: live
                 .judges_hints(&profile.upstream)
                 .then(|| live.upstream(&profile.upstream).hints.clone()),
@@ -347,7 +351,8 @@ pub async fn upstream(
                     shaping.timing,
                     Some(watch),
                 )
-                .marking_stale(shaping.hints);
+                .marking_stale(shaping.hints)
+                .listening(shaping.listening);
                 GateBody::Boxed(BodyExt::boxed_unsync(relay))
             }
         }

@@ -10,6 +10,7 @@
 use super::sse;
 use crate::error::{GateError, code};
 use crate::http::body::{BoxError, DeadlineExceeded, GateBody};
+use crate::mcp::listen::Listening;
 use crate::mcp::tools_list::{ListRewrite, MAX_REWRITE_BYTES};
 use crate::runtime::streams::StreamWatch;
 use crate::upstream::hints::HintStore;
@@ -86,6 +87,12 @@ pub struct SseRelay {
     watch: Option<StreamWatch>,
     /// Told when the upstream announces a change of its tool list (annotation rules).
     tools_changed: Option<Arc<HintStore>>,
+    /// A `subscriptions/listen` stream's opt-ins: mcpgate's own notices go on it only
+    /// when opted into, tagged with its subscription id, and only after the upstream's
+    /// acknowledgement (its first event).
+    listening: Option<Listening>,
+    /// Whether an event from the upstream has been relayed.
+    relayed: bool,
     done: bool,
 }
 
@@ -93,6 +100,12 @@ impl SseRelay {
     /// The same, marking `store` stale when the upstream says its tools changed.
     pub fn marking_stale(mut self, store: Option<Arc<HintStore>>) -> Self {
         self.tools_changed = store;
+        self
+    }
+
+    /// The same, for a `subscriptions/listen` stream that opted into `listening`.
+    pub fn listening(mut self, listening: Option<Listening>) -> Self {
+        self.listening = listening;
         self
     }
 
@@ -119,6 +132,8 @@ impl SseRelay {
                 .map(|d| (d, Box::pin(tokio::time::sleep_until(now + d)))),
             watch,
             tools_changed: None,
+            listening: None,
+            relayed: false,
             done: false,
         }
     }
@@ -188,6 +203,7 @@ impl Body for SseRelay {
                     };
                     this.decoder.feed(&data);
                     while let Some(ev) = this.decoder.next_event() {
+                        this.relayed = true;
                         match this.event(ev) {
                             Ok(bytes) => this.out.push_back(bytes),
                             Err(e) => {
@@ -242,12 +258,20 @@ impl Body for SseRelay {
                         });
                         continue;
                     }
-                    // A change of what the client may list (SPEC §12), between events.
-                    if let Some(Poll::Ready(Some(method))) =
-                        this.watch.as_mut().map(|w| w.poll_notice(cx))
+                    // A change of what the client may list (SPEC §12), between events; on a
+                    // listen stream, once the upstream has acknowledged it.
+                    let ready = this.listening.is_none() || this.relayed;
+                    if ready
+                        && let Some(Poll::Ready(Some(method))) =
+                            this.watch.as_mut().map(|w| w.poll_notice(cx))
                     {
-                        let json = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
-                        this.out.push_back(super::sse::encode_json(&json, None));
+                        let json = match &this.listening {
+                            None => Some(format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#)),
+                            Some(l) => l.notice(method),
+                        };
+                        if let Some(json) = json {
+                            this.out.push_back(super::sse::encode_json(&json, None));
+                        }
                         continue;
                     }
                     if let Some((_, timer)) = &mut this.idle {

@@ -12,6 +12,7 @@ pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
     // mcpgate's own codes stay in -32000…-32019, which JSON-RPC leaves to implementations
     // and MCP 2026-07-28 gives no meaning but -32002's (resource not found, retired):
     // -32020…-32099 belong to the MCP specification.
@@ -198,6 +199,12 @@ pub enum GateError {
     InvalidRequest(String),
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
+    /// A multi round-trip retry whose `requestState` mcpgate did not seal for this caller
+    /// and request, or that has expired. Which of those is not said.
+    #[error(
+        "Invalid params: requestState was not issued by this gateway for this caller and request, or has expired"
+    )]
+    BadRequestState,
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
@@ -244,7 +251,7 @@ impl GateError {
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Parse(_) | InvalidRequest(_) | HeaderMismatch(_) => StatusCode::BAD_REQUEST,
-            Refused { .. } => StatusCode::OK,
+            Refused { .. } | BadRequestState => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -266,6 +273,7 @@ impl GateError {
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             HeaderMismatch(_) => code::HEADER_MISMATCH,
+            BadRequestState => code::INVALID_PARAMS,
             MethodNotAllowed
             | StreamConflict
             | BodyTooLarge { .. }
@@ -339,6 +347,7 @@ impl GateError {
             Parse(_) => "parse_error",
             InvalidRequest(_) => "invalid_request",
             HeaderMismatch(_) => "header_mismatch",
+            BadRequestState => "bad_request_state",
             Refused { .. } => "policy",
             RateLimited { .. } => "rate_limited",
             ConcurrencyLimited { .. } => "concurrency_limited",

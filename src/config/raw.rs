@@ -300,6 +300,8 @@ pub struct RawTransport {
     pub sse_keepalive: Option<S<String>>,
     /// The longest `ttlMs` a list answered to a 2026-07-28 client carries; default `60s`.
     pub list_ttl: Option<S<String>>,
+    /// How long a multi round-trip request's `requestState` may come back; default `5m`.
+    pub input_timeout: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

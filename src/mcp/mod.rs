@@ -7,6 +7,7 @@ pub mod discover;
 pub mod era;
 pub mod jsonrpc;
 pub mod listen;
+pub mod rounds;
 pub mod list_changes;
 pub mod pointer;
 pub mod tools_list;

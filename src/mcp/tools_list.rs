@@ -583,6 +583,8 @@ pub struct ListRewrite {
     pub ids: Vec<(Box<str>, ListKind)>,
     /// The id of a `server/discover` request, whose answer is narrowed to the profile.
     pub discover: Option<Box<str>>,
+    /// A request that may be answered `input_required`: that answer's state is sealed.
+    pub rounds: Option<crate::mcp::rounds::Issue>,
     pub filter: ToolFilter,
 }
 
@@ -590,14 +592,25 @@ impl ListRewrite {
     /// Rewrites a JSON message or batch if it answers one of `ids` (or the discover
     /// request). `Ok(None)`: unchanged.
     pub fn apply(&self, text: &str) -> Result<Option<String>, String> {
-        let listed = rewrite(text, &self.ids, &self.filter)?;
-        let Some(id) = &self.discover else {
-            return Ok(listed);
+        let mut out = match self.ids.is_empty() {
+            true => None,
+            false => rewrite(text, &self.ids, &self.filter)?,
         };
-        let base = listed.as_deref().unwrap_or(text);
-        let narrowed =
-            crate::mcp::discover::narrow(base, id, &self.filter.profile, self.filter.fresh_for())?;
-        Ok(narrowed.or(listed))
+        if let Some(id) = &self.discover {
+            let base = out.as_deref().unwrap_or(text);
+            let narrowed = crate::mcp::discover::narrow(
+                base,
+                id,
+                &self.filter.profile,
+                self.filter.fresh_for(),
+            )?;
+            out = narrowed.or(out);
+        }
+        if let Some(issue) = &self.rounds {
+            let base = out.as_deref().unwrap_or(text);
+            out = issue.seal_answer(base)?.or(out);
+        }
+        Ok(out)
     }
 }
 

@@ -98,7 +98,8 @@ fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
         ctx.token_id,
         ctx.peer.addr.ip(),
         method,
-    );
+    )
+    .with_first_request(ctx.first_request.as_deref());
     Arc::new(match &ctx.caller {
         Some(c) => base.with_caller(c.sub.as_deref(), c.client_id.as_deref()),
         None => base,

@@ -36,6 +36,8 @@ pub struct Answer {
     pub deadline: Option<Deadline>,
     /// How long the upstream took to send the head.
     pub took: std::time::Duration,
+    /// The endpoint that answered (none for a stdio server).
+    pub endpoint: Option<crate::upstream::session::EndpointId>,
 }
 
 const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
@@ -60,6 +62,7 @@ pub async fn send(
             response,
             deadline: out.body_deadline.then_some(deadline),
             took: started.elapsed(),
+            endpoint: None,
         });
     }
     let outlier = upstream.outlier.as_ref();
@@ -95,8 +98,16 @@ pub async fn send(
         }
         let mut tried = smallvec::SmallVec::<[usize; 4]>::new();
         let mut last = None;
+        // A multi round-trip retry goes back to the endpoint that asked, while it is in.
+        let pinned = out
+            .pinned
+            .and_then(|id| state.named(&id))
+            .filter(|&i| state.endpoints[i].available(outlier));
         loop {
-            let Some(i) = state.pick(upstream, &tried) else {
+            let next = pinned
+                .filter(|i| !tried.contains(i))
+                .or_else(|| state.pick(upstream, &tried));
+            let Some(i) = next else {
                 return Err(last.unwrap_or(GateError::NoHealthyEndpoint));
             };
             trying.store(i, Ordering::Relaxed);
@@ -143,6 +154,7 @@ pub async fn send(
         response: response.map(UpstreamBody::H1),
         deadline: out.body_deadline.then_some(deadline),
         took: started.elapsed(),
+        endpoint: Some(endpoint.id),
     })
 }
 

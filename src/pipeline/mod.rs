@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod origin;
 pub mod policy;
 pub mod respond;
+pub mod rounds;
 pub mod route;
 
 use crate::config::{Auth, Profile, Route};
@@ -78,6 +79,8 @@ struct Ctx<'s> {
     trace: Option<Box<crate::observe::trace::Context>>,
     /// Which generation of MCP the request speaks (SPEC §15), once its headers are read.
     era: Era,
+    /// A multi round-trip retry's first request id, for its audit records.
+    first_request: Option<Box<str>>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -118,6 +121,7 @@ pub async fn handle(
             .as_ref()
             .map(|t| Box::new(t.begin(req.fields.all(FieldKind::Traceparent)))),
         era: Era::Legacy,
+        first_request: None,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -202,6 +206,10 @@ async fn post<'s>(
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
     audit::note_calls(gw, &payload, ctx);
+    let round = match ctx.era {
+        Era::Modern => rounds::prepare(live, profile, &payload, ctx)?,
+        Era::Legacy => None,
+    };
     let hints = &live.upstream(&profile.upstream).hints;
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
@@ -224,13 +232,21 @@ async fn post<'s>(
         shaping.notices = Some(profile.name.clone());
         shaping.listening = Some(listening);
     }
+    let mut pinned = None;
+    if let Some(round) = round {
+        if let Some(retry) = &round.retry {
+            bytes = rounds::restore(&bytes, retry)?;
+            pinned = Some(retry.endpoint);
+        }
+        shaping.seal_rounds(live, profile, round.issue);
+    }
     // From here the calls count as allowed; the guard records them if the client leaves
     // before their answer is back.
     let mut unanswered = audit::begin(gw, ctx).await?;
     let upstream = &profile.upstream;
     let body_deadline = !shaping.long_lived();
     let answered = async {
-        let out = outgoing(
+        let mut out = outgoing(
             live,
             peer,
             ctx,
@@ -239,7 +255,9 @@ async fn post<'s>(
             admitted.timeout,
             body_deadline,
         );
+        out.pinned = pinned;
         let answer = forward::send(live, upstream, out).await?;
+        shaping.answered_by(answer.endpoint);
         respond::answer(gw, answer, shaping, upstream, ctx).await
     }
     .await;
@@ -270,6 +288,7 @@ fn outgoing<'a>(
         request_id: &ctx.request_id,
         underscores: live.server.underscores_in_headers,
         trace: ctx.trace.as_deref(),
+        pinned: None,
     }
 }
 

@@ -13,7 +13,9 @@ use crate::gateway::Gateway;
 use crate::gateway::Live;
 use crate::http::body::GateBody;
 use crate::mcp::jsonrpc::{MessageKind, Payload};
+use crate::mcp::rounds::Issue;
 use crate::mcp::tools_list::ListRewrite;
+use crate::upstream::session::EndpointId;
 use crate::mcp::tools_list::ToolFilter;
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay::{self, SseRelay, StreamTiming};
@@ -197,6 +199,7 @@ impl Shaping {
             ListRewrite {
                 ids,
                 discover,
+                rounds: None,
                 filter: if live.judges_hints(&profile.upstream) {
                     filter.learning(live.upstream(&profile.upstream).hints.clone())
                 } else {
@@ -227,6 +230,27 @@ impl Shaping {
             hints: live
                 .judges_hints(&profile.upstream)
                 .then(|| live.upstream(&profile.upstream).hints.clone()),
+        }
+    }
+
+    /// Seals the `requestState` of an `input_required` answer to `issue`'s request.
+    pub(super) fn seal_rounds(&mut self, live: &Live, profile: &Arc<Profile>, issue: Issue) {
+        let list = self.list.get_or_insert_with(|| ListRewrite {
+            ids: Vec::new(),
+            discover: None,
+            rounds: None,
+            filter: ToolFilter::new(live.config.clone(), profile.clone()),
+        });
+        list.rounds = Some(issue);
+    }
+
+    /// Notes which endpoint answered, whose the sealed state says it is.
+    pub(super) fn answered_by(&mut self, endpoint: Option<EndpointId>) {
+        if let (Some(issue), Some(e)) = (
+            self.list.as_mut().and_then(|l| l.rounds.as_mut()),
+            endpoint,
+        ) {
+            issue.endpoint = e;
         }
     }
 

@@ -69,6 +69,8 @@ pub struct Outgoing<'a> {
     /// With tracing on: the request's trace context, whose `traceparent` replaces the
     /// client's (and whose `tracestate` goes only with a continued trace).
     pub trace: Option<&'a crate::http::traceparent::Context>,
+    /// The endpoint a multi round-trip retry goes back to, when it is still there.
+    pub pinned: Option<crate::upstream::session::EndpointId>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -321,6 +323,7 @@ auth = "none"
             trace: None,
             request_id: "rid-1",
             underscores: false,
+            pinned: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();

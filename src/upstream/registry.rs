@@ -9,7 +9,16 @@
 
 use super::endpoint::{EndpointFamilies, EndpointState};
 use super::hints::HintStore;
-use super::session::{EndpointId, Sealer};
+use super::session::{EndpointId, Purpose, Sealer};
+
+/// The key of this process's seals when an upstream has no `session_key`: drawn at start,
+/// so what it sealed opens only here.
+static PROCESS_KEY: std::sync::LazyLock<crate::config::SessionKey> =
+    std::sync::LazyLock::new(|| {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the system has a source of randomness");
+        crate::config::SessionKey(key)
+    });
 use super::stdio::StdioUpstream;
 use crate::config::{Address, Balance, Endpoint, StdioCommand, Upstream};
 use std::collections::{BTreeMap, HashMap};
@@ -44,6 +53,10 @@ pub struct UpstreamState {
     pub endpoints: Box<[Arc<EndpointState>]>,
     /// With `session_key`: seals and opens the session ids clients hold.
     pub sealer: Option<Sealer>,
+    /// Seals and opens the `requestState` of multi round-trip requests (MCP 2026-07-28):
+    /// with the upstream's `session_key` when it has one (so every replica of mcpgate
+    /// opens it), else with a key this process drew at start.
+    pub state_sealer: Arc<Sealer>,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -172,6 +185,15 @@ impl Registry {
                     endpoints,
                     sealer: (!u.session_keys.is_empty())
                         .then(|| Sealer::new(&u.name, &u.session_keys)),
+                    state_sealer: Arc::new(Sealer::for_purpose(
+                        &u.name,
+                        if u.session_keys.is_empty() {
+                            std::slice::from_ref(&*PROCESS_KEY)
+                        } else {
+                            &u.session_keys
+                        },
+                        Purpose::RequestState,
+                    )),
                     stdio,
                     next: AtomicUsize::new(0),
                 }

@@ -26,6 +26,7 @@ pub type EndpointId = [u8; 8];
 
 /// The longest sealed id opened; anything longer is not one of ours. It bounds the work a
 /// forged header can cause (base64 of 12 + 8 + 1024 + 16 bytes is 1,414 characters).
+#[cfg(test)]
 const MAX_SEALED: usize = 1_414;
 /// The longest upstream session id sealed. The MCP spec sets no bound; servers use UUIDs
 /// or 32-byte tokens.
@@ -42,11 +43,45 @@ pub struct Sealer {
     /// Newest first.
     keys: Box<[Keys]>,
     upstream: Box<[u8]>,
+    /// The longest inner text sealed, and the longest sealed text opened.
+    max_inner: usize,
+    max_sealed: usize,
 }
 
+/// What a sealer seals: each purpose has keys of its own, so what is sealed for one never
+/// opens as the other.
+#[derive(Clone, Copy)]
+pub enum Purpose {
+    /// `Mcp-Session-Id`, at most [`MAX_INNER`] bytes inside.
+    SessionId,
+    /// A multi round-trip request's `requestState` (MCP 2026-07-28), at most
+    /// [`MAX_STATE`] bytes inside.
+    RequestState,
+}
+
+/// The longest `requestState` (with what mcpgate binds to it) sealed.
+pub const MAX_STATE: usize = 64 << 10;
+
 impl Sealer {
-    /// `keys` newest first; `upstream` the upstream's name, bound into every id.
+    /// A sealer of session ids: `keys` newest first; `upstream` the upstream's name,
+    /// bound into every id.
     pub fn new(upstream: &str, keys: &[SessionKey]) -> Sealer {
+        Sealer::for_purpose(upstream, keys, Purpose::SessionId)
+    }
+
+    pub fn for_purpose(upstream: &str, keys: &[SessionKey], purpose: Purpose) -> Sealer {
+        let (seal_label, nonce_label, max_inner): (&[u8], &[u8], usize) = match purpose {
+            Purpose::SessionId => (
+                b"mcpgate session id: seal",
+                b"mcpgate session id: nonce",
+                MAX_INNER,
+            ),
+            Purpose::RequestState => (
+                b"mcpgate request state: seal",
+                b"mcpgate request state: nonce",
+                MAX_STATE,
+            ),
+        };
         let derive = |key: &SessionKey, label: &[u8]| {
             hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &key.0), label)
         };
@@ -56,26 +91,30 @@ impl Sealer {
                 seal: LessSafeKey::new(
                     UnboundKey::new(
                         &CHACHA20_POLY1305,
-                        derive(k, b"mcpgate session id: seal").as_ref(),
+                        derive(k, seal_label).as_ref(),
                     )
                     .expect("HMAC-SHA256 gives the 32 bytes ChaCha20 takes"),
                 ),
                 nonce: hmac::Key::new(
                     hmac::HMAC_SHA256,
-                    derive(k, b"mcpgate session id: nonce").as_ref(),
+                    derive(k, nonce_label).as_ref(),
                 ),
             })
             .collect();
         Sealer {
             keys,
             upstream: upstream.as_bytes().into(),
+            max_inner,
+            // base64 without padding of nonce, endpoint, inner text and tag.
+            max_sealed: (NONCE_LEN + 8 + max_inner + TAG_LEN).div_ceil(3) * 4
+                - (3 - (NONCE_LEN + 8 + max_inner + TAG_LEN) % 3) % 3,
         }
     }
 
     /// The id a client is given for the upstream's session `inner` on `endpoint`; `None`
     /// when `inner` is longer than [`MAX_INNER`].
     pub fn seal(&self, endpoint: &EndpointId, inner: &[u8]) -> Option<String> {
-        if inner.len() > MAX_INNER {
+        if inner.len() > self.max_inner {
             return None;
         }
         let keys = &self.keys[0];
@@ -105,7 +144,7 @@ impl Sealer {
     /// The endpoint and the upstream's own id in a sealed id, if it opens with one of the
     /// keys and was sealed for this upstream.
     pub fn open(&self, sealed: &[u8]) -> Option<(EndpointId, Vec<u8>)> {
-        if sealed.len() > MAX_SEALED {
+        if sealed.len() > self.max_sealed {
             return None;
         }
         let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;

@@ -99,6 +99,8 @@ pub struct Snapshot {
     pub sse_keepalive: Duration,
     /// `[transport] list_ttl`: the most `ttlMs` a list answer carries (SPEC §15).
     pub list_ttl: Duration,
+    /// `[transport] input_timeout`: how long a sealed `requestState` opens (SPEC §15).
+    pub input_timeout: Duration,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
     /// `[oauth]`, when routes take OAuth access tokens.
@@ -517,6 +519,11 @@ impl Snapshot {
             out,
             "  list_ttl: {}",
             humantime::format_duration(self.list_ttl)
+        );
+        let _ = writeln!(
+            out,
+            "  input_timeout: {}",
+            humantime::format_duration(self.input_timeout)
         );
         for w in &self.warnings {
             let _ = writeln!(out, "\nwarning: {w}");

@@ -1,7 +1,7 @@
 //! `[transport]`: how streams to clients are kept alive, and how long a client may cache a
 //! list.
 
-use super::{DEFAULT_LIST_TTL, DEFAULT_SSE_KEEPALIVE, Fail, at};
+use super::{DEFAULT_INPUT_TIMEOUT, DEFAULT_LIST_TTL, DEFAULT_SSE_KEEPALIVE, Fail, at};
 use crate::config::raw::{self, S};
 use crate::config::units::parse_duration;
 use std::time::Duration;
@@ -20,5 +20,14 @@ pub(super) fn list_ttl(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, F
     match raw.and_then(|t| t.get_ref().list_ttl.as_ref()) {
         Some(v) => at(v, parse_duration(v.get_ref())),
         None => Ok(DEFAULT_LIST_TTL),
+    }
+}
+
+/// How long after an `input_required` answer the client's retry is taken: the life of
+/// the `requestState` mcpgate seals (SPEC §15).
+pub(super) fn input_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
+    match raw.and_then(|t| t.get_ref().input_timeout.as_ref()) {
+        Some(v) => at(v, parse_duration(v.get_ref())),
+        None => Ok(DEFAULT_INPUT_TIMEOUT),
     }
 }

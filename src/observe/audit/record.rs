@@ -31,6 +31,9 @@ pub struct Base {
     /// An OAuth caller's `sub` and `client_id`, written when the request came with an
     /// access token.
     pub(super) caller: Option<Box<OAuthCaller>>,
+    /// A multi round-trip retry's first request id (MCP 2026-07-28): the records of every
+    /// round of one call carry it, so they read as one.
+    pub(super) first_request_id: Option<Box<str>>,
 }
 
 /// `sub` and `client_id` of an OAuth caller.
@@ -73,10 +76,18 @@ impl Base {
             ends,
             token: token.is_some(),
             caller: None,
+            first_request_id: None,
         }
     }
 
     /// The same, for a request an OAuth access token let in: its `sub` and client.
+    /// The same, for a round of a multi round-trip request whose first round was
+    /// `first`.
+    pub fn with_first_request(mut self, first: Option<&str>) -> Base {
+        self.first_request_id = first.map(Box::from);
+        self
+    }
+
     pub fn with_caller(mut self, sub: Option<&str>, client_id: Option<&str>) -> Base {
         self.caller = Some(Box::new(OAuthCaller {
             sub: sub.map(Box::from),
@@ -204,6 +215,10 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     if let Some(d) = r.decision {
         key(out, "decision");
         push_plain(out, d);
+    }
+    if let Some(f) = &b.first_request_id {
+        key(out, "first_request_id");
+        push_str(out, f);
     }
     if let Some(g) = r.gateway_ms {
         key(out, "gateway_ms");

@@ -17,6 +17,19 @@ pub(super) struct AnswerHead<'a> {
 pub(super) struct ResultHead {
     #[serde(rename = "isError", default)]
     pub(super) is_error: Option<bool>,
+    /// MCP 2026-07-28: `complete`, `input_required` (a round of a multi round-trip
+    /// request) or `task` (the tasks extension's call that goes on in the background).
+    #[serde(rename = "resultType", default)]
+    pub(super) result_type: Option<serde_json::Value>,
+}
+
+/// The outcome a result's `resultType` gives, if it is not a plain `complete`.
+fn round_outcome(result_type: Option<&str>) -> Option<&'static str> {
+    match result_type? {
+        "input_required" => Some("input_required"),
+        "task" => Some("task"),
+        _ => None,
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -44,7 +57,9 @@ pub(super) fn each_outcome_by_serde(text: &str, mut found: impl FnMut(&str, &'st
         let outcome = match (&h.result, &h.error) {
             (_, Some(e)) => crate::error::code::outcome(e.code),
             (Some(r), None) if r.is_error == Some(true) => "is_error",
-            (Some(_), None) => "ok",
+            (Some(r), None) => {
+                round_outcome(r.result_type.as_ref().and_then(|t| t.as_str())).unwrap_or("ok")
+            }
             (None, None) => return,
         };
         if let Some(id) = h.id {
@@ -73,6 +88,8 @@ pub(super) fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
     let mut id = None;
     // `None` when absent or null; else `isError` (`None` when absent or null).
     let mut result: Option<Option<bool>> = None;
+    // What `resultType` makes of the outcome (2026-07-28).
+    let mut round: Option<&'static str> = None;
     let mut code: Option<i64> = None;
     r.object(0, |r, key| {
         let key = key.plain()?;
@@ -89,9 +106,18 @@ pub(super) fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
             _ if is_null => r.skip(1)?,
             "result" => {
                 let mut is_error = None;
-                let mut once = false;
+                let (mut once, mut once_type) = (false, false);
                 r.object(1, |r, key| {
-                    if key.plain()? == "isError" {
+                    let key = key.plain()?;
+                    if key == "resultType" {
+                        first(&mut once_type)?;
+                        let value = r.value(2)?;
+                        round = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                            Some(v) if v.contains('\\') => return None,
+                            Some(v) => round_outcome(Some(v)),
+                            None => None,
+                        };
+                    } else if key == "isError" {
                         first(&mut once)?;
                         is_error = match r.value(2)? {
                             "true" => Some(true),
@@ -128,7 +154,7 @@ pub(super) fn read_outcome(text: &str) -> Option<Option<(&str, &'static str)>> {
     let outcome = match (result, code) {
         (_, Some(code)) => crate::error::code::outcome(code),
         (Some(Some(true)), None) => "is_error",
-        (Some(_), None) => "ok",
+        (Some(_), None) => round.unwrap_or("ok"),
         (None, None) => return Some(None),
     };
     Some(id.map(|id| (id, outcome)))
@@ -449,6 +475,9 @@ mod outcome_tests {
         r#"{"result":{"isError":null},"id":-4.5e1}"#,
         r#" { "id" : "b" , "error" : { "code" : -32001 } , "x" : "\u00e9\n" } "#,
         r#"{"jsonrpc":"2.0","id":5,"result":null,"error":{"code":-32004}}"#,
+        r#"{"jsonrpc":"2.0","id":6,"result":{"resultType":"input_required","requestState":"s"}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"result":{"task":{"taskId":"t"},"resultType":"task"}}"#,
+        r#"{"jsonrpc":"2.0","id":8,"result":{"resultType":7,"isError":true}}"#,
     ];
 
     /// The one-pass reader either steps aside or finds exactly what serde_json finds, on
@@ -477,6 +506,8 @@ mod outcome_tests {
             "\"error\"",
             "\"code\"",
             "\"isError\"",
+            "\"resultType\"",
+            "\"input_required\"",
             "\\u0069",
             "99999999999999999999",
         ];

@@ -326,7 +326,20 @@ fn lines_are_serde_json_text() {
     nulls.upstream_ms = Some(None);
     nulls.outcome = Some(None);
     nulls.gateway_ms = Some(f64::NAN);
-    let mut bare = Record::new(base(None, Some("t")), None);
+    let mut bare = Record::new(
+        Arc::new(
+            Base::new(
+                "r-1".into(),
+                "main\n",
+                None,
+                Some("t"),
+                "::1".parse().unwrap(),
+                "tools/call",
+            )
+            .with_first_request(Some("first \"1\"")),
+        ),
+        None,
+    );
     bare.time = time;
     let mut v4 = bare.clone();
     v4.base = Arc::new(Base::new(
@@ -353,6 +366,9 @@ fn lines_are_serde_json_text() {
             json!(humantime::format_rfc3339_millis(r.time).to_string()),
         );
         m.insert("token", json!(b.token()));
+        if let Some(f) = &b.first_request_id {
+            m.insert("first_request_id", json!(&**f));
+        }
         if let Some(c) = &r.call {
             let args = c.arguments.as_deref().map(serde_json::from_str).transpose();
             m.insert("arguments", args.unwrap().unwrap_or(json!(null)));

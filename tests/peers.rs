@@ -6,45 +6,15 @@
 mod support;
 
 use serde_json::Value;
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{Gateway, free_port, hash, node22, peers, python, run_client};
+use support::{Gateway, Peer, free_port, hash, node22, peers, python, run_client, start_peer};
 
 const T_EV: &str = "tok-everything-4Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0Cd";
 const T_PY: &str = "tok-python-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9Ab";
 const EV_ALLOWED: [&str; 3] = ["echo", "get-sum", "get-tiny-image"];
 const PY_ALLOWED: [&str; 2] = ["search_knowledge", "get_document"];
-
-/// A peer process, killed on drop.
-struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_peer(cmd: &mut Command, port: u16) -> Peer {
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let peer = Peer(child);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let started = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "peer on port {port} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    peer
-}
 
 fn everything() -> (Peer, u16) {
     let port = free_port();

@@ -134,22 +134,37 @@ mod tests {
                 .unwrap()
                 .unwrap(),
         );
-        let names: Vec<_> = r["capabilities"].as_object().unwrap().keys().cloned().collect();
+        let names: Vec<_> = r["capabilities"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
         assert_eq!(names, ["logging", "prompts"]);
     }
 
     #[test]
     fn other_answers_pass_and_broken_ones_fail() {
         let p = profile("allow = [\"*\"]");
-        assert_eq!(narrow(DISCOVER, "\"d2\"", &p, Duration::ZERO).unwrap(), None);
+        assert_eq!(
+            narrow(DISCOVER, "\"d2\"", &p, Duration::ZERO).unwrap(),
+            None
+        );
         let batch = format!(r#"[{{"jsonrpc":"2.0","id":1,"result":{{}}}},{DISCOVER}]"#);
-        let out = narrow(&batch, "\"d1\"", &p, Duration::ZERO).unwrap().unwrap();
+        let out = narrow(&batch, "\"d1\"", &p, Duration::ZERO)
+            .unwrap()
+            .unwrap();
         let v: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v[0]["result"], serde_json::json!({}));
         assert_eq!(v[1]["result"]["ttlMs"], 0);
         let error = r#"{"jsonrpc":"2.0","id":"d1","error":{"code":-32601,"message":"no"}}"#;
-        let out = narrow(error, "\"d1\"", &p, Duration::ZERO).unwrap().unwrap();
-        assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["error"]["code"], -32601);
+        let out = narrow(error, "\"d1\"", &p, Duration::ZERO)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&out).unwrap()["error"]["code"],
+            -32601
+        );
         let bad = r#"{"jsonrpc":"2.0","id":"d1","result":{"capabilities":7}}"#;
         assert!(narrow(bad, "\"d1\"", &p, Duration::ZERO).is_err());
     }

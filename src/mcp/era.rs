@@ -34,9 +34,13 @@ impl Era {
 pub fn is_modern(version: &str) -> bool {
     let b = version.as_bytes();
     b.len() == 10
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
         && version >= MODERN
 }
 
@@ -62,7 +66,10 @@ pub fn decode_header(value: &[u8]) -> Option<Cow<'_, str>> {
         let bytes = STANDARD.decode(inner).ok()?;
         return String::from_utf8(bytes).ok().map(Cow::Owned);
     }
-    if value.iter().all(|c| (0x20..0x7f).contains(c) || *c == b'\t') {
+    if value
+        .iter()
+        .all(|c| (0x20..0x7f).contains(c) || *c == b'\t')
+    {
         return std::str::from_utf8(value).ok().map(Cow::Borrowed);
     }
     None
@@ -87,7 +94,10 @@ mod tests {
     fn meta_names_its_version() {
         let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","x":[1]}"#;
         assert_eq!(meta_version(meta).as_deref(), Some("2026-07-28"));
-        assert_eq!(meta_version(r#"{"io.modelcontextprotocol/protocolVersion":7}"#), None);
+        assert_eq!(
+            meta_version(r#"{"io.modelcontextprotocol/protocolVersion":7}"#),
+            None
+        );
         assert_eq!(meta_version("{}"), None);
         assert_eq!(meta_version("[]"), None);
     }
@@ -100,7 +110,10 @@ mod tests {
             decode_header(b"=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
             Some("Hello, 世界")
         );
-        assert_eq!(decode_header(b"=?base64?IHBhZGRlZCA=?=").as_deref(), Some(" padded "));
+        assert_eq!(
+            decode_header(b"=?base64?IHBhZGRlZCA=?=").as_deref(),
+            Some(" padded ")
+        );
         assert_eq!(
             decode_header(b"=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=").as_deref(),
             Some("=?base64?literal?=")

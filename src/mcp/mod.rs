@@ -6,9 +6,9 @@
 pub mod discover;
 pub mod era;
 pub mod jsonrpc;
-pub mod listen;
-pub mod rounds;
 pub mod list_changes;
+pub mod listen;
 pub mod pointer;
+pub mod rounds;
 pub mod tools_list;
 pub mod transport;

@@ -43,7 +43,9 @@ pub fn caller_key(credential: Option<&[u8; 32]>, route: &str) -> CallerKey {
             h.update(route.as_bytes());
         }
     }
-    h.finalize()[..16].try_into().expect("a SHA-256 has 16 bytes")
+    h.finalize()[..16]
+        .try_into()
+        .expect("a SHA-256 has 16 bytes")
 }
 
 /// What a retry must be to use a state: its method and what it names.
@@ -111,9 +113,7 @@ impl Issue {
     }
 
     fn seal_message(&self, m: &mut Value) -> Result<bool, String> {
-        let answers = m
-            .get("id")
-            .is_some_and(|id| id.to_string() == *self.id || id_text_eq(id, &self.id));
+        let answers = m.get("id").is_some_and(|id| id_text_eq(id, &self.id));
         let Some(result) = m.get_mut("result").filter(|_| answers) else {
             return Ok(false);
         };
@@ -309,14 +309,26 @@ mod tests {
             Err(Refused::OtherRequest)
         );
         assert_eq!(
-            open(&sealer(2), &state, &alice, "tools/call", Some("delete_note")),
+            open(
+                &sealer(2),
+                &state,
+                &alice,
+                "tools/call",
+                Some("delete_note")
+            ),
             Err(Refused::Unreadable)
         );
         // The same key's session ids are another purpose: they do not open as states.
         let sessions = Sealer::new("u", &[SessionKey([1; 32])]);
         let id = sessions.seal(&[9; 8], b"x").unwrap();
         assert_eq!(
-            open(&s, &format!("\"{id}\""), &alice, "tools/call", Some("delete_note")),
+            open(
+                &s,
+                &format!("\"{id}\""),
+                &alice,
+                "tools/call",
+                Some("delete_note")
+            ),
             Err(Refused::Unreadable)
         );
         for junk in ["7", "null", "\"\"", "\"upstream-secret\"", "{}"] {
@@ -331,7 +343,10 @@ mod tests {
     fn an_expired_state_is_refused() {
         let s = sealer(1);
         let c = caller_key(None, "/open");
-        let out = issue(&s, c, Duration::ZERO).seal_answer(ASKS).unwrap().unwrap();
+        let out = issue(&s, c, Duration::ZERO)
+            .seal_answer(ASKS)
+            .unwrap()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(
             open(&s, &state_of(&out), &c, "tools/call", Some("delete_note")),
@@ -344,7 +359,10 @@ mod tests {
         let s = sealer(1);
         let c = caller_key(None, "/open");
         let asks = r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"input_required","inputRequests":{}}}"#;
-        let out = issue(&s, c, Duration::from_secs(60)).seal_answer(asks).unwrap().unwrap();
+        let out = issue(&s, c, Duration::from_secs(60))
+            .seal_answer(asks)
+            .unwrap()
+            .unwrap();
         let opened = open(&s, &state_of(&out), &c, "tools/call", Some("delete_note")).unwrap();
         assert_eq!(opened.original, None);
         let retry = br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delete_note","requestState":"x","inputResponses":{}}}"#;

@@ -570,7 +570,10 @@ fn edits_for(
         let most = filter.fresh_for().as_millis() as u64;
         let given = ttl.get().parse::<u64>().ok();
         if given.is_none_or(|t| t > most) {
-            edits.push((span_in(whole, ttl.get()), given.unwrap_or(0).min(most).to_string()));
+            edits.push((
+                span_in(whole, ttl.get()),
+                given.unwrap_or(0).min(most).to_string(),
+            ));
         }
     }
     Ok(())
@@ -836,8 +839,14 @@ mod tests {
             )
         };
         let f = with("");
-        let out = rewrite(&list("3600000"), &[tools("3")], &f).unwrap().unwrap();
-        assert_eq!(out, list("5000"), "capped by list_ttl; all tools allowed: still public");
+        let out = rewrite(&list("3600000"), &[tools("3")], &f)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            out,
+            list("5000"),
+            "capped by list_ttl; all tools allowed: still public"
+        );
         assert_eq!(rewrite(&list("1200"), &[tools("3")], &f).unwrap(), None);
         for bad in ["-1", "1.5", "\"60\"", "null"] {
             let out = rewrite(&list(bad), &[tools("3")], &f).unwrap().unwrap();
@@ -850,7 +859,9 @@ mod tests {
         let f = with(&format!(
             "[tools.deprecated.old]\nreplacement = \"a\"\nsunset = \"{soon}\"\n"
         ));
-        let out = rewrite(&list("3600000"), &[tools("3")], &f).unwrap().unwrap();
+        let out = rewrite(&list("3600000"), &[tools("3")], &f)
+            .unwrap()
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let ttl = v["result"]["ttlMs"].as_u64().unwrap();
         assert!((1_000..=2_000).contains(&ttl), "{ttl}");

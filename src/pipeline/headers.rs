@@ -25,7 +25,11 @@ pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<Era, GateErr
         }
         return Ok(Era::Legacy);
     };
-    let version = one(fields, FieldKind::McpProtocolVersion, "MCP-Protocol-Version")?;
+    let version = one(
+        fields,
+        FieldKind::McpProtocolVersion,
+        "MCP-Protocol-Version",
+    )?;
     let method = one(fields, FieldKind::McpMethod, "Mcp-Method")?;
     let name = one(fields, FieldKind::McpName, "Mcp-Name")?;
     let claimed = m.meta.and_then(era::meta_version);
@@ -79,11 +83,7 @@ fn names_target(m: &Message<'_>) -> bool {
 }
 
 /// The one value of a header that may appear once.
-fn one<'f>(
-    fields: &'f Fields,
-    kind: FieldKind,
-    name: &str,
-) -> Result<Option<&'f [u8]>, GateError> {
+fn one<'f>(fields: &'f Fields, kind: FieldKind, name: &str) -> Result<Option<&'f [u8]>, GateError> {
     let mut all = fields.all(kind);
     let first = all.next();
     if all.next().is_some() {

@@ -219,13 +219,14 @@ async fn post<'s>(
     }
     let admitted = limits::admit(live, profile, peer, ctx, &payload).await?;
     let mut shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
-    let listen = matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
+    let listen =
+        matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
     drop(payload);
     let mut bytes = bytes;
     if listen {
         // What the profile may not see is not asked for (SPEC §15).
-        let (narrowed, listening) = crate::mcp::listen::prepare(&bytes, profile)
-            .map_err(GateError::InvalidRequest)?;
+        let (narrowed, listening) =
+            crate::mcp::listen::prepare(&bytes, profile).map_err(GateError::InvalidRequest)?;
         if let Some(narrowed) = narrowed {
             bytes = Bytes::from(narrowed);
         }

@@ -15,12 +15,12 @@ use crate::http::body::GateBody;
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::Issue;
 use crate::mcp::tools_list::ListRewrite;
-use crate::upstream::session::EndpointId;
 use crate::mcp::tools_list::ToolFilter;
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay::{self, SseRelay, StreamTiming};
 use crate::mcp::transport::sse;
 use crate::runtime::streams::StreamWatch;
+use crate::upstream::session::EndpointId;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
@@ -246,10 +246,9 @@ impl Shaping {
 
     /// Notes which endpoint answered, whose the sealed state says it is.
     pub(super) fn answered_by(&mut self, endpoint: Option<EndpointId>) {
-        if let (Some(issue), Some(e)) = (
-            self.list.as_mut().and_then(|l| l.rounds.as_mut()),
-            endpoint,
-        ) {
+        if let (Some(issue), Some(e)) =
+            (self.list.as_mut().and_then(|l| l.rounds.as_mut()), endpoint)
+        {
             issue.endpoint = e;
         }
     }

@@ -89,16 +89,10 @@ impl Sealer {
             .iter()
             .map(|k| Keys {
                 seal: LessSafeKey::new(
-                    UnboundKey::new(
-                        &CHACHA20_POLY1305,
-                        derive(k, seal_label).as_ref(),
-                    )
-                    .expect("HMAC-SHA256 gives the 32 bytes ChaCha20 takes"),
+                    UnboundKey::new(&CHACHA20_POLY1305, derive(k, seal_label).as_ref())
+                        .expect("HMAC-SHA256 gives the 32 bytes ChaCha20 takes"),
                 ),
-                nonce: hmac::Key::new(
-                    hmac::HMAC_SHA256,
-                    derive(k, nonce_label).as_ref(),
-                ),
+                nonce: hmac::Key::new(hmac::HMAC_SHA256, derive(k, nonce_label).as_ref()),
             })
             .collect();
         Sealer {

@@ -46,3 +46,33 @@ pub fn run_client(cmd: &mut Command) -> String {
     );
     stdout
 }
+
+/// A peer process, killed on drop.
+pub struct Peer(pub Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a peer that listens on `port` and waits until it accepts connections.
+pub fn start_peer(cmd: &mut Command, port: u16) -> Peer {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let peer = Peer(child);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "peer on port {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    peer
+}

@@ -100,7 +100,11 @@ impl Profile {
         };
         let verbs: &[&str] = match kind {
             "tools" => &["tools/list", "tools/call"],
-            "resources" => &["resources/list", "resources/read", "resources/templates/list"],
+            "resources" => &[
+                "resources/list",
+                "resources/read",
+                "resources/templates/list",
+            ],
             "prompts" => &["prompts/list", "prompts/get"],
             _ => &[],
         };

@@ -1,0 +1,496 @@
+//! MCP 2026-07-28 (SPEC §15, up to the bridge): real clients and servers of the stateless
+//! protocol through mcpgate. The TypeScript SDK v2 server (`ts2_server.mjs`, modern only:
+//! `legacy: 'reject'`) records every request it gets, so each test can show what reached
+//! it; the TypeScript SDK v2 client (`ts2_client.mjs`) pins 2026-07-28.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use support::{Gateway, Peer, free_port, hash, node22, peers, post, run_client, start_peer};
+
+const ALICE: &str = "tok-alice-3Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0CdE";
+const BOB: &str = "tok-bob-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9AbCd";
+
+/// The modern-only SDK v2 server, recording what it receives into `record`.
+fn ts2_server(record: &Path) -> (Peer, u16) {
+    let port = free_port();
+    let peer = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("ts2_server.mjs")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--legacy",
+                "reject",
+                "--record",
+            ])
+            .arg(record),
+        port,
+    );
+    (peer, port)
+}
+
+/// Every request the server recorded, its body parsed.
+fn received(record: &Path) -> Vec<Value> {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|r| {
+            r["body"]
+                .as_str()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        })
+        .collect()
+}
+
+/// Two profiles over the server: `all`, open, and `careful`, which may not delete, read
+/// only public resources and use no prompts; each on an open route and a bearer route.
+fn config(port: u16) -> String {
+    format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.ts2]
+url = "http://127.0.0.1:{port}/mcp"
+timeout = "10s"
+
+[profiles.all]
+upstream = "ts2"
+allow = ["*"]
+
+[profiles.careful]
+upstream = "ts2"
+allow = ["*"]
+deny = ["delete_note"]
+resources = {{ allow = ["file:///public/*"] }}
+prompts = {{ allow = [] }}
+
+[[routes]]
+listen = "main"
+path = "/all"
+profile = "all"
+auth = "none"
+
+[[routes]]
+listen = "main"
+path = "/careful"
+profile = "careful"
+auth = "none"
+
+[[routes]]
+listen = "main"
+path = "/team"
+profile = "all"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["all"]
+
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["all"]
+"#,
+        alice = hash(ALICE),
+        bob = hash(BOB),
+    )
+}
+
+struct Setup {
+    _server: Peer,
+    _dir: tempfile::TempDir,
+    record: PathBuf,
+    port: u16,
+    gw: Gateway,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("received.jsonl");
+    let (server, port) = ts2_server(&record);
+    let gw = Gateway::start(&config(port));
+    Setup {
+        _server: server,
+        _dir: dir,
+        record,
+        port,
+        gw,
+    }
+}
+
+fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> Value {
+    let mut cmd = Command::new(node22());
+    cmd.current_dir(peers())
+        .arg("ts2_client.mjs")
+        .args([url, scenario]);
+    if let Some(b) = bearer {
+        cmd.arg(b);
+    }
+    let out = run_client(&mut cmd);
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
+
+fn call(id: u64, tool: &str, extra: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"id":"n9","text":"t","who":"Welt"}},{META}{extra}}}}}"#
+    )
+}
+
+fn modern_headers<'a>(method: &'a str, name: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+        ("mcp-name", name),
+    ]
+}
+
+#[test]
+fn the_sdk_v2_client_and_server_work_through_the_gateway() {
+    let s = setup();
+    let out = ts2_client(&s.gw.url("/all"), "basic", None);
+    assert_eq!(out["discover"]["versions"], json!(["2026-07-28"]));
+    assert_eq!(out["echo"], "echo: hi");
+    // A name that is not ASCII travels base64-encoded in Mcp-Name.
+    assert_eq!(out["grusse"], "grüße, Welt");
+    // The elicitation round trip, through a sealed requestState.
+    assert_eq!(out["elicited"], "Delete note n1?");
+    assert_eq!(out["confirm"], "deleted n1");
+    assert_eq!(out["progress"]["progress"], json!([1, 2, 3]));
+    assert_eq!(out["read"], "contents of file:///public/readme.txt");
+    assert_eq!(out["prompt"], "Say hello to Ada");
+    let got = received(&s.record);
+    let names: Vec<_> = got
+        .iter()
+        .filter(|b| b["method"] == "tools/call")
+        .map(|b| b["params"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"grüße".to_string()), "{names:?}");
+    // The upstream got its own state back on the retry, never mcpgate's seal.
+    let states: Vec<_> = got
+        .iter()
+        .filter_map(|b| b["params"]["requestState"].as_str())
+        .collect();
+    assert_eq!(states, ["state-for-n1"]);
+}
+
+#[test]
+fn a_profile_holds_for_modern_clients_and_nothing_refused_reaches_the_upstream() {
+    let s = setup();
+    let out = ts2_client(&s.gw.url("/careful"), "denied", None);
+    let tools = out["tools"].as_array().unwrap();
+    assert!(!tools.contains(&json!("delete_note")), "{tools:?}");
+    assert_eq!(out["delete"]["message"], "Tool not allowed: delete_note");
+    assert!(
+        out["secret"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Resource not allowed"),
+        "{out}"
+    );
+    assert_eq!(out["echo"], "echo: still fine");
+    let got = received(&s.record);
+    assert!(
+        !got.iter().any(|b| b["params"]["name"] == "delete_note"
+            || b["params"]["uri"] == "file:///secret/keys.txt"),
+        "{got:?}"
+    );
+
+    // Listening, the denied resource is not subscribed to: only the public one reports.
+    let out = ts2_client(&s.gw.url("/careful"), "listen", None);
+    assert_eq!(
+        out["listen"],
+        json!(["tools", "tools", "updated file:///public/readme.txt"])
+    );
+    let listen = received(&s.record)
+        .into_iter()
+        .find(|b| b["method"] == "subscriptions/listen")
+        .unwrap();
+    assert_eq!(
+        listen["params"]["notifications"]["resourceSubscriptions"],
+        json!(["file:///public/readme.txt"])
+    );
+    // The open profile subscribes to both.
+    let out = ts2_client(&s.gw.url("/all"), "listen", None);
+    assert_eq!(out["listen"].as_array().unwrap().len(), 4, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_and_lists_are_narrowed_and_not_cached_past_a_change() {
+    let s = setup();
+    let discover =
+        format!(r#"{{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{{{META}}}}}"#);
+    let headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let r = post(&s.gw.url("/careful"), &headers, &discover).await;
+    let result = &r.messages()[0]["result"];
+    let caps = result["capabilities"].as_object().unwrap();
+    assert!(!caps.contains_key("prompts"), "{result}");
+    assert_eq!(caps["tools"]["listChanged"], true);
+    assert_eq!(result["cacheScope"], "private");
+    let r = post(&s.gw.url("/all"), &headers, &discover).await;
+    assert!(r.messages()[0]["result"]["capabilities"]["prompts"].is_object());
+
+    let list = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{{META}}}}}"#);
+    let headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    let r = post(&s.gw.url("/careful"), &headers, &list).await;
+    let result = &r.messages()[0]["result"];
+    assert_eq!(result["cacheScope"], "private");
+    assert!(result["ttlMs"].as_u64().unwrap() <= 60_000, "{result}");
+}
+
+/// Header rules: every hostile shape is refused with HeaderMismatch (-32020) and none
+/// reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrored_headers_that_do_not_say_what_the_body_says_are_refused() {
+    let s = setup();
+    let url = s.gw.url("/all");
+    let echo = call(1, "echo", "");
+    let grusse = call(2, "grüße", "");
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "doubled Mcp-Name",
+            vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "echo"),
+                ("mcp-name", "delete_note"),
+            ],
+            &echo,
+        ),
+        (
+            "doubled Mcp-Method",
+            vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-method", "tools/list"),
+                ("mcp-name", "echo"),
+            ],
+            &echo,
+        ),
+        (
+            "no Mcp-Name",
+            modern_headers("tools/call", "echo")[..2].to_vec(),
+            &echo,
+        ),
+        (
+            "no Mcp-Method",
+            vec![("mcp-protocol-version", "2026-07-28"), ("mcp-name", "echo")],
+            &echo,
+        ),
+        (
+            "no version header",
+            vec![("mcp-method", "tools/call"), ("mcp-name", "echo")],
+            &echo,
+        ),
+        (
+            "another name",
+            modern_headers("tools/call", "delete_note"),
+            &echo,
+        ),
+        // base64 of "grüße" is Z3LDvMOfZQ==; the raw bytes, broken base64, another name.
+        (
+            "wrong base64",
+            modern_headers("tools/call", "=?base64?Z3LDvMOfZQ?="),
+            &grusse,
+        ),
+        (
+            "base64 of another",
+            modern_headers("tools/call", "=?base64?ZWNobw==?="),
+            &grusse,
+        ),
+        (
+            "upper-case marker",
+            modern_headers("tools/call", "=?BASE64?Z3LDvMOfZQ==?="),
+            &grusse,
+        ),
+        (
+            "versions disagree",
+            vec![
+                ("mcp-protocol-version", "2025-11-25"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "echo"),
+            ],
+            &echo,
+        ),
+    ];
+    for (what, headers, body) in &cases {
+        let r = post(&url, headers, body).await;
+        assert_eq!(r.status, 400, "{what}: {}", r.body);
+        let v = r.json();
+        assert_eq!(v["error"]["code"], -32020, "{what}: {v}");
+        assert_eq!(v["error"]["data"]["reason"], "header_mismatch", "{what}");
+    }
+    // Odd versions in _meta: a date after 2026-07-28 is modern too, and held to the same
+    // rules; a version that is not a date is legacy and passes to the upstream's judgment.
+    let future = echo.replace("\"2026-07-28\"", "\"2031-01-01\"");
+    let r = post(&url, &modern_headers("tools/call", "echo"), &future).await;
+    assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
+    assert!(received(&s.record).is_empty(), "{:?}", received(&s.record));
+
+    // The same requests with the right headers pass; the encoded name decodes.
+    let r = post(
+        &url,
+        &modern_headers("tools/call", "=?base64?Z3LDvMOfZQ==?="),
+        &grusse,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "grüße, Welt"
+    );
+    let r = post(&url, &modern_headers("tools/call", "echo"), &echo).await;
+    assert_eq!(r.messages()[0]["result"]["content"][0]["text"], "echo: t");
+    assert_eq!(received(&s.record).len(), 2);
+}
+
+/// requestState: sealed for the caller and the request; forged, another token's, another
+/// request's are refused before the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_serves_only_its_caller_and_its_request() {
+    let s = setup();
+    let url = s.gw.url("/team");
+    let alice = support::bearer(ALICE);
+    let bob = support::bearer(BOB);
+    let with = |who: &'static str| {
+        let mut h = modern_headers("tools/call", "delete_note");
+        h.push(("authorization", who));
+        h
+    };
+    let alice: &'static str = Box::leak(alice.into_boxed_str());
+    let bob: &'static str = Box::leak(bob.into_boxed_str());
+    let (ha, hb) = (with(alice), with(bob));
+    let r = post(&url, &ha, &call(1, "delete_note", "")).await;
+    let asked = r.messages()[0]["result"].clone();
+    assert_eq!(asked["resultType"], "input_required", "{}", r.body);
+    let state = asked["requestState"].as_str().unwrap().to_string();
+    assert_ne!(
+        state, "state-for-n9",
+        "the upstream's own state never reaches the client"
+    );
+    let answer = r#","inputResponses":{"confirm":{"action":"accept","content":{"confirm":true}}}"#;
+    let retry = |state: &str| {
+        call(
+            2,
+            "delete_note",
+            &format!(r#"{answer},"requestState":{}"#, json!(state)),
+        )
+    };
+    let before = received(&s.record).len();
+    // Bob holds Alice's state: refused. So is a forged one, and one for another tool.
+    let r = post(&url, &hb, &retry(&state)).await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    assert_eq!(r.json()["error"]["data"]["reason"], "bad_request_state");
+    let mut forged = state.clone().into_bytes();
+    forged[20] = if forged[20] == b'A' { b'B' } else { b'A' };
+    let r = post(&url, &ha, &retry(&String::from_utf8(forged).unwrap())).await;
+    assert_eq!(r.json()["error"]["code"], -32602);
+    let r = post(&url, &ha, &retry("state-for-n9")).await;
+    assert_eq!(r.json()["error"]["code"], -32602);
+    let mut echo_h = modern_headers("tools/call", "echo");
+    echo_h.push(("authorization", alice));
+    let r = post(
+        &url,
+        &echo_h,
+        &call(3, "echo", &format!(r#","requestState":{}"#, json!(state))),
+    )
+    .await;
+    assert_eq!(r.json()["error"]["code"], -32602);
+    assert_eq!(
+        received(&s.record).len(),
+        before,
+        "nothing refused was forwarded"
+    );
+    // Alice's own retry runs, with the upstream's state restored.
+    let r = post(&url, &ha, &retry(&state)).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "deleted n9",
+        "{}",
+        r.body
+    );
+    let last = received(&s.record).pop().unwrap();
+    assert_eq!(last["params"]["requestState"], "state-for-n9");
+
+    // Another gateway with its own key (no session_key) cannot open it.
+    let other = Gateway::start(&config(s.port));
+    let r = post(&other.url("/team"), &ha, &retry(&state)).await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+}
+
+/// mcpgate's own list changes (a reload) reach a listen stream that opted in, tagged with
+/// its subscription id, after the upstream's acknowledgement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reaches_listen_streams_that_opted_in() {
+    let s = setup();
+    let url = s.gw.url("/careful");
+    let listen = format!(
+        r#"{{"jsonrpc":"2.0","id":"listen:7","method":"subscriptions/listen","params":{{"notifications":{{"toolsListChanged":true}},{META}}}}}"#
+    );
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+    ];
+    let path = s.gw.config_path().to_path_buf();
+    let reload = tokio::spawn({
+        let gw_pid = s.gw.pid();
+        async move {
+            // Once the stream is open, the careful profile may also not call `touch`.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(
+                &path,
+                text.replace(
+                    "deny = [\"delete_note\"]",
+                    "deny = [\"delete_note\", \"touch\"]",
+                ),
+            )
+            .unwrap();
+            let _ = Command::new("kill")
+                .args(["-HUP", &gw_pid.to_string()])
+                .status();
+        }
+    });
+    let (r, _) = support::send_stream(
+        http::Method::POST,
+        &url,
+        &headers,
+        listen,
+        Duration::from_secs(3),
+    )
+    .await;
+    reload.await.unwrap();
+    let events = r.messages();
+    let methods: Vec<_> = events.iter().map(|e| e["method"].clone()).collect();
+    assert_eq!(
+        methods,
+        [
+            json!("notifications/subscriptions/acknowledged"),
+            json!("notifications/tools/list_changed")
+        ],
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        events[1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "listen:7"
+    );
+}

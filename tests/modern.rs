@@ -494,3 +494,83 @@ async fn a_reload_reaches_listen_streams_that_opted_in() {
         "listen:7"
     );
 }
+
+/// A modern-only server behind annotation rules and health checks: mcpgate learns its
+/// era with `server/discover`, checks it that way (a legacy ping would be refused), and
+/// reads its tool annotations with stateless requests, so the rules judge at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_only_server_is_probed_checked_and_read_without_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("received.jsonl");
+    let (_server, port) = ts2_server(&record);
+    let text = support::with_admin(format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.ts2]
+url = "http://127.0.0.1:{port}/mcp"
+health = {{ interval = "300ms", timeout = "250ms", unhealthy_after = 1 }}
+
+[profiles.safe]
+upstream = "ts2"
+allow = ["*"]
+deny_annotations = {{ destructiveHint = true }}
+
+[[routes]]
+listen = "main"
+path = "/safe"
+profile = "safe"
+auth = "none"
+"#
+    ));
+    let gw = Gateway::start(&text);
+    let status = support::eventually(Duration::from_secs(10), "the era is known", || {
+        let url = gw.admin_url("/status");
+        async move {
+            let r = support::send(http::Method::GET, &url, &[], "").await;
+            let v = r.json();
+            let e = &v["upstreams"][0]["endpoints"][0];
+            (e["protocol"] == "modern").then(|| v.clone())
+        }
+    })
+    .await;
+    // Checked a while, it stays in: nothing in its checks is refused.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let r = support::send(http::Method::GET, &gw.admin_url("/status"), &[], "").await;
+    assert_eq!(
+        r.json()["upstreams"][0]["endpoints"][0]["health"],
+        "up",
+        "{status}"
+    );
+    // Its annotations were read without a session: a read-only tool passes the rule,
+    // a destructive one (and one that says nothing, so may destroy) does not.
+    let url = gw.url("/safe");
+    let r = post(
+        &url,
+        &modern_headers("tools/call", "echo"),
+        &call(1, "echo", ""),
+    )
+    .await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "echo: t",
+        "{}",
+        r.body
+    );
+    let r = post(
+        &url,
+        &modern_headers("tools/call", "delete_note"),
+        &call(2, "delete_note", ""),
+    )
+    .await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    let got = received(&record);
+    assert!(
+        got.iter()
+            .all(|b| b["method"] != "initialize" && b["method"] != "ping"),
+        "{got:?}"
+    );
+    assert!(got.iter().any(|b| b["method"] == "tools/list"));
+}

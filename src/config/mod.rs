@@ -12,6 +12,6 @@ pub mod watch;
 
 pub use compile::{
     Address, Auth, Balance, ConfigError, Endpoint, HealthCheck, Listener, LogFormat, LogSettings,
-    Outlier, Profile, Route, RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot,
+    Outlier, Profile, Protocol, Route, RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot,
     StdioCommand, TelemetrySettings, TokenEntry, Upstream, load, load_str,
 };

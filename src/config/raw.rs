@@ -82,6 +82,9 @@ pub struct RawUpstream {
     pub outlier: Option<S<RawOutlier>>,
     /// The key (or keys, newest first) that seal session ids: 32 bytes, base64.
     pub session_key: Option<S<toml::Value>>,
+    /// Which generation of MCP the upstream speaks: `auto` (probed; the default),
+    /// `modern` (2026-07-28) or `legacy` (sessions).
+    pub protocol: Option<S<String>>,
     /// A stdio MCP server: the program and its arguments; instead of `url`.
     pub command: Option<S<Vec<S<String>>>>,
     /// The child's environment beyond PATH, HOME and LANG; values may hold secrets.

@@ -74,6 +74,7 @@ impl Gateway {
                             requests: e.metrics.requests.get(),
                             ejections: e.metrics.ejections.get(),
                             sessions: open,
+                            protocol: e.era().map_or("unknown", |era| era.name()),
                         }
                     })
                     .collect();

@@ -84,7 +84,7 @@ pub fn render(s: &Status, out: &mut String) {
             opt(r.p99_ms),
         );
     }
-    out.push_str("</table></div><h2>Upstreams</h2><div class=wide><table id=upstreams><tr><th>upstream</th><th>endpoint</th><th>health</th><th class=n>requests</th><th class=n>sessions</th><th class=n>ejections</th></tr>");
+    out.push_str("</table></div><h2>Upstreams</h2><div class=wide><table id=upstreams><tr><th>upstream</th><th>endpoint</th><th>health</th><th class=n>requests</th><th class=n>sessions</th><th class=n>ejections</th><th>protocol</th></tr>");
     for u in &s.upstreams {
         match u {
             StatusUpstream::Stdio {
@@ -94,7 +94,7 @@ pub fn render(s: &Status, out: &mut String) {
             } => {
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td class=dim>stdio: {processes} processes</td><td class=up>up</td><td class=n>{DASH}</td><td class=n>{sessions}</td><td class=n>{DASH}</td></tr>",
+                    "<tr><td>{}</td><td class=dim>stdio: {processes} processes</td><td class=up>up</td><td class=n>{DASH}</td><td class=n>{sessions}</td><td class=n>{DASH}</td><td>legacy</td></tr>",
                     esc(name),
                 );
             }
@@ -105,12 +105,13 @@ pub fn render(s: &Status, out: &mut String) {
                     let health = esc(e.health);
                     let _ = write!(
                         out,
-                        "<tr><td>{}</td><td>{}</td><td class=\"{health}\">{health}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+                        "<tr><td>{}</td><td>{}</td><td class=\"{health}\">{health}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
                         esc(name),
                         esc(&e.url),
                         e.requests,
                         e.sessions,
                         e.ejections,
+                        esc(e.protocol),
                     );
                 }
             }

@@ -72,6 +72,9 @@ pub struct StatusEndpoint {
     pub requests: u64,
     pub ejections: u64,
     pub sessions: i64,
+    /// Which generation of MCP it speaks (SPEC §15): `modern`, `legacy`, or `unknown`
+    /// until it has answered a probe.
+    pub protocol: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -173,7 +173,37 @@ pub fn ping(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
         None,
         PING,
         "mcpgate-health",
+        &[],
     )
+}
+
+/// The `params._meta` mcpgate's own 2026-07-28 requests carry.
+pub const OWN_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcpgate","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+/// The health check and era probe of a server that may speak 2026-07-28: a stateless
+/// `server/discover`. A modern server answers it with a result; a legacy one with an error
+/// (a JSON-RPC message all the same, which is what a check asks of it).
+pub fn discover(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":"mcpgate-health","method":"server/discover","params":{{"_meta":{OWN_META}}}}}"#
+    );
+    request_of_own(
+        upstream,
+        endpoint,
+        &Method::POST,
+        None,
+        body.as_bytes(),
+        "mcpgate-health",
+        &modern_fields("server/discover"),
+    )
+}
+
+/// The header fields a 2026-07-28 request of `method` carries (it names nothing).
+pub fn modern_fields(method: &str) -> [(&'static str, &str); 2] {
+    [
+        ("mcp-protocol-version", crate::mcp::era::MODERN),
+        ("mcp-method", method),
+    ]
 }
 
 /// A request of mcpgate's own to `endpoint` (`upstream::hints`): `body` (none for a
@@ -184,8 +214,9 @@ pub fn own(
     method: &Method,
     session: Option<&str>,
     body: &[u8],
+    fields: &[(&str, &str)],
 ) -> Vec<u8> {
-    request_of_own(upstream, endpoint, method, session, body, "mcpgate")
+    request_of_own(upstream, endpoint, method, session, body, "mcpgate", fields)
 }
 
 fn request_of_own(
@@ -195,6 +226,7 @@ fn request_of_own(
     session: Option<&str>,
     body: &[u8],
     agent: &str,
+    fields: &[(&str, &str)],
 ) -> Vec<u8> {
     let target = endpoint.url.path_and_query().map_or("/", |p| p.as_str());
     let mut buf = Vec::with_capacity(256 + body.len());
@@ -215,6 +247,12 @@ fn request_of_own(
     }
     for (name, value) in &upstream.headers {
         buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in fields {
+        buf.extend_from_slice(name.as_bytes());
         buf.extend_from_slice(b": ");
         buf.extend_from_slice(value.as_bytes());
         buf.extend_from_slice(b"\r\n");

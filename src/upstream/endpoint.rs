@@ -141,9 +141,28 @@ pub struct EndpointState {
     pub metrics: EndpointMetrics,
     /// The running health check, if one is configured (`health` starts it).
     pub(super) checker: Mutex<Option<Checker>>,
+    /// Which generation of MCP it answered in: 0 not known yet, 1 legacy, 2 modern.
+    era: std::sync::atomic::AtomicU8,
 }
 
 impl EndpointState {
+    /// Which generation of MCP the endpoint speaks, once it has answered a probe.
+    pub fn era(&self) -> Option<crate::mcp::era::Era> {
+        match self.era.load(Ordering::Relaxed) {
+            1 => Some(crate::mcp::era::Era::Legacy),
+            2 => Some(crate::mcp::era::Era::Modern),
+            _ => None,
+        }
+    }
+
+    pub fn set_era(&self, era: crate::mcp::era::Era) {
+        let v = match era {
+            crate::mcp::era::Era::Legacy => 1,
+            crate::mcp::era::Era::Modern => 2,
+        };
+        self.era.store(v, Ordering::Relaxed);
+    }
+
     pub(super) fn new(
         endpoint: &Endpoint,
         connect_timeout: Duration,
@@ -161,6 +180,7 @@ impl EndpointState {
                 .collect(),
             order: Order::default(),
             healthy: AtomicBool::new(true),
+            era: std::sync::atomic::AtomicU8::new(0),
             failures: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),
             metrics,

@@ -13,6 +13,7 @@
 
 use super::endpoint::{Checker, EndpointState};
 use crate::config::HealthCheck;
+use crate::mcp::era::Era;
 use bytes::BytesMut;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
@@ -62,7 +63,10 @@ async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<
             return;
         };
         match verdict {
-            Ok(()) => {
+            Ok(era) => {
+                if let Some(era) = era.filter(|_| is_discover(&request)) {
+                    endpoint.set_era(era);
+                }
                 failed = 0;
                 passed = passed.saturating_add(1);
                 if passed >= settings.healthy_after {
@@ -83,8 +87,46 @@ async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<
     }
 }
 
-/// One ping: `Ok` when it passes, else why not.
-async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), String> {
+/// Whether a check's request is the 2026-07-28 `server/discover`, whose answer says the
+/// endpoint's era.
+fn is_discover(request: &[u8]) -> bool {
+    request.windows(15).any(|w| w == b"server/discover")
+}
+
+/// Learns `endpoint`'s era once, with the `server/discover` `request`: for an upstream
+/// whose era is probed but that has no health checks. Retried every 10 s until it answers.
+pub fn probe_once(endpoint: &Arc<EndpointState>, request: Vec<u8>) {
+    if endpoint.era().is_some() {
+        return;
+    }
+    let weak = Arc::downgrade(endpoint);
+    let pool = endpoint.new_pool();
+    tokio::spawn(async move {
+        loop {
+            let answer =
+                tokio::time::timeout(std::time::Duration::from_secs(5), ping(&pool, &request))
+                    .await;
+            let Some(endpoint) = weak.upgrade() else {
+                return;
+            };
+            if let Ok(Ok(Some(era))) = answer {
+                endpoint.set_era(era);
+                return;
+            }
+            drop(endpoint);
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        }
+    });
+}
+
+/// Asks `pool`'s endpoint `request` (a `server/discover`) and reads its era from the
+/// answer; `None` when it did not answer with a JSON-RPC message.
+pub async fn probe(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Option<Era> {
+    ping(pool, request).await.ok().flatten()
+}
+
+/// One ping: `Ok` when it passes (with the era its message shows), else why not.
+async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<Option<Era>, String> {
     let answer = pool
         .send(&Method::POST, request, &mut || {})
         .await
@@ -105,15 +147,15 @@ async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), Strin
         if let Ok(data) = frame.into_data() {
             seen.extend_from_slice(&data);
         }
-        if sse && holds_message(&seen, true) {
-            return Ok(());
+        if sse && holds_message(&seen, true).is_some() {
+            return Ok(holds_message(&seen, true));
         }
         if seen.len() > MAX_PING_ANSWER {
             break;
         }
     }
-    if holds_message(&seen, sse) {
-        Ok(())
+    if let Some(era) = holds_message(&seen, sse) {
+        Ok(Some(era))
     } else if status == StatusCode::OK || status.is_client_error() {
         Err(format!("status {status} without a JSON-RPC message"))
     } else {
@@ -121,46 +163,58 @@ async fn ping(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Result<(), Strin
     }
 }
 
-/// Whether `text` holds a JSON-RPC message: the whole body, or (`sse`) the data of an
-/// event.
-fn holds_message(text: &[u8], sse: bool) -> bool {
-    let is_message = |bytes: &[u8]| {
-        serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| match v {
-            serde_json::Value::Array(items) => items.iter().any(|m| m["jsonrpc"] == "2.0"),
-            m => m["jsonrpc"] == "2.0",
-        })
+/// The era of the JSON-RPC message `text` holds (the whole body, or (`sse`) the data of
+/// an event), if it holds one: a result naming a 2026-07-28 or later version among its
+/// `supportedVersions` is a modern server's; any other message a legacy one's.
+fn holds_message(text: &[u8], sse: bool) -> Option<Era> {
+    let era_of = |bytes: &[u8]| {
+        let v = serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+        let m = match v {
+            serde_json::Value::Array(items) => items.into_iter().find(|m| m["jsonrpc"] == "2.0")?,
+            m if m["jsonrpc"] == "2.0" => m,
+            _ => return None,
+        };
+        let modern = m["result"]["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| {
+                v.iter()
+                    .filter_map(|v| v.as_str())
+                    .any(crate::mcp::era::is_modern)
+            });
+        Some(if modern { Era::Modern } else { Era::Legacy })
     };
     if !sse {
-        return is_message(text);
+        return era_of(text);
     }
     text.split(|b| *b == b'\n')
         .filter_map(|line| line.strip_prefix(b"data:"))
-        .any(|data| is_message(data.trim_ascii()))
+        .find_map(|data| era_of(data.trim_ascii()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::holds_message;
+    use super::*;
 
     #[test]
     fn a_ping_answer_is_a_json_rpc_message() {
-        assert!(holds_message(
-            br#"{"jsonrpc":"2.0","id":"h","result":{}}"#,
-            false
-        ));
+        assert_eq!(
+            holds_message(
+                br#"{"jsonrpc":"2.0","id":"h","result":{"supportedVersions":["2025-11-25","2026-07-28"],"capabilities":{}}}"#,
+                false
+            ),
+            Some(Era::Modern)
+        );
+        assert!(holds_message(br#"{"jsonrpc":"2.0","id":"h","result":{}}"#, false).is_some());
         assert!(holds_message(
             br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Missing session ID"}}"#,
             false
-        ));
+        ).is_some());
         assert!(holds_message(
             b"id: 1\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"h\",\"result\":{}}\n\n",
             true
-        ));
-        assert!(!holds_message(b"<html>Bad Gateway</html>", false));
-        assert!(!holds_message(b"{\"ok\":true}", false));
-        assert!(!holds_message(
-            b"event: message\ndata: {\"jsonrpc\":\"2.0\"",
-            true
-        ));
+        ).is_some());
+        assert!(holds_message(b"<html>Bad Gateway</html>", false).is_none());
+        assert!(holds_message(b"{\"ok\":true}", false).is_none());
+        assert!(holds_message(b"event: message\ndata: {\"jsonrpc\":\"2.0\"", true).is_none());
     }
 }

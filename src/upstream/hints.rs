@@ -8,7 +8,8 @@
 
 use super::endpoint::EndpointState;
 use super::pool::Pool;
-use crate::config::{Endpoint, Snapshot, Upstream};
+use crate::config::{Endpoint, Protocol, Snapshot, Upstream};
+use crate::mcp::era::Era;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::{Method, StatusCode};
@@ -81,7 +82,11 @@ pub async fn fetch(
     upstream: &Upstream,
     endpoint: &Endpoint,
     pool: &Arc<Pool>,
+    era: Era,
 ) -> Result<Vec<(Box<str>, Hints)>, String> {
+    if era == Era::Modern {
+        return list_pages(upstream, endpoint, pool, None, true).await;
+    }
     let init = serde_json::json!({
         "jsonrpc": "2.0", "id": "mcpgate-hints-0", "method": "initialize",
         "params": {
@@ -102,6 +107,31 @@ pub async fn fetch(
         &initialized,
     )
     .await?;
+    let result = list_pages(upstream, endpoint, pool, session, false).await;
+    if session.is_some() {
+        // Best effort: the session ends with us either way.
+        let _ = exchange(
+            upstream,
+            endpoint,
+            pool,
+            &Method::DELETE,
+            session,
+            &Value::Null,
+        )
+        .await;
+    }
+    result
+}
+
+/// Every page of the upstream's tool list, in `session` (legacy) or as stateless
+/// 2026-07-28 requests (`modern`).
+async fn list_pages(
+    upstream: &Upstream,
+    endpoint: &Endpoint,
+    pool: &Arc<Pool>,
+    session: Option<&str>,
+    modern: bool,
+) -> Result<Vec<(Box<str>, Hints)>, String> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
@@ -110,6 +140,11 @@ pub async fn fetch(
         let mut list = serde_json::json!({"jsonrpc": "2.0", "id": format!("mcpgate-hints-{pages}"), "method": "tools/list"});
         if let Some(c) = &cursor {
             list["params"] = serde_json::json!({ "cursor": c });
+        }
+        if modern {
+            let meta: Value =
+                serde_json::from_str(super::encode::OWN_META).expect("mcpgate's own _meta is JSON");
+            list["params"]["_meta"] = meta;
         }
         let (_, answer) = exchange(upstream, endpoint, pool, &Method::POST, session, &list).await?;
         let Some(result) = answer.and_then(|mut a| a.get_mut("result").map(Value::take)) else {
@@ -127,18 +162,6 @@ pub async fn fetch(
             break Err(format!("more than {MAX_PAGES} pages of tools"));
         }
     };
-    if session.is_some() {
-        // Best effort: the session ends with us either way.
-        let _ = exchange(
-            upstream,
-            endpoint,
-            pool,
-            &Method::DELETE,
-            session,
-            &Value::Null,
-        )
-        .await;
-    }
     result.map(|()| all)
 }
 
@@ -157,7 +180,11 @@ async fn exchange(
     } else {
         body.to_string().into_bytes()
     };
-    let request = super::encode::own(upstream, endpoint, method, session, &body);
+    // A 2026-07-28 request says what it is in its headers too.
+    let modern = body_has_meta(&body);
+    let fields = super::encode::modern_fields("tools/list");
+    let fields: &[(&str, &str)] = if modern { &fields } else { &[] };
+    let request = super::encode::own(upstream, endpoint, method, session, &body, fields);
     let answer = pool
         .send(method, &request, &mut || {})
         .await
@@ -186,6 +213,12 @@ async fn exchange(
         }
     }
     Ok((session, first_message(&seen, sse)))
+}
+
+/// Whether mcpgate's own request `body` is a 2026-07-28 one (its tools/list pages).
+fn body_has_meta(body: &[u8]) -> bool {
+    const META: &[u8] = b"\"_meta\"";
+    body.windows(META.len()).any(|w| w == META)
 }
 
 /// The JSON-RPC answer in `text`: the whole body, or the first `data:` of an event
@@ -228,7 +261,23 @@ pub fn start_fetching<'a>(
                     .iter()
                     .position(|e| e.available(upstream.outlier.as_ref()))
                     .unwrap_or(0);
-                match fetch(&upstream, &upstream.endpoints[at], &pools[at])
+                // A modern server has no session to read in: its era decides how to ask.
+                let era = match upstream.protocol {
+                    Protocol::Modern => Era::Modern,
+                    Protocol::Legacy => Era::Legacy,
+                    Protocol::Auto => match endpoints[at].era() {
+                        Some(era) => era,
+                        None => {
+                            let probe = super::encode::discover(&upstream, &upstream.endpoints[at]);
+                            let era = super::health::probe(&pools[at], &probe).await;
+                            if let Some(era) = era {
+                                endpoints[at].set_era(era);
+                            }
+                            era.unwrap_or(Era::Legacy)
+                        }
+                    },
+                };
+                match fetch(&upstream, &upstream.endpoints[at], &pools[at], era)
                     .await
                 {
                     Ok(tools) => {

@@ -10,6 +10,8 @@
 use super::endpoint::{EndpointFamilies, EndpointState};
 use super::hints::HintStore;
 use super::session::{EndpointId, Purpose, Sealer};
+use crate::config::Protocol;
+use crate::mcp::era::Era;
 
 /// The key of this process's seals when an upstream has no `session_key`: drawn at start,
 /// so what it sealed opens only here.
@@ -160,7 +162,21 @@ impl Registry {
                                 ))
                             });
                         if tokio::runtime::Handle::try_current().is_ok() {
-                            super::health::ensure(&state, u.health, super::encode::ping(u, e));
+                            // A server that may speak 2026-07-28 is checked (and its era
+                            // learnt) with `server/discover`; a legacy one with `ping`.
+                            let check = match u.protocol {
+                                Protocol::Legacy => super::encode::ping(u, e),
+                                _ => super::encode::discover(u, e),
+                            };
+                            match u.protocol {
+                                Protocol::Modern => state.set_era(Era::Modern),
+                                Protocol::Legacy => state.set_era(Era::Legacy),
+                                Protocol::Auto if u.health.is_none() => {
+                                    super::health::probe_once(&state, check.clone());
+                                }
+                                Protocol::Auto => {}
+                            }
+                            super::health::ensure(&state, u.health, check);
                         }
                         next.insert(key, state.clone());
                         state

@@ -35,7 +35,11 @@ function build() {
     );
     server.registerTool(
         'echo',
-        { description: 'Echoes its text.', inputSchema: object({ text: { type: 'string' } }) },
+        {
+            description: 'Echoes its text.',
+            inputSchema: object({ text: { type: 'string' } }),
+            annotations: { readOnlyHint: true },
+        },
         async ({ text: t }) => text(`echo: ${t}`),
     );
     server.registerTool(

@@ -35,7 +35,8 @@ pub use snapshot::{
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
-    Address, Balance, Endpoint, HealthCheck, Outlier, SessionKey, Sharing, StdioCommand, Upstream,
+    Address, Balance, Endpoint, HealthCheck, Outlier, Protocol, SessionKey, Sharing, StdioCommand,
+    Upstream,
 };
 
 use super::raw::{RawConfig, S};

@@ -259,6 +259,17 @@ impl Snapshot {
                 humantime::format_duration(u.stream_idle_timeout),
                 names.join(", ")
             );
+            let _ = writeln!(
+                out,
+                "    protocol: {}",
+                match u.protocol {
+                    super::upstreams::Protocol::Auto => {
+                        "auto (probed with server/discover: 2026-07-28 if it answers, else legacy)"
+                    }
+                    super::upstreams::Protocol::Modern => "modern (2026-07-28)",
+                    super::upstreams::Protocol::Legacy => "legacy (sessions)",
+                }
+            );
             if let Some(c) = &u.stdio {
                 let mut names: Vec<&str> = c.env.iter().map(|(k, _)| k.as_str()).collect();
                 names.sort_unstable();

@@ -13,8 +13,30 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `[upstreams.X] protocol`: which generation of MCP an upstream speaks, for mcpgate's own
+/// requests to it (health checks, hint reading).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Probed with `server/discover`: an answer with a result is a modern server.
+    Auto,
+    Modern,
+    Legacy,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Auto => "auto",
+            Protocol::Modern => "modern",
+            Protocol::Legacy => "legacy",
+        }
+    }
+}
+
 pub struct Upstream {
     pub name: Arc<str>,
+    /// `protocol`: which generation mcpgate's own requests to it speak (SPEC §15).
+    pub protocol: Protocol,
     /// Where its requests go: the one `url`, or the `endpoints` (replicas), in the order
     /// written.
     pub endpoints: Box<[Arc<Endpoint>]>,
@@ -399,6 +421,17 @@ impl Compiler<'_> {
                 },
             };
             let health = u.health.as_ref().map(health_check).transpose()?;
+            let protocol = match &u.protocol {
+                None => Protocol::Auto,
+                Some(v) => match v.get_ref().as_str() {
+                    "auto" => Protocol::Auto,
+                    "modern" => Protocol::Modern,
+                    "legacy" => Protocol::Legacy,
+                    _ => {
+                        return fail(v.span(), "protocol is \"auto\", \"modern\" or \"legacy\"");
+                    }
+                },
+            };
             let outlier = match &u.outlier {
                 Some(o) => Some(outlier(o)?),
                 None => Some(Outlier {
@@ -447,6 +480,7 @@ impl Compiler<'_> {
                 name.clone(),
                 Arc::new(Upstream {
                     name: name.as_str().into(),
+                    protocol,
                     endpoints: endpoints.into(),
                     balance,
                     health,
@@ -479,6 +513,7 @@ impl Compiler<'_> {
             ("health", u.health.as_ref().map(S::span)),
             ("outlier", u.outlier.as_ref().map(S::span)),
             ("session_key", u.session_key.as_ref().map(S::span)),
+            ("protocol", u.protocol.as_ref().map(S::span)),
             ("tls", u.tls.as_ref().map(S::span)),
             ("connect_timeout", u.connect_timeout.as_ref().map(S::span)),
             ("headers", (!u.headers.is_empty()).then(|| whole.span())),
@@ -534,6 +569,8 @@ impl Compiler<'_> {
         let stream_idle_timeout = duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
         Ok(Upstream {
             name: name.into(),
+            // mcpgate initializes each child itself (docs/stdio.md).
+            protocol: Protocol::Legacy,
             endpoints: Box::default(),
             balance: Balance::RoundRobin,
             health: None,

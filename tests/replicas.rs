@@ -312,7 +312,7 @@ async fn only_requests_that_cannot_have_acted_are_retried_elsewhere() {
     for id in 0..6 {
         let r = post(&gw.url("/mcp"), &[], &support::call(id, "delete_document")).await;
         if r.status == 502 {
-            assert_eq!(r.json()["error"]["code"], -32002);
+            assert_eq!(r.json()["error"]["code"], -32006);
             failed += 1;
         } else {
             assert_eq!(r.status, 200, "{}", r.body);

@@ -474,7 +474,7 @@ async fn misbehaving_stdio_servers_change_nothing_for_their_clients() {
     let s = initialize(&url).await;
     let r = post(&url, &[("mcp-session-id", &s)], &call(3, "echo", "{}")).await;
     assert_eq!(r.status, 502, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32002);
+    assert_eq!(r.json()["error"]["code"], -32006);
     let r = post(&url, &[("mcp-session-id", &s)], &call(4, "echo", "{}")).await;
     assert_eq!(r.status, 404, "{}", r.body);
     let again = initialize(&url).await;

@@ -118,7 +118,7 @@ async fn https_upstreams_are_verified_and_their_connections_kept() {
     }
 }
 
-/// Every certificate problem fails the call with 502 -32002 and a log line naming the
+/// Every certificate problem fails the call with 502 -32006 and a log line naming the
 /// cause; the upstream gets nothing, and mcpgate never falls back to plain HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_certificate_problems_are_502_and_named_in_the_log() {
@@ -159,7 +159,7 @@ async fn upstream_certificate_problems_are_502_and_named_in_the_log() {
         ));
         let r = post(&gw.url("/mcp-gpt-full"), &[], &call(9, "get_document")).await;
         assert_eq!(r.status, 502, "{what}: {}", r.body);
-        assert_eq!(r.json()["error"]["code"], -32002, "{what}");
+        assert_eq!(r.json()["error"]["code"], -32006, "{what}");
         assert_eq!(r.json()["id"], 9);
         // The warning is written a moment after the answer.
         gw.log_with(cause, 1).await;

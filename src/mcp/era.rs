@@ -6,43 +6,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use std::borrow::Cow;
 
-/// The first revision without sessions.
-pub const MODERN: &str = "2026-07-28";
-
-/// Where `params._meta` says which revision a request speaks.
-pub const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Era {
-    #[default]
-    Legacy,
-    Modern,
-}
-
-impl Era {
-    pub fn name(self) -> &'static str {
-        match self {
-            Era::Legacy => "legacy",
-            Era::Modern => "modern",
-        }
-    }
-}
-
-/// Whether `version` (a revision date, `YYYY-MM-DD`) is 2026-07-28 or later. Revision
-/// names are dates, so their order is the text's; anything not shaped like a date is not
-/// a modern revision.
-pub fn is_modern(version: &str) -> bool {
-    let b = version.as_bytes();
-    b.len() == 10
-        && b.iter().enumerate().all(|(i, c)| {
-            if i == 4 || i == 7 {
-                *c == b'-'
-            } else {
-                c.is_ascii_digit()
-            }
-        })
-        && version >= MODERN
-}
+pub use crate::config::generation::{Era, MODERN, is_modern};
 
 /// The revision `params._meta` names (its JSON text given), if it names one as a string.
 pub fn meta_version(meta: &str) -> Option<String> {

@@ -201,7 +201,7 @@ pub fn discover(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
 /// The header fields a 2026-07-28 request of `method` carries (it names nothing).
 pub fn modern_fields(method: &str) -> [(&'static str, &str); 2] {
     [
-        ("mcp-protocol-version", crate::mcp::era::MODERN),
+        ("mcp-protocol-version", crate::config::generation::MODERN),
         ("mcp-method", method),
     ]
 }

@@ -147,18 +147,18 @@ pub struct EndpointState {
 
 impl EndpointState {
     /// Which generation of MCP the endpoint speaks, once it has answered a probe.
-    pub fn era(&self) -> Option<crate::mcp::era::Era> {
+    pub fn era(&self) -> Option<crate::config::generation::Era> {
         match self.era.load(Ordering::Relaxed) {
-            1 => Some(crate::mcp::era::Era::Legacy),
-            2 => Some(crate::mcp::era::Era::Modern),
+            1 => Some(crate::config::generation::Era::Legacy),
+            2 => Some(crate::config::generation::Era::Modern),
             _ => None,
         }
     }
 
-    pub fn set_era(&self, era: crate::mcp::era::Era) {
+    pub fn set_era(&self, era: crate::config::generation::Era) {
         let v = match era {
-            crate::mcp::era::Era::Legacy => 1,
-            crate::mcp::era::Era::Modern => 2,
+            crate::config::generation::Era::Legacy => 1,
+            crate::config::generation::Era::Modern => 2,
         };
         self.era.store(v, Ordering::Relaxed);
     }

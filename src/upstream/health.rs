@@ -13,7 +13,7 @@
 
 use super::endpoint::{Checker, EndpointState};
 use crate::config::HealthCheck;
-use crate::mcp::era::Era;
+use crate::config::generation::Era;
 use bytes::BytesMut;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
@@ -93,32 +93,6 @@ fn is_discover(request: &[u8]) -> bool {
     request.windows(15).any(|w| w == b"server/discover")
 }
 
-/// Learns `endpoint`'s era once, with the `server/discover` `request`: for an upstream
-/// whose era is probed but that has no health checks. Retried every 10 s until it answers.
-pub fn probe_once(endpoint: &Arc<EndpointState>, request: Vec<u8>) {
-    if endpoint.era().is_some() {
-        return;
-    }
-    let weak = Arc::downgrade(endpoint);
-    let pool = endpoint.new_pool();
-    tokio::spawn(async move {
-        loop {
-            let answer =
-                tokio::time::timeout(std::time::Duration::from_secs(5), ping(&pool, &request))
-                    .await;
-            let Some(endpoint) = weak.upgrade() else {
-                return;
-            };
-            if let Ok(Ok(Some(era))) = answer {
-                endpoint.set_era(era);
-                return;
-            }
-            drop(endpoint);
-            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-        }
-    });
-}
-
 /// Asks `pool`'s endpoint `request` (a `server/discover`) and reads its era from the
 /// answer; `None` when it did not answer with a JSON-RPC message.
 pub async fn probe(pool: &Arc<super::pool::Pool>, request: &[u8]) -> Option<Era> {
@@ -179,7 +153,7 @@ fn holds_message(text: &[u8], sse: bool) -> Option<Era> {
             .is_some_and(|v| {
                 v.iter()
                     .filter_map(|v| v.as_str())
-                    .any(crate::mcp::era::is_modern)
+                    .any(crate::config::generation::is_modern)
             });
         Some(if modern { Era::Modern } else { Era::Legacy })
     };

@@ -8,8 +8,8 @@
 
 use super::endpoint::EndpointState;
 use super::pool::Pool;
+use crate::config::generation::Era;
 use crate::config::{Endpoint, Protocol, Snapshot, Upstream};
-use crate::mcp::era::Era;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::{Method, StatusCode};

@@ -11,7 +11,7 @@ use super::endpoint::{EndpointFamilies, EndpointState};
 use super::hints::HintStore;
 use super::session::{EndpointId, Purpose, Sealer};
 use crate::config::Protocol;
-use crate::mcp::era::Era;
+use crate::config::generation::Era;
 
 /// The key of this process's seals when an upstream has no `session_key`: drawn at start,
 /// so what it sealed opens only here.
@@ -168,12 +168,11 @@ impl Registry {
                                 Protocol::Legacy => super::encode::ping(u, e),
                                 _ => super::encode::discover(u, e),
                             };
+                            // Without checks, `auto` learns the era when mcpgate first needs
+                            // it (reading hints): it sends nothing a client did not ask for.
                             match u.protocol {
                                 Protocol::Modern => state.set_era(Era::Modern),
                                 Protocol::Legacy => state.set_era(Era::Legacy),
-                                Protocol::Auto if u.health.is_none() => {
-                                    super::health::probe_once(&state, check.clone());
-                                }
                                 Protocol::Auto => {}
                             }
                             super::health::ensure(&state, u.health, check);

@@ -224,8 +224,9 @@ fn a_profile_holds_for_modern_clients_and_nothing_refused_reaches_the_upstream()
     assert_eq!(out["listen"].as_array().unwrap().len(), 4, "{out}");
 }
 
+/// (How `ttlMs` is capped is held by `tools_list`'s unit test: this server says 0.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn discover_and_lists_are_narrowed_and_not_cached_past_a_change() {
+async fn discover_and_lists_are_narrowed_to_the_profile() {
     let s = setup();
     let discover =
         format!(r#"{{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{{{META}}}}}"#);

@@ -298,6 +298,8 @@ pub struct Checker {
     pub settings: HealthCheck,
     /// The ping, as sent.
     pub request: Arc<[u8]>,
+    /// Whether its answers set the endpoint's era (`protocol = "auto"`).
+    pub learns_era: bool,
     pub task: tokio::task::AbortHandle,
 }
 

@@ -24,11 +24,19 @@ const MAX_PING_ANSWER: usize = 64 << 10;
 
 /// Makes `endpoint`'s check run with `settings` and the ping `request` (none when
 /// `settings` is `None`): a check already running with both is left alone.
-pub fn ensure(endpoint: &Arc<EndpointState>, settings: Option<HealthCheck>, request: Vec<u8>) {
+/// With `learns_era` (an upstream whose era is probed), each answer also sets the
+/// endpoint's era.
+pub fn ensure(
+    endpoint: &Arc<EndpointState>,
+    settings: Option<HealthCheck>,
+    request: Vec<u8>,
+    learns_era: bool,
+) {
     let mut running = endpoint.checker.lock().unwrap_or_else(|p| p.into_inner());
     if let (Some(c), Some(s)) = (&*running, &settings)
         && c.settings == *s
         && *c.request == *request
+        && c.learns_era == learns_era
     {
         return;
     }
@@ -41,15 +49,26 @@ pub fn ensure(endpoint: &Arc<EndpointState>, settings: Option<HealthCheck>, requ
         return;
     };
     let request: Arc<[u8]> = request.into();
-    let task = tokio::spawn(run(Arc::downgrade(endpoint), settings, request.clone()));
+    let task = tokio::spawn(run(
+        Arc::downgrade(endpoint),
+        settings,
+        request.clone(),
+        learns_era,
+    ));
     *running = Some(Checker {
         settings,
         request,
+        learns_era,
         task: task.abort_handle(),
     });
 }
 
-async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<[u8]>) {
+async fn run(
+    endpoint: Weak<EndpointState>,
+    settings: HealthCheck,
+    request: Arc<[u8]>,
+    learns_era: bool,
+) {
     let pool = match endpoint.upgrade() {
         Some(e) => e.new_pool(),
         None => return,
@@ -64,7 +83,7 @@ async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<
         };
         match verdict {
             Ok(era) => {
-                if let Some(era) = era.filter(|_| is_discover(&request)) {
+                if let Some(era) = era.filter(|_| learns_era) {
                     endpoint.set_era(era);
                 }
                 failed = 0;
@@ -85,12 +104,6 @@ async fn run(endpoint: Weak<EndpointState>, settings: HealthCheck, request: Arc<
         drop(endpoint);
         tokio::time::sleep(settings.interval).await;
     }
-}
-
-/// Whether a check's request is the 2026-07-28 `server/discover`, whose answer says the
-/// endpoint's era.
-fn is_discover(request: &[u8]) -> bool {
-    request.windows(15).any(|w| w == b"server/discover")
 }
 
 /// Asks `pool`'s endpoint `request` (a `server/discover`) and reads its era from the

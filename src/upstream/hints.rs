@@ -95,7 +95,8 @@ pub async fn fetch(
             "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")}
         }
     });
-    let (session, _) = exchange(upstream, endpoint, pool, &Method::POST, None, &init).await?;
+    let (session, _) =
+        exchange(upstream, endpoint, pool, &Method::POST, None, &init, false).await?;
     let session = session.as_deref();
     let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     exchange(
@@ -105,6 +106,7 @@ pub async fn fetch(
         &Method::POST,
         session,
         &initialized,
+        false,
     )
     .await?;
     let result = list_pages(upstream, endpoint, pool, session, false).await;
@@ -117,6 +119,7 @@ pub async fn fetch(
             &Method::DELETE,
             session,
             &Value::Null,
+            false,
         )
         .await;
     }
@@ -146,7 +149,16 @@ async fn list_pages(
                 serde_json::from_str(super::encode::OWN_META).expect("mcpgate's own _meta is JSON");
             list["params"]["_meta"] = meta;
         }
-        let (_, answer) = exchange(upstream, endpoint, pool, &Method::POST, session, &list).await?;
+        let (_, answer) = exchange(
+            upstream,
+            endpoint,
+            pool,
+            &Method::POST,
+            session,
+            &list,
+            modern,
+        )
+        .await?;
         let Some(result) = answer.and_then(|mut a| a.get_mut("result").map(Value::take)) else {
             break Err("tools/list answered without a result".to_string());
         };
@@ -165,8 +177,9 @@ async fn list_pages(
     result.map(|()| all)
 }
 
-/// One request of mcpgate's own session: the session id the answer gives and the JSON-RPC
-/// message it holds (a JSON body, or the first message of an event stream).
+/// One request of mcpgate's own session (or, `modern`, a stateless 2026-07-28 tools/list,
+/// which says what it is in its headers too): the session id the answer gives and the
+/// JSON-RPC message it holds (a JSON body, or the first message of an event stream).
 async fn exchange(
     upstream: &Upstream,
     endpoint: &Endpoint,
@@ -174,14 +187,13 @@ async fn exchange(
     method: &Method,
     session: Option<&str>,
     body: &Value,
+    modern: bool,
 ) -> Result<(Option<String>, Option<Value>), String> {
     let body = if body.is_null() {
         Vec::new()
     } else {
         body.to_string().into_bytes()
     };
-    // A 2026-07-28 request says what it is in its headers too.
-    let modern = body_has_meta(&body);
     let fields = super::encode::modern_fields("tools/list");
     let fields: &[(&str, &str)] = if modern { &fields } else { &[] };
     let request = super::encode::own(upstream, endpoint, method, session, &body, fields);
@@ -213,12 +225,6 @@ async fn exchange(
         }
     }
     Ok((session, first_message(&seen, sse)))
-}
-
-/// Whether mcpgate's own request `body` is a 2026-07-28 one (its tools/list pages).
-fn body_has_meta(body: &[u8]) -> bool {
-    const META: &[u8] = b"\"_meta\"";
-    body.windows(META.len()).any(|w| w == META)
 }
 
 /// The JSON-RPC answer in `text`: the whole body, or the first `data:` of an event

@@ -175,7 +175,8 @@ impl Registry {
                                 Protocol::Legacy => state.set_era(Era::Legacy),
                                 Protocol::Auto => {}
                             }
-                            super::health::ensure(&state, u.health, check);
+                            let learns_era = u.protocol == Protocol::Auto;
+                            super::health::ensure(&state, u.health, check, learns_era);
                         }
                         next.insert(key, state.clone());
                         state

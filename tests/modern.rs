@@ -162,6 +162,15 @@ fn the_sdk_v2_client_and_server_work_through_the_gateway() {
     assert_eq!(out["echo"], "echo: hi");
     // A name that is not ASCII travels base64-encoded in Mcp-Name.
     assert_eq!(out["grusse"], "grüße, Welt");
+    // A mirrored parameter passes to the upstream as the client wrote it.
+    assert_eq!(out["where"], "rain in eu-west 1 ü");
+    let mirrored: Vec<Value> = std::fs::read_to_string(&s.record)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|r| r["headers"].get("mcp-param-region").cloned())
+        .collect();
+    assert_eq!(mirrored, [json!("=?base64?ZXUtd2VzdCAxIMO8?=")]);
     // The elicitation round trip, through a sealed requestState.
     assert_eq!(out["elicited"], "Delete note n1?");
     assert_eq!(out["confirm"], "deleted n1");

@@ -668,3 +668,321 @@ fn stdio_settings_are_checked() {
         }
     }
 }
+
+/// The TypeScript SDK v2 client, pinned to 2026-07-28, running `scenario` against `url`.
+fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> Value {
+    let mut cmd = Command::new(node22());
+    cmd.current_dir(peers())
+        .arg("ts2_client.mjs")
+        .args([url, scenario]);
+    if let Some(b) = bearer {
+        cmd.arg(b);
+    }
+    let out = run_client(&mut cmd);
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// MCP 2026-07-28 over stdio (SPEC §15): the SDK v2 client reaches an SDK v2 stdio server
+/// without `initialize` or a session, per caller (one process per token, kept for that
+/// token's next client) and shared (one modern process, apart from the legacy one), with
+/// the elicitation round, progress, mirrored parameters and listen streams working as
+/// over HTTP; a legacy client of the same upstream still gets its own initialized process.
+#[test]
+fn modern_clients_reach_stdio_servers_without_sessions() {
+    const ALICE: &str = "tok-alice-stdio-3Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz";
+    const BOB: &str = "tok-bob-stdio-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7";
+    let mark = marker("modern");
+    let server = peers().join("ts2_server.mjs");
+    let ts2 = command(&[
+        node22().to_str().unwrap(),
+        server.to_str().unwrap(),
+        "--stdio",
+        &mark,
+    ]);
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.each]
+{ts2}
+sessions = "per_caller"
+
+[upstreams.one]
+{ts2}
+sessions = "shared"
+
+[profiles.each]
+upstream = "each"
+allow = ["*"]
+
+[profiles.one]
+upstream = "one"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/each"
+profile = "each"
+
+[[routes]]
+listen = "main"
+path = "/one"
+profile = "one"
+auth = "none"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["each"]
+
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["each"]
+"#,
+        alice = support::hash(ALICE),
+        bob = support::hash(BOB),
+    );
+    let gw = Gateway::start(&text);
+    for (url, bearer) in [(gw.url("/each"), Some(ALICE)), (gw.url("/one"), None)] {
+        let out = ts2_client(&url, "basic", bearer);
+        assert_eq!(
+            out["discover"]["versions"],
+            serde_json::json!(["2026-07-28"]),
+            "{out}"
+        );
+        assert_eq!(out["echo"], "echo: hi", "{out}");
+        assert_eq!(out["grusse"], "grüße, Welt", "{out}");
+        assert_eq!(out["where"], "rain in eu-west 1 ü", "{out}");
+        assert_eq!(out["elicited"], "Delete note n1?", "{out}");
+        assert_eq!(out["confirm"], "deleted n1", "{out}");
+        assert_eq!(
+            out["progress"]["progress"],
+            serde_json::json!([1, 2, 3]),
+            "{out}"
+        );
+        assert_eq!(
+            out["read"], "contents of file:///public/readme.txt",
+            "{out}"
+        );
+        assert_eq!(out["prompt"], "Say hello to Ada", "{out}");
+        let out = ts2_client(&url, "listen", bearer);
+        assert_eq!(out["listen"].as_array().map(Vec::len), Some(4), "{out}");
+    }
+    // alice's two clients used one process, and the shared upstream one: two so far.
+    wait_processes(&mark, 2, Duration::from_secs(10));
+    ts2_client(&gw.url("/each"), "denied", Some(BOB));
+    wait_processes(&mark, 3, Duration::from_secs(10));
+    // The Python SDK 2.3 client in its modern mode (server/discover first) uses bob's
+    // process; in legacy mode, the shared upstream starts one of that generation.
+    let python_client = |url: &str, mode: &str, bearer: &str| {
+        let out = run_client(
+            Command::new(python())
+                .arg(peers().join("py_client.py"))
+                .args([url, mode, bearer, "echo", r#"{"text":"py"}"#, "delete_note"]),
+        );
+        serde_json::from_str::<Value>(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let py = python_client(&gw.url("/each"), "auto", BOB);
+    assert_eq!(py["call"], serde_json::json!(["echo: py"]), "{py}");
+    wait_processes(&mark, 3, Duration::from_secs(10));
+    let py = python_client(&gw.url("/one"), "legacy", "-");
+    assert_eq!(py["call"], serde_json::json!(["echo: py"]), "{py}");
+    wait_processes(&mark, 4, Duration::from_secs(10));
+    stop(gw);
+    wait_processes(&mark, 0, Duration::from_secs(15));
+}
+
+const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+fn modern(id: &str, method: &str, params: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}{sep}{MODERN_META}}}}}"#,
+        sep = if params.is_empty() { "" } else { "," }
+    )
+}
+
+/// What the recording server read, one message a line.
+fn recorded(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The cancels (their request ids) the recording server read.
+fn cancels(path: &std::path::Path) -> Vec<Value> {
+    recorded(path)
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/cancelled")
+        .map(|m| m["params"]["requestId"].clone())
+        .collect()
+}
+
+/// When mcpgate is the stdio server's HTTP server it does what a 2026-07-28 server must:
+/// `Mcp-Param-*` headers are checked against the tool's `x-mcp-header` marks (a mismatch
+/// is 400 -32020 and reaches no process); a client that leaves mid-call, or closes a
+/// listen stream, has the call cancelled at the child under the child's own id; listen
+/// notifications come back under the client's id; a client's own cancel is renumbered,
+/// and one naming another session's call is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_children_are_told_of_cancels_and_mirrored_headers_are_checked() {
+    let mark = marker("cancel");
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("read.jsonl");
+    let table = format!(
+        "{}\nsessions = \"shared\"\nenv = {{ RECORD = {:?} }}",
+        bad("record", &mark),
+        record.to_str().unwrap()
+    );
+    let gw = gateway(&[("rec", table)]);
+    let url = gw.url("/rec");
+    let headers = |method: &'static str, name: &'static str| {
+        let mut h = vec![
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+        ];
+        if !name.is_empty() {
+            h.push(("mcp-name", name));
+        }
+        h
+    };
+    // The list teaches mcpgate the tool's marks.
+    let r = post(
+        &url,
+        &headers("tools/list", ""),
+        &modern("1", "tools/list", ""),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("x-mcp-header"), "{}", r.body);
+    let query = |region: &str| {
+        modern(
+            "2",
+            "tools/call",
+            &format!(r#""name":"query","arguments":{{"region":"{region}","sql":"select 1"}}"#),
+        )
+    };
+    let mut h = headers("tools/call", "query");
+    h.push(("mcp-param-region", "=?base64?ZXUtd2VzdA==?="));
+    let r = post(&url, &h, &query("eu-west")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("ran "), "{}", r.body);
+    let before = recorded(&record).len();
+    for bad_header in [Some("us-east"), None, Some("=?base64?not base64?=")] {
+        let mut h = headers("tools/call", "query");
+        if let Some(v) = bad_header {
+            h.push(("mcp-param-region", v));
+        }
+        let r = post(&url, &h, &query("eu-west")).await;
+        assert_eq!(r.status, 400, "{bad_header:?}: {}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
+        assert!(r.body.contains("Mcp-Param-region"), "{}", r.body);
+    }
+    assert_eq!(
+        recorded(&record).len(),
+        before,
+        "a refused call reached the child"
+    );
+
+    // A client that leaves mid-call: the child is told, under its own number.
+    let addr = gw.listeners["main"];
+    let wait = modern("\"w-1\"", "tools/call", r#""name":"wait","arguments":{}"#);
+    support::post_and_hang_up(
+        addr,
+        "/rec",
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait\r\n",
+        &wait,
+        Duration::from_millis(300),
+    )
+    .await;
+    let waited = eventually(Duration::from_secs(10), "the wait call", || async {
+        recorded(&record)
+            .into_iter()
+            .find(|m| m["params"]["name"] == "wait")
+            .map(|m| m["id"].clone())
+    })
+    .await;
+    assert_ne!(waited, "w-1", "the child sees its own numbers");
+    eventually(Duration::from_secs(10), "the cancel", || async {
+        cancels(&record).contains(&waited).then_some(())
+    })
+    .await;
+
+    // A listen stream: notifications carry the client's id; closing it cancels.
+    let listen = modern(
+        "\"L1\"",
+        "subscriptions/listen",
+        r#""notifications":{"resourceSubscriptions":["file:///a"]}"#,
+    );
+    let (reply, _) = support::send_stream(
+        http::Method::POST,
+        &url,
+        &[
+            ("content-type", "application/json"),
+            ("accept", support::SDK_ACCEPT),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ],
+        listen,
+        Duration::from_secs(1),
+    )
+    .await;
+    let events = reply.messages();
+    assert_eq!(events.len(), 2, "{}", reply.body);
+    for e in &events {
+        assert_eq!(
+            e["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1",
+            "{e}"
+        );
+    }
+    let listened = recorded(&record)
+        .into_iter()
+        .find(|m| m["method"] == "subscriptions/listen")
+        .map(|m| m["id"].clone())
+        .unwrap();
+    eventually(Duration::from_secs(10), "the listen cancel", || async {
+        cancels(&record).contains(&listened).then_some(())
+    })
+    .await;
+
+    // Legacy sessions on the shared process: a cancel is renumbered among its own calls.
+    let a = initialize(&url).await;
+    let b = initialize(&url).await;
+    let a_url = url.clone();
+    let a_session = a.clone();
+    let held = tokio::spawn(async move {
+        post(
+            &a_url,
+            &[("mcp-session-id", &a_session)],
+            &call(7, "wait", "{}"),
+        )
+        .await
+    });
+    let child_id = eventually(Duration::from_secs(10), "the legacy wait call", || async {
+        recorded(&record)
+            .into_iter()
+            .filter(|m| m["params"]["name"] == "wait")
+            .nth(1)
+            .map(|m| m["id"].clone())
+    })
+    .await;
+    let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#;
+    let r = post(&url, &[("mcp-session-id", &b)], cancel).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = post(&url, &[("mcp-session-id", &a)], cancel).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    eventually(Duration::from_secs(10), "the renumbered cancel", || async {
+        cancels(&record).contains(&child_id).then_some(())
+    })
+    .await;
+    let all = cancels(&record);
+    assert!(!all.contains(&serde_json::json!(7)), "{all:?}");
+    assert_eq!(all.len(), 3, "one cancel each, b's dropped: {all:?}");
+    held.abort();
+    stop(gw);
+    wait_processes(&mark, 0, Duration::from_secs(15));
+}

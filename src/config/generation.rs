@@ -2,6 +2,10 @@
 //! which an upstream speaks, which revision is the first without sessions. What a request
 //! says of itself is read in `mcp::era`.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use std::borrow::Cow;
+
 /// The first revision without sessions.
 pub const MODERN: &str = "2026-07-28";
 
@@ -35,4 +39,25 @@ pub fn is_modern(version: &str) -> bool {
             }
         })
         && version >= MODERN
+}
+
+/// A header value as the 2026-07-28 transport writes names and mirrored parameters: as is
+/// when it is printable ASCII, else `=?base64?…?=` around the UTF-8 text's base64
+/// (RFC 4648 §4, padded). `None` when it is neither: bytes outside printable ASCII, or a
+/// sentinel that does not decode to UTF-8.
+pub fn decode_header(value: &[u8]) -> Option<Cow<'_, str>> {
+    if let Some(inner) = value
+        .strip_prefix(b"=?base64?")
+        .and_then(|v| v.strip_suffix(b"?="))
+    {
+        let bytes = STANDARD.decode(inner).ok()?;
+        return String::from_utf8(bytes).ok().map(Cow::Owned);
+    }
+    if value
+        .iter()
+        .all(|c| (0x20..0x7f).contains(c) || *c == b'\t')
+    {
+        return std::str::from_utf8(value).ok().map(Cow::Borrowed);
+    }
+    None
 }

@@ -2,11 +2,7 @@
 //! later (in `params._meta` or the `MCP-Protocol-Version` header) and carries no session
 //! id; everything else is *legacy*, the session protocol of 2025-11-25 and before.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-use std::borrow::Cow;
-
-pub use crate::config::generation::{Era, MODERN, is_modern};
+pub use crate::config::generation::{Era, MODERN, decode_header, is_modern};
 
 /// The revision `params._meta` names (its JSON text given), if it names one as a string.
 pub fn meta_version(meta: &str) -> Option<String> {
@@ -16,27 +12,6 @@ pub fn meta_version(meta: &str) -> Option<String> {
         version: Option<String>,
     }
     serde_json::from_str::<Meta>(meta).ok()?.version
-}
-
-/// A header value as the 2026-07-28 transport writes names and mirrored parameters: as is
-/// when it is printable ASCII, else `=?base64?…?=` around the UTF-8 text's base64
-/// (RFC 4648 §4, padded). `None` when it is neither: bytes outside printable ASCII, or a
-/// sentinel that does not decode to UTF-8.
-pub fn decode_header(value: &[u8]) -> Option<Cow<'_, str>> {
-    if let Some(inner) = value
-        .strip_prefix(b"=?base64?")
-        .and_then(|v| v.strip_suffix(b"?="))
-    {
-        let bytes = STANDARD.decode(inner).ok()?;
-        return String::from_utf8(bytes).ok().map(Cow::Owned);
-    }
-    if value
-        .iter()
-        .all(|c| (0x20..0x7f).contains(c) || *c == b'\t')
-    {
-        return std::str::from_utf8(value).ok().map(Cow::Borrowed);
-    }
-    None
 }
 
 #[cfg(test)]

@@ -257,6 +257,14 @@ async fn post<'s>(
             body_deadline,
         );
         out.pinned = pinned;
+        out.era = ctx.era;
+        if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
+            let route = ctx.route.map_or("", |r| &*r.template);
+            out.caller = Some(crate::mcp::rounds::caller_key(
+                ctx.token.as_ref().map(|t| &t.key),
+                route,
+            ));
+        }
         let answer = forward::send(live, upstream, out).await?;
         shaping.answered_by(answer.endpoint);
         respond::answer(gw, answer, shaping, upstream, ctx).await
@@ -290,6 +298,8 @@ fn outgoing<'a>(
         underscores: live.server.underscores_in_headers,
         trace: ctx.trace.as_deref(),
         pinned: None,
+        era: crate::config::generation::Era::Legacy,
+        caller: None,
     }
 }
 

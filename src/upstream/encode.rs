@@ -71,6 +71,10 @@ pub struct Outgoing<'a> {
     pub trace: Option<&'a crate::http::traceparent::Context>,
     /// The endpoint a multi round-trip retry goes back to, when it is still there.
     pub pinned: Option<crate::upstream::session::EndpointId>,
+    /// The request's protocol generation.
+    pub era: crate::config::generation::Era,
+    /// A modern request to a stdio upstream: who calls, for the process it goes to.
+    pub caller: Option<crate::upstream::stdio::CallerKey>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -362,6 +366,8 @@ auth = "none"
             request_id: "rid-1",
             underscores: false,
             pinned: None,
+            era: crate::config::generation::Era::Legacy,
+            caller: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();

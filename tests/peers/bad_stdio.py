@@ -10,9 +10,14 @@ usage: bad_stdio.py MODE [MARKER]   (MARKER: ignored; tests find the process by 
   stubborn  answers; ignores SIGTERM and the end of stdin, so only SIGKILL ends it
   talk      on tools/call: a progress notification, a log message, then a sampling
             request to the client; answers the call with the text the client sent back
+  record    appends every line it reads to the file named by $RECORD; lists one tool,
+            `query`, whose `region` is mirrored in Mcp-Param-Region; never answers a
+            tools/call of `wait`; answers subscriptions/listen with an acknowledgement
+            and one resource update, and ends it only when cancelled
 """
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -49,9 +54,33 @@ if MODE == "flood":
         sys.stderr.flush()
     threading.Thread(target=flood, daemon=True).start()
 
+listening = set()
+
 for line in sys.stdin:
+    if MODE == "record":
+
+        with open(os.environ["RECORD"], "a") as f:
+            f.write(line if line.endswith("\n") else line + "\n")
     m = json.loads(line)
     method, id = m.get("method"), m.get("id")
+    if MODE == "record":
+        sub = {"io.modelcontextprotocol/subscriptionId": id}
+        if method == "tools/list":
+            result(id, {"tools": [{"name": "query", "inputSchema": {"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"}, "sql": {"type": "string"}}}}]})
+        elif method == "tools/call" and m["params"].get("name") == "wait":
+            pass
+        elif method == "subscriptions/listen":
+            listening.add(id)
+            send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                  "params": {"_meta": sub, "notifications": m["params"].get("notifications", {})}})
+            send({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                  "params": {"_meta": sub, "uri": "file:///a"}})
+        elif method == "notifications/cancelled":
+            listening.discard(m["params"].get("requestId"))
+        elif id is not None and method is not None:
+            result(id, text("ran " + json.dumps(m["params"])))
+        continue
     if MODE == "garbage" and id is not None:
         out.write("this is not json\n")
         out.write('{"hello": "json but not json-rpc"}\n')

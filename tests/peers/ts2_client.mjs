@@ -2,7 +2,8 @@
 // protocol. Usage: node ts2_client.mjs URL SCENARIO [BEARER]
 // It prints one JSON object: what each step saw (or the error it got), and exits 0 unless
 // the client could not connect at all.
-//   basic   discover, lists, calls (an ASCII and a non-ASCII tool), a resource, a prompt,
+//   basic   discover, lists, calls (an ASCII and a non-ASCII tool, and one whose argument
+//           the client mirrors in Mcp-Param-Region, base64-encoded), a resource, a prompt,
 //           a call that asks for confirmation (the elicitation handler says yes), progress
 //   denied  calls and reads a profile refuses, and what error each one got
 //   listen  opens subscriptions/listen for tool list changes and two resources, calls
@@ -40,6 +41,7 @@ if (scenario === 'basic') {
     });
     await step('tools', async () => (await client.listTools()).tools.map((t) => t.name));
     await step('echo', async () => texts(await client.callTool({ name: 'echo', arguments: { text: 'hi' } })));
+    await step('where', async () => texts(await client.callTool({ name: 'where', arguments: { region: 'eu-west 1 ü', what: 'rain' } })));
     await step('grusse', async () => texts(await client.callTool({ name: 'grüße', arguments: { who: 'Welt' } })));
     await step('confirm', async () => texts(await client.callTool({ name: 'delete_note', arguments: { id: 'n1' } })));
     await step('progress', async () => {

@@ -90,10 +90,24 @@ function build() {
         'touch',
         { description: 'Announces a change to a resource and to the tool list.', inputSchema: object({ uri: { type: 'string' } }) },
         async ({ uri }) => {
-            notify?.resourceUpdated(uri);
-            notify?.toolsChanged();
+            if (notify) {
+                notify.resourceUpdated(uri);
+                notify.toolsChanged();
+            } else {
+                // Over stdio: the instance itself tells its listen subscriptions.
+                await server.server.sendResourceUpdated({ uri });
+                server.sendToolListChanged();
+            }
             return text(`touched ${uri}`);
         },
+    );
+    server.registerTool(
+        'where',
+        {
+            description: 'Says which region it was asked about; the region is mirrored in Mcp-Param-Region.',
+            inputSchema: object({ region: { type: 'string', 'x-mcp-header': 'Region' }, what: { type: 'string' } }),
+        },
+        async ({ region, what }) => text(`${what} in ${region}`),
     );
     for (const uri of ['file:///public/readme.txt', 'file:///secret/keys.txt']) {
         server.registerResource(uri.split('/').pop(), uri, { mimeType: 'text/plain' }, async () => ({

@@ -554,9 +554,15 @@ impl Compiler<'_> {
         let sessions = match &u.sessions {
             None => Sharing::PerClient,
             Some(v) => match v.get_ref().as_str() {
-                "per_client" => Sharing::PerClient,
+                // One name for each generation's unit: a legacy session, a modern caller.
+                "per_client" | "per_caller" => Sharing::PerClient,
                 "shared" => Sharing::Shared,
-                _ => return fail(v.span(), "sessions is \"per_client\" or \"shared\""),
+                _ => {
+                    return fail(
+                        v.span(),
+                        "sessions is \"per_client\" (or \"per_caller\") or \"shared\"",
+                    );
+                }
             },
         };
         let max_processes = match &u.max_processes {

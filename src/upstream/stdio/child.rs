@@ -8,7 +8,15 @@
 //!   the child to read, then fails, so a child that does not read fails calls quickly and
 //!   holds a bounded amount of memory.
 //! - Each request's id is replaced by a number of the child's own counter on the way in,
-//!   and put back on the answer: two clients' equal ids (shared mode) never meet.
+//!   and put back on the answer: two clients' equal ids (shared mode) never meet. A
+//!   client's `notifications/cancelled` is renumbered the same way, and only among its own
+//!   calls (its session's, or a modern caller's: the call's `owner`); one that names none
+//!   of them is dropped. A client that leaves before its call is answered (its stream is
+//!   let go) has the child told with a `notifications/cancelled` of its own.
+//! - A notification that names a `subscriptions/listen` call by its
+//!   `io.modelcontextprotocol/subscriptionId` goes to that call, with the client's id.
+//! - The marks of `tools/list` answers' schemas are learnt for `Mcp-Param-*` checks
+//!   (`params`).
 //! - What the child writes is read line by line, bounded (`lines`). A line that is not a
 //!   JSON-RPC message is logged (truncated) and dropped. An answer goes to the call that
 //!   asked; a request or notification of the child's goes to the call it concerns (a
@@ -21,6 +29,7 @@
 //!   again, and the process reaped.
 
 use super::lines::{Line, Lines};
+use super::params::ParamHeaders;
 use crate::config::StdioCommand;
 use crate::http::h1::client::BodyError;
 use bytes::Bytes;
@@ -32,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 /// The longest line read from a child's stdout: a larger message is dropped.
 pub const MAX_LINE: usize = 16 << 20;
@@ -60,17 +69,26 @@ pub enum SendError {
     NotReading,
 }
 
+/// The `_meta` key that names the `subscriptions/listen` call a notification belongs to.
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
 /// The stream a call's events go to, and what is left of it.
 pub struct Call {
     tx: mpsc::Sender<Result<Bytes, BodyError>>,
     /// Answers it still waits for; the call ends (its sender is let go) at 0.
     left: AtomicUsize,
+    /// Whose call it is (a session or a modern caller), so a cancel names only its own.
+    owner: u64,
+    /// Told when the call is over (answered, or the child gone), so its watcher lets go.
+    over: Notify,
 }
 
 struct Pending {
     /// The client's own id, as it wrote it.
     id: Box<RawValue>,
     call: Arc<Call>,
+    /// A `tools/list`: its answer's schemas are read for `Mcp-Param-*` marks.
+    lists_tools: bool,
 }
 
 #[derive(Default)]
@@ -97,6 +115,8 @@ pub struct Child {
     closing: AtomicBool,
     /// Shared mode: whether a client's `notifications/initialized` was passed on yet.
     pub initialized: AtomicBool,
+    /// The `x-mcp-header` marks of the upstream's tools, learnt from the lists.
+    params: Arc<ParamHeaders>,
 }
 
 /// What the spawner is told when a child exits: whether it was asked to, and how long it ran.
@@ -107,6 +127,7 @@ impl Child {
     pub fn spawn(
         upstream: Arc<str>,
         command: &StdioCommand,
+        params: Arc<ParamHeaders>,
         on_exit: OnExit,
     ) -> std::io::Result<Arc<Child>> {
         use std::os::unix::process::CommandExt;
@@ -163,6 +184,7 @@ impl Child {
             exited,
             closing: AtomicBool::new(false),
             initialized: AtomicBool::new(false),
+            params,
         });
         // On this worker, where the session's first requests come from: no other thread is
         // woken per message. Shutdown closes the processes before the workers stop
@@ -219,12 +241,13 @@ impl Child {
         *self.exited.borrow() || self.closing.load(Ordering::Relaxed)
     }
 
-    /// Writes `messages` (each one line), the requests among them (those with a method and
-    /// an id) renumbered; returns the stream their answers and the child's messages about
-    /// them arrive on, or `None` when there is no request among them.
+    /// Writes `messages` (each one line) for `owner`, the requests among them (those with a
+    /// method and an id) renumbered; returns the stream their answers and the child's
+    /// messages about them arrive on, or `None` when there is no request among them.
     pub async fn send(
-        &self,
+        self: &Arc<Self>,
         messages: Vec<Value>,
+        owner: u64,
     ) -> Result<Option<mpsc::Receiver<Result<Bytes, BodyError>>>, SendError> {
         if self.is_gone() {
             return Err(SendError::Gone);
@@ -239,11 +262,19 @@ impl Child {
             Arc::new(Call {
                 tx,
                 left: AtomicUsize::new(requests),
+                owner,
+                over: Notify::new(),
             })
         });
         {
             let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
             for mut m in messages {
+                if m["method"] == "notifications/cancelled"
+                    && !routing.renumber_cancel(&mut m, owner)
+                {
+                    tracing::debug!(upstream = %self.upstream, "a client's cancel names none of its calls; dropped");
+                    continue;
+                }
                 if let (true, Some(call)) = (is_request(&m), &call) {
                     routing.next_id += 1;
                     let ours = routing.next_id;
@@ -252,11 +283,13 @@ impl Child {
                     if let Some(token) = progress_token(&m) {
                         routing.progress.insert(token, call.clone());
                     }
+                    let lists_tools = m["method"] == "tools/list";
                     routing.pending.insert(
                         ours,
                         Pending {
                             id: theirs,
                             call: call.clone(),
+                            lists_tools,
                         },
                     );
                     numbered.push(ours);
@@ -277,6 +310,7 @@ impl Child {
             if let Some(call) = &call {
                 routing.calls.retain(|c| !Arc::ptr_eq(c, call));
                 routing.progress.retain(|_, c| !Arc::ptr_eq(c, call));
+                call.over.notify_one();
             }
         };
         // Room for all of it, or none is written.
@@ -307,7 +341,58 @@ impl Child {
                 return Err(SendError::Gone);
             }
         }
+        if let Some(call) = call {
+            self.watch(call);
+        }
         Ok(receiver)
+    }
+
+    /// Waits, beside the call, for its client to leave before it is over: the child is
+    /// then told to stop.
+    fn watch(self: &Arc<Self>, call: Arc<Call>) {
+        let child = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = call.over.notified() => {}
+                _ = call.tx.closed() => {
+                    if let Some(child) = child.upgrade() {
+                        child.abandon(&call);
+                    }
+                }
+            }
+        });
+    }
+
+    /// A call's client left: its requests still unanswered are cancelled at the child.
+    fn abandon(&self, call: &Arc<Call>) {
+        let ours: Vec<u64> = {
+            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+            let ours: Vec<u64> = routing
+                .pending
+                .iter()
+                .filter(|(_, p)| Arc::ptr_eq(&p.call, call))
+                .map(|(n, _)| *n)
+                .collect();
+            for n in &ours {
+                routing.pending.remove(n);
+            }
+            routing.calls.retain(|c| !Arc::ptr_eq(c, call));
+            routing.progress.retain(|_, c| !Arc::ptr_eq(c, call));
+            ours
+        };
+        let stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(stdin) = stdin else { return };
+        for n in ours {
+            tracing::info!(upstream = %self.upstream, pid = self.pid, request = n, "a client left before its answer; cancelled at the stdio server");
+            let cancel = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": n, "reason": "the client left"}
+            });
+            let mut line = serde_json::to_vec(&cancel).expect("a JSON value");
+            line.push(b'\n');
+            let _ = stdin.send((Bytes::from(line), None));
+        }
     }
 
     /// Adds a session's GET stream to those that get the child's messages about no call.
@@ -367,11 +452,12 @@ impl Child {
             let _ = call.tx.try_send(Err(BodyError::new(
                 "the stdio server exited before answering",
             )));
+            call.over.notify_one();
         }
     }
 
     /// Routes one message the child wrote.
-    async fn route(&self, message: Value) {
+    async fn route(&self, mut message: Value) {
         if message.get("method").is_none() {
             return self.answer(message).await;
         }
@@ -380,8 +466,19 @@ impl Child {
             let by_token = (message["method"] == "notifications/progress")
                 .then(|| message["params"]["progressToken"].to_string())
                 .and_then(|t| routing.progress.get(&t).cloned());
+            let by_subscription = message
+                .get("params")
+                .and_then(subscription_of)
+                .and_then(|n| routing.pending.get(&n))
+                .map(|p| {
+                    set_subscription(&mut message, "params", &p.id);
+                    p.call.clone()
+                });
             routing.calls.retain(|c| !c.tx.is_closed());
-            match by_token.or_else(|| routing.calls.last().cloned()) {
+            match by_subscription
+                .or(by_token)
+                .or_else(|| routing.calls.last().cloned())
+            {
                 Some(call) => Target::Call(call.tx.clone()),
                 None => {
                     routing.listeners.retain(|l| !l.is_closed());
@@ -432,12 +529,68 @@ impl Child {
             }
             found
         };
-        let Some(Pending { id, call }) = found else {
+        let Some(Pending {
+            id,
+            call,
+            lists_tools,
+        }) = found
+        else {
             tracing::warn!(upstream = %self.upstream, id = %message["id"], "the stdio server answered an id nobody asked with; dropped");
             return;
         };
+        if lists_tools {
+            self.params.learn(&message["result"]);
+        }
+        if message.get("result").and_then(subscription_of).is_some() {
+            set_subscription(&mut message, "result", &id);
+        }
         message["id"] = serde_json::from_str(id.get()).expect("it was JSON");
         let _ = call.tx.send(Ok(event(&message))).await;
+        if call.left.load(Ordering::Relaxed) == 0 {
+            call.over.notify_one();
+        }
+    }
+}
+
+impl Routing {
+    /// Puts the child's number for the request a client's `notifications/cancelled` names,
+    /// among `owner`'s calls; false when it names none of them.
+    fn renumber_cancel(&self, cancel: &mut Value, owner: u64) -> bool {
+        let Some(named) = cancel.pointer("/params/requestId") else {
+            return false;
+        };
+        let named = named.to_string();
+        let ours = self
+            .pending
+            .iter()
+            .find(|(_, p)| p.call.owner == owner && p.id.get().trim() == named)
+            .map(|(n, _)| *n);
+        match ours {
+            Some(n) => {
+                cancel["params"]["requestId"] = Value::from(n);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The child's number in a `_meta` subscription id (of `params` or `result`).
+fn subscription_of(holder: &Value) -> Option<u64> {
+    holder.get("_meta")?.get(SUBSCRIPTION_ID)?.as_u64()
+}
+
+/// Puts the client's id in `message[part]._meta`'s subscription id.
+fn set_subscription(message: &mut Value, part: &str, id: &RawValue) {
+    if let Some(meta) = message
+        .get_mut(part)
+        .and_then(|p| p.get_mut("_meta"))
+        .and_then(Value::as_object_mut)
+    {
+        meta.insert(
+            SUBSCRIPTION_ID.to_string(),
+            serde_json::from_str(id.get()).expect("it was JSON"),
+        );
     }
 }
 

@@ -7,7 +7,15 @@
 //!   (`shared`), and the answer carries a new `Mcp-Session-Id`. In shared mode the process
 //!   is initialized once, with the first client's `initialize`; later clients get its
 //!   answer with their own id, and only the first `notifications/initialized` reaches it.
-//! - Every other request needs a session: none is a 400, an unknown or ended one a 404.
+//! - Every other legacy request needs a session: none is a 400, an unknown or ended one a
+//!   404.
+//! - A modern request (MCP 2026-07-28: no session, no `initialize`) goes to a process
+//!   started without `initialize`: the one modern process (`shared`), or the caller's own
+//!   (`per_client`: one per token, OAuth caller, or route without auth). A process serves
+//!   one generation for its life (the SDKs' stdio servers settle it with the first
+//!   message), so modern and legacy clients never share one. A caller idle for
+//!   `idle_timeout` lets its process go (`per_client`). A `tools/call`'s `Mcp-Param-*`
+//!   headers are checked first (`params`): a mismatch is 400 -32020 and reaches no child.
 //! - A POST holding requests is answered 200 with an event stream: the answers and what
 //!   the process says about them, each as an event, ending with the last answer. One
 //!   holding only notifications or answers (to the process's own requests) is a 202.
@@ -23,7 +31,9 @@
 
 pub mod child;
 pub mod lines;
+pub mod params;
 
+use crate::config::generation::Era;
 use crate::config::{Sharing, StdioCommand};
 use crate::error::GateError;
 use crate::http::body::UpstreamBody;
@@ -31,6 +41,7 @@ use crate::http::h1::client::BodyError;
 use bytes::Bytes;
 use child::{Child, SendError};
 use http::{HeaderValue, Method, Response, StatusCode};
+use params::ParamHeaders;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -46,8 +57,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
+/// Who calls as a modern client, for its own process (`per_client`): a digest of its
+/// credential, or of the route when it has none.
+pub type CallerKey = [u8; 16];
+
+/// A legacy session, or a modern caller.
 struct Session {
     child: Arc<Child>,
+    /// The number its calls carry in the child's routing.
+    owner: u64,
     /// Milliseconds since the upstream's start at its last request.
     used: AtomicU64,
     /// Its GET stream, while one is open.
@@ -63,6 +81,14 @@ pub struct StdioUpstream {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Shared mode: the process, and the answer to its `initialize` (the `result`).
     shared: tokio::sync::Mutex<Option<(Arc<Child>, Option<Value>)>>,
+    /// Modern callers, each with its process (`per_client`) or the modern one (`shared`).
+    callers: Mutex<HashMap<CallerKey, Arc<Session>>>,
+    /// Shared mode: the process modern callers share.
+    modern: tokio::sync::Mutex<Option<Arc<Child>>>,
+    /// The next session's or caller's number.
+    owners: AtomicU64,
+    /// The `x-mcp-header` marks of its tools, learnt from its lists.
+    params: Arc<ParamHeaders>,
     /// Processes running (counted from spawn to reaping).
     processes: Arc<AtomicUsize>,
     /// The same, as `/metrics` shows it.
@@ -84,6 +110,10 @@ impl StdioUpstream {
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
             shared: tokio::sync::Mutex::new(None),
+            callers: Mutex::new(HashMap::new()),
+            modern: tokio::sync::Mutex::new(None),
+            owners: AtomicU64::new(1),
+            params: Arc::new(ParamHeaders::default()),
             processes: Arc::new(AtomicUsize::new(0)),
             gauge,
             crashes: Arc::new(Mutex::new((0, None))),
@@ -94,15 +124,22 @@ impl StdioUpstream {
         up
     }
 
-    /// Answers one request as the process's Streamable HTTP server would.
+    /// Answers one request as the process's Streamable HTTP server would. A modern one
+    /// comes with its caller.
     pub async fn send(
         &self,
         method: &Method,
         fields: &wire::fields::Fields,
         body: &Bytes,
+        era: Era,
+        caller: Option<CallerKey>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let session = fields.get(FieldKind::McpSessionId);
         match *method {
+            Method::POST if era == Era::Modern => {
+                self.post_modern(caller.unwrap_or_default(), fields, body)
+                    .await
+            }
             Method::POST => self.post(session, body).await,
             Method::GET => self.open_stream(session),
             Method::DELETE => self.delete(session),
@@ -115,12 +152,7 @@ impl StdioUpstream {
         session: Option<&[u8]>,
         body: &Bytes,
     ) -> Result<Response<UpstreamBody>, GateError> {
-        // The pipeline has checked the body is JSON-RPC; it is read as values here.
-        let messages = match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Array(items)) => items,
-            Ok(one) => vec![one],
-            Err(_) => return Err(GateError::Parse("not JSON".into())),
-        };
+        let messages = messages(body)?;
         let initialize = messages.iter().any(|m| m["method"] == "initialize");
         if initialize {
             if messages.len() > 1 {
@@ -155,10 +187,95 @@ impl StdioUpstream {
                     || !session.child.initialized.swap(true, Ordering::Relaxed)
             });
         }
-        let rx = session.child.send(messages).await.map_err(send_error)?;
+        let rx = session
+            .child
+            .send(messages, session.owner)
+            .await
+            .map_err(send_error)?;
         match rx {
             Some(rx) => stream(rx).await,
             None => Ok(empty(StatusCode::ACCEPTED)),
+        }
+    }
+
+    /// A modern request: no session, no `initialize`; the caller's process answers it.
+    async fn post_modern(
+        &self,
+        caller: CallerKey,
+        fields: &wire::fields::Fields,
+        body: &Bytes,
+    ) -> Result<Response<UpstreamBody>, GateError> {
+        let messages = messages(body)?;
+        for m in &messages {
+            if m["method"] == "tools/call"
+                && let Some(tool) = m["params"]["name"].as_str()
+            {
+                self.params
+                    .check(fields, tool, m["params"].get("arguments"))
+                    .map_err(GateError::HeaderMismatch)?;
+            }
+        }
+        let session = self.caller(caller).await?;
+        session.used.store(self.now_ms(), Ordering::Relaxed);
+        let rx = session
+            .child
+            .send(messages, session.owner)
+            .await
+            .map_err(send_error)?;
+        match rx {
+            Some(rx) => stream(rx).await,
+            None => Ok(empty(StatusCode::ACCEPTED)),
+        }
+    }
+
+    /// A modern caller's session: its process, started (without `initialize`) if it has
+    /// none running.
+    async fn caller(&self, caller: CallerKey) -> Result<Arc<Session>, GateError> {
+        let known = self
+            .callers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&caller)
+            .filter(|s| !s.child.is_gone())
+            .cloned();
+        if let Some(session) = known {
+            return Ok(session);
+        }
+        let child = match self.command.sessions {
+            Sharing::Shared => {
+                let mut modern = self.modern.lock().await;
+                match &*modern {
+                    Some(c) if !c.is_gone() => c.clone(),
+                    _ => {
+                        let c = self.start().await?;
+                        *modern = Some(c.clone());
+                        c
+                    }
+                }
+            }
+            Sharing::PerClient => self.start().await?,
+        };
+        let session = Arc::new(Session {
+            child,
+            owner: self.owners.fetch_add(1, Ordering::Relaxed),
+            used: AtomicU64::new(self.now_ms()),
+            stream: Mutex::new(None),
+        });
+        let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        match callers.get(&caller) {
+            // Another request of the same caller started one first: that one serves.
+            Some(first) if !first.child.is_gone() => {
+                let first = first.clone();
+                drop(callers);
+                if self.command.sessions == Sharing::PerClient {
+                    background(async move { session.child.close().await });
+                }
+                Ok(first)
+            }
+            _ => {
+                callers.insert(caller, session.clone());
+                Ok(session)
+            }
         }
     }
 
@@ -208,6 +325,7 @@ impl StdioUpstream {
         let id = crate::config::token::to_hex(&bytes);
         let session = Arc::new(Session {
             child,
+            owner: self.owners.fetch_add(1, Ordering::Relaxed),
             used: AtomicU64::new(self.now_ms()),
             stream: Mutex::new(None),
         });
@@ -259,7 +377,7 @@ impl StdioUpstream {
             }
         });
         self.gauge.inc();
-        Child::spawn(self.name.clone(), &self.command, on_exit).map_err(|e| {
+        Child::spawn(self.name.clone(), &self.command, self.params.clone(), on_exit).map_err(|e| {
             self.gauge.dec();
             self.processes.fetch_sub(1, Ordering::Relaxed);
             tracing::error!(upstream = %self.name, program = %self.command.program, error = %e, "stdio server could not be started");
@@ -332,15 +450,25 @@ impl StdioUpstream {
     /// Ends every session and closes every process, and waits for them to exit: a reload
     /// that removed or changed the upstream, or shutdown.
     pub async fn close_all(&self) {
-        let sessions: Vec<Arc<Session>> = self
+        let mut sessions: Vec<Arc<Session>> = self
             .sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain()
             .map(|(_, s)| s)
             .collect();
+        sessions.extend(
+            self.callers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain()
+                .map(|(_, s)| s),
+        );
         let mut children: Vec<Arc<Child>> = sessions.iter().map(|s| s.child.clone()).collect();
         if let Some((c, _)) = self.shared.lock().await.take() {
+            children.push(c);
+        }
+        if let Some(c) = self.modern.lock().await.take() {
             children.push(c);
         }
         children.sort_by_key(|c| c.pid());
@@ -353,34 +481,56 @@ impl StdioUpstream {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Ends the sessions idle for `idle_timeout` and forgets calls whose clients left.
+    /// Ends the sessions and callers idle for `idle_timeout` and forgets calls whose
+    /// clients left.
     fn sweep_once(&self) {
         let limit = self.command.idle_timeout.as_millis() as u64;
         let now = self.now_ms();
-        let idle: Vec<Arc<Session>> = {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            let ids: Vec<String> = sessions
-                .iter()
-                .filter(|(_, s)| {
-                    now.saturating_sub(s.used.load(Ordering::Relaxed)) >= limit || s.child.is_gone()
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        let idle = |s: &Arc<Session>| {
+            now.saturating_sub(s.used.load(Ordering::Relaxed)) >= limit || s.child.is_gone()
         };
-        for s in idle {
-            tracing::info!(upstream = %self.name, pid = s.child.pid(), "stdio session ended: idle");
+        let mut ended: Vec<Arc<Session>> = Vec::new();
+        take_idle(
+            &mut self.sessions.lock().unwrap_or_else(|p| p.into_inner()),
+            idle,
+            &mut ended,
+        );
+        let sessions = ended.len();
+        take_idle(
+            &mut self.callers.lock().unwrap_or_else(|p| p.into_inner()),
+            idle,
+            &mut ended,
+        );
+        for (i, s) in ended.into_iter().enumerate() {
+            let what = if i < sessions {
+                "session"
+            } else {
+                "modern caller"
+            };
+            tracing::info!(upstream = %self.name, pid = s.child.pid(), "stdio {what} ended: idle");
             self.end(s);
         }
-        for s in self
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
+        let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        for s in sessions.values().chain(callers.values()) {
             s.child.sweep();
         }
     }
+}
+
+/// Moves the sessions `idle` says are over out of `map` into `ended`.
+fn take_idle<K>(
+    map: &mut HashMap<K, Arc<Session>>,
+    idle: impl Fn(&Arc<Session>) -> bool,
+    ended: &mut Vec<Arc<Session>>,
+) {
+    map.retain(|_, s| {
+        if idle(s) {
+            ended.push(s.clone());
+            return false;
+        }
+        true
+    });
 }
 
 /// Sweeps every quarter of the idle timeout (1 s to 30 s), while the upstream lives.
@@ -420,8 +570,12 @@ async fn stream(
 }
 
 /// Sends `initialize` and waits for its answer's first event.
-async fn first_answer(child: &Child, request: Value) -> Result<Response<UpstreamBody>, GateError> {
-    match child.send(vec![request]).await.map_err(send_error)? {
+async fn first_answer(
+    child: &Arc<Child>,
+    request: Value,
+) -> Result<Response<UpstreamBody>, GateError> {
+    // Its call belongs to no session yet: nothing can cancel it.
+    match child.send(vec![request], 0).await.map_err(send_error)? {
         Some(rx) => stream(rx).await,
         None => Err(GateError::InvalidRequest(
             "initialize is a request: it needs an id".into(),
@@ -467,7 +621,8 @@ fn empty(status: StatusCode) -> Response<UpstreamBody> {
 impl StdioUpstream {
     /// Processes running now, and sessions open (for the status page).
     pub fn counts(&self) -> (usize, usize) {
-        let sessions = self.sessions.lock().map_or(0, |s| s.len());
+        let sessions = self.sessions.lock().map_or(0, |s| s.len())
+            + self.callers.lock().map_or(0, |s| s.len());
         (
             self.processes.load(std::sync::atomic::Ordering::Relaxed),
             sessions,
@@ -483,6 +638,16 @@ pub fn background(task: impl std::future::Future<Output = ()> + Send + 'static) 
         None => {
             tokio::spawn(task);
         }
+    }
+}
+
+/// A POST's messages. The pipeline has checked the body is JSON-RPC; it is read as values
+/// here.
+fn messages(body: &Bytes) -> Result<Vec<Value>, GateError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(one) => Ok(vec![one]),
+        Err(_) => Err(GateError::Parse("not JSON".into())),
     }
 }
 

@@ -24,6 +24,8 @@ pub mod code {
     /// MCP 2026-07-28's HeaderMismatch: a mirrored header missing, doubled, or saying
     /// something the body does not.
     pub const HEADER_MISMATCH: i64 = -32020;
+    /// MCP 2026-07-28's UnsupportedProtocolVersion.
+    pub const UNSUPPORTED_VERSION: i64 = -32022;
 
     /// The `data.reason` of an error event mcpgate writes into a stream that failed with
     /// `code`.
@@ -79,6 +81,11 @@ struct ErrorData<'a> {
     reason: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
+    /// UnsupportedProtocolVersion: the revisions mcpgate serves, and the one asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    supported: Option<&'static [&'static str]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requested: Option<&'a str>,
 }
 
 impl<'a> Envelope<'a> {
@@ -99,6 +106,8 @@ impl<'a> Envelope<'a> {
                     request_id,
                     reason,
                     retry_after_ms: None,
+                    supported: None,
+                    requested: None,
                 },
             },
         }
@@ -108,6 +117,15 @@ impl<'a> Envelope<'a> {
     /// client that waits this long is not refused again for being early).
     pub fn retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
         self.error.data.retry_after_ms = wait.map(|d| d.as_micros().div_ceil(1000).max(1) as u64);
+        self
+    }
+
+    /// Names the revisions served and the one asked for (UnsupportedProtocolVersion).
+    pub fn versions(mut self, versions: Option<(&'a str, &'static [&'static str])>) -> Self {
+        if let Some((requested, supported)) = versions {
+            self.error.data.supported = Some(supported);
+            self.error.data.requested = Some(requested);
+        }
         self
     }
 
@@ -122,6 +140,13 @@ pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec
     let message = err.to_string();
     Envelope::new(id, err.rpc_code(), &message, err.reason(), request_id)
         .retry_after(err.retry_after())
+        .versions(match err {
+            GateError::UnsupportedVersion {
+                requested,
+                supported,
+            } => Some((requested, supported)),
+            _ => None,
+        })
         .to_vec()
 }
 
@@ -199,6 +224,17 @@ pub enum GateError {
     InvalidRequest(String),
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
+    /// A request that claims 2026-07-28 (by its header) without saying so in
+    /// `params._meta`, where the per-request envelope must be.
+    #[error("Invalid params: {0}")]
+    InvalidMeta(String),
+    /// A request shaped as 2026-07-28 (its `_meta` names a revision) for a revision a
+    /// stdio upstream's HTTP face does not serve.
+    #[error("Unsupported protocol version: {requested}")]
+    UnsupportedVersion {
+        requested: String,
+        supported: &'static [&'static str],
+    },
     /// A multi round-trip retry whose `requestState` mcpgate did not seal for this caller
     /// and request, or that has expired. Which of those is not said.
     #[error(
@@ -250,7 +286,11 @@ impl GateError {
             NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Parse(_) | InvalidRequest(_) | HeaderMismatch(_) => StatusCode::BAD_REQUEST,
+            Parse(_)
+            | InvalidRequest(_)
+            | HeaderMismatch(_)
+            | InvalidMeta(_)
+            | UnsupportedVersion { .. } => StatusCode::BAD_REQUEST,
             Refused { .. } | BadRequestState => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
@@ -273,7 +313,8 @@ impl GateError {
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
             Parse(_) => code::PARSE_ERROR,
             HeaderMismatch(_) => code::HEADER_MISMATCH,
-            BadRequestState => code::INVALID_PARAMS,
+            UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
+            BadRequestState | InvalidMeta(_) => code::INVALID_PARAMS,
             MethodNotAllowed
             | StreamConflict
             | BodyTooLarge { .. }
@@ -348,6 +389,8 @@ impl GateError {
             InvalidRequest(_) => "invalid_request",
             HeaderMismatch(_) => "header_mismatch",
             BadRequestState => "bad_request_state",
+            InvalidMeta(_) => "invalid_meta",
+            UnsupportedVersion { .. } => "unsupported_version",
             Refused { .. } => "policy",
             RateLimited { .. } => "rate_limited",
             ConcurrencyLimited { .. } => "concurrency_limited",

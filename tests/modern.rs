@@ -351,6 +351,21 @@ async fn mirrored_headers_that_do_not_say_what_the_body_says_are_refused() {
     let future = echo.replace("\"2026-07-28\"", "\"2031-01-01\"");
     let r = post(&url, &modern_headers("tools/call", "echo"), &future).await;
     assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
+    // An envelope without its required fields is invalid params, as a server would say.
+    for (what, meta) in [
+        ("no version", r#""_meta":{"io.modelcontextprotocol/clientCapabilities":{}}"#),
+        ("no capabilities", r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#),
+        (
+            "capabilities not an object",
+            r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}"#,
+        ),
+    ] {
+        let body = echo.replace(META, meta);
+        let r = post(&url, &modern_headers("tools/call", "echo"), &body).await;
+        assert_eq!(r.status, 400, "{what}: {}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32602, "{what}: {}", r.body);
+        assert_eq!(r.json()["error"]["data"]["reason"], "invalid_meta", "{what}");
+    }
     assert!(received(&s.record).is_empty(), "{:?}", received(&s.record));
 
     // The same requests with the right headers pass; the encoded name decodes.

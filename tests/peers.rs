@@ -314,7 +314,42 @@ fn conformance_run(
     out_dir: &Path,
     bearer: Option<&str>,
 ) -> std::collections::BTreeMap<String, (usize, usize)> {
-    let suite = peers().join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    suite_run("conformance", &["--suite", "all"], url, out_dir, bearer)
+}
+
+/// The same for the 2026-07-28 suite (the `conformance-modern` alias of 0.2.0-alpha.12):
+/// the scenarios that revision requires, and the extensions' it runs beside them.
+fn modern_conformance_run(
+    url: &str,
+    out_dir: &Path,
+    bearer: Option<&str>,
+) -> std::collections::BTreeMap<String, (usize, usize)> {
+    suite_run(
+        "conformance-modern",
+        &["--requirements", "2026-07-28"],
+        url,
+        out_dir,
+        bearer,
+    )
+}
+
+/// Runs the suite installed as `package` (under tests/peers/node_modules) with `args`.
+fn suite_run(
+    package: &str,
+    args: &[&str],
+    url: &str,
+    out_dir: &Path,
+    bearer: Option<&str>,
+) -> std::collections::BTreeMap<String, (usize, usize)> {
+    let suite = match package {
+        "conformance" => {
+            peers().join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+        }
+        other => peers()
+            .join("node_modules")
+            .join(other)
+            .join("dist/index.js"),
+    };
     let mut cmd = Command::new(node22());
     if let Some(token) = bearer {
         cmd.arg("--import")
@@ -323,7 +358,9 @@ fn conformance_run(
     }
     let status = cmd
         .arg(suite)
-        .args(["server", "--suite", "all", "--url", url, "-o"])
+        .arg("server")
+        .args(args)
+        .args(["--url", url, "-o"])
         .arg(out_dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -536,6 +573,127 @@ profiles = ["all"]
     }
     assert!(failures.is_empty(), "through mcpgate: {failures:#?}");
     // The tokens went nowhere but to mcpgate.
+    let log = gw.log();
+    assert!(!log.contains(T_PATH) && !log.contains(T_BEARER));
+}
+
+/// MCP 2026-07-28: our fixture server on the TypeScript SDK v2 (`conformance2_server.mjs`,
+/// modern only) is run through the scenarios the 2026-07-28 suite requires (and the tasks
+/// extension's, which it does not implement): directly over HTTP, then through mcpgate on
+/// each kind of route (no auth, a path token, a bearer token) in front of it, and on a
+/// route to the same server run as a stdio process, where mcpgate is its HTTP server; five
+/// runs in a row each. Every scenario that passes whole directly passes whole every time
+/// through mcpgate.
+#[test]
+fn modern_conformance_passes_through_every_route_kind_and_over_stdio() {
+    const T_PATH: &str = "tok-modern-conf-path-4Hk2Mn4Pq6Rs8Tu0Vw2X";
+    const T_BEARER: &str = "tok-modern-conf-bearer-8Jd5Lf7Nh9Pk1Rm3Tp";
+    let port = free_port();
+    let _server = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("conformance2_server.mjs")
+            .args(["--port", &port.to_string()]),
+        port,
+    );
+    let dirs = tempfile::tempdir().unwrap();
+    let direct = modern_conformance_run(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &dirs.path().join("direct"),
+        None,
+    );
+    let passed: Vec<&String> = direct
+        .iter()
+        .filter(|(_, (pass, fail))| *fail == 0 && *pass > 0)
+        .map(|(name, _)| name)
+        .collect();
+    // All the revision's own scenarios: only the tasks extension's may fail.
+    let failed: Vec<String> = not_passed(&direct)
+        .into_iter()
+        .filter(|s| !s.starts_with("tasks-"))
+        .collect();
+    assert!(failed.is_empty(), "directly: {failed:?}");
+    assert!(passed.len() >= 38, "the suite ran: {direct:?}");
+
+    let node = node22();
+    let fixture = peers().join("conformance2_server.mjs");
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.modern]
+url = "http://127.0.0.1:{port}/mcp"
+timeout = "20s"
+[upstreams.modern_stdio]
+command = [{node:?}, {fixture:?}, "--stdio"]
+cwd = {peers:?}
+sessions = "shared"
+[profiles.all]
+upstream = "modern"
+allow = ["*"]
+[profiles.stdio]
+upstream = "modern_stdio"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/open/mcp"
+profile = "all"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/p/{{token}}/mcp"
+profile = "all"
+[[routes]]
+listen = "main"
+path = "/b/mcp"
+profile = "all"
+auth = "bearer"
+[[routes]]
+listen = "main"
+path = "/stdio/mcp"
+profile = "stdio"
+auth = "none"
+[[tokens]]
+id = "by-path"
+sha256 = "{path}"
+profiles = ["all"]
+[[tokens]]
+id = "by-header"
+sha256 = "{bearer}"
+profiles = ["all"]
+"#,
+        node = node.to_str().unwrap(),
+        fixture = fixture.to_str().unwrap(),
+        peers = peers().to_str().unwrap(),
+        path = hash(T_PATH),
+        bearer = hash(T_BEARER),
+    ));
+    let routes = [
+        ("no auth", "/open/mcp".to_string(), None),
+        ("path token", format!("/p/{T_PATH}/mcp"), None),
+        ("bearer token", "/b/mcp".to_string(), Some(T_BEARER)),
+        ("stdio", "/stdio/mcp".to_string(), None),
+    ];
+    let mut failures = Vec::new();
+    let mut run_no = 0;
+    for (kind, path, bearer) in &routes {
+        for round in 1..=5 {
+            run_no += 1;
+            let through = modern_conformance_run(
+                &gw.url(path),
+                &dirs.path().join(run_no.to_string()),
+                *bearer,
+            );
+            for name in &passed {
+                match through.get(*name) {
+                    Some((pass, 0)) if *pass > 0 => {}
+                    other => failures.push(format!("{kind}, run {round}: {name} {other:?}")),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "through mcpgate: {failures:#?}");
     let log = gw.log();
     assert!(!log.contains(T_PATH) && !log.contains(T_BEARER));
 }

@@ -888,6 +888,53 @@ async fn stdio_children_are_told_of_cancels_and_mirrored_headers_are_checked() {
         "a refused call reached the child"
     );
 
+    // As the process's HTTP server, mcpgate answers what a 2026-07-28 server must: a
+    // revision it does not serve, and an envelope without capabilities, never reach it.
+    let odd = r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"v999.0.0","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let r = post(
+        &url,
+        &[
+            ("mcp-protocol-version", "v999.0.0"),
+            ("mcp-method", "tools/list"),
+        ],
+        odd,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let error = &r.json()["error"];
+    assert_eq!(error["code"], -32022, "{}", r.body);
+    assert_eq!(error["data"]["requested"], "v999.0.0", "{}", r.body);
+    assert_eq!(
+        error["data"]["supported"],
+        serde_json::json!(["2026-07-28"]),
+        "{}",
+        r.body
+    );
+    let bare = r#"{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    let r = post(&url, &headers("tools/list", ""), bare).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    assert_eq!(
+        r.json()["error"]["data"]["reason"],
+        "invalid_meta",
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        recorded(&record).len(),
+        before,
+        "a refused request reached the child"
+    );
+    // A method the process does not have is a 404, as the transport says.
+    let r = post(
+        &url,
+        &headers("nothing/here", ""),
+        &modern("11", "nothing/here", ""),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32601, "{}", r.body);
+
     // A client that leaves mid-call: the child is told, under its own number.
     let addr = gw.listeners["main"];
     let wait = modern("\"w-1\"", "tools/call", r#""name":"wait","arguments":{}"#);

@@ -4,14 +4,39 @@
 
 pub use crate::config::generation::{Era, MODERN, decode_header, is_modern};
 
-/// The revision `params._meta` names (its JSON text given), if it names one as a string.
-pub fn meta_version(meta: &str) -> Option<String> {
+/// What `params._meta` (its JSON text given) says of the request's envelope.
+#[derive(Debug, Default, PartialEq)]
+pub struct Envelope {
+    /// The revision it names, if it names one as a string.
+    pub version: Option<String>,
+    /// Whether it holds `io.modelcontextprotocol/clientCapabilities` as an object, as a
+    /// 2026-07-28 request must.
+    pub capabilities: bool,
+}
+
+pub fn envelope(meta: &str) -> Envelope {
     #[derive(serde::Deserialize)]
-    struct Meta {
+    struct Meta<'a> {
         #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
-        version: Option<String>,
+        version: Option<serde_json::Value>,
+        #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
+        capabilities: Option<&'a serde_json::value::RawValue>,
     }
-    serde_json::from_str::<Meta>(meta).ok()?.version
+    let Ok(m) = serde_json::from_str::<Meta>(meta) else {
+        return Envelope::default();
+    };
+    Envelope {
+        version: match m.version {
+            Some(serde_json::Value::String(v)) => Some(v),
+            _ => None,
+        },
+        capabilities: m.capabilities.is_some_and(|c| c.get().starts_with('{')),
+    }
+}
+
+/// The revision `params._meta` names, if it names one as a string.
+pub fn meta_version(meta: &str) -> Option<String> {
+    envelope(meta).version
 }
 
 #[cfg(test)]
@@ -39,6 +64,10 @@ mod tests {
         );
         assert_eq!(meta_version("{}"), None);
         assert_eq!(meta_version("[]"), None);
+        let full = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+        assert!(envelope(full).capabilities);
+        let listed = r#"{"io.modelcontextprotocol/clientCapabilities":[]}"#;
+        assert!(!envelope(listed).capabilities);
     }
 
     #[test]

@@ -441,7 +441,7 @@ const PARAMS: [&str; 6] = [
 /// The tasks extension's methods that name one task (`params.taskId`, which `Mcp-Name`
 /// mirrors).
 pub fn is_task_method(method: &str) -> bool {
-    matches!(method, "tasks/get" | "tasks/result" | "tasks/cancel")
+    matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
 }
 
 fn message_by_serde(json: &str) -> Result<Message<'_>, GateError> {

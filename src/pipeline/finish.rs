@@ -175,7 +175,7 @@ fn log_combined(
 
 /// MCP methods that may be metric labels as they are; anything else a client invents is
 /// counted as "(other)" so labels stay bounded.
-const KNOWN_METHODS: [&str; 18] = [
+const KNOWN_METHODS: [&str; 20] = [
     "initialize",
     "ping",
     "tools/list",
@@ -193,6 +193,8 @@ const KNOWN_METHODS: [&str; 18] = [
     "subscriptions/listen",
     "tasks/get",
     "tasks/result",
+    "tasks/update",
+    "tasks/cancel",
     "(batch)",
 ];
 

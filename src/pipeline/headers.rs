@@ -32,7 +32,8 @@ pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<Era, GateErr
     )?;
     let method = one(fields, FieldKind::McpMethod, "Mcp-Method")?;
     let name = one(fields, FieldKind::McpName, "Mcp-Name")?;
-    let claimed = m.meta.and_then(era::meta_version);
+    let envelope = m.meta.map(era::envelope).unwrap_or_default();
+    let claimed = envelope.version;
     let modern = !fields.has(FieldKind::McpSessionId)
         && (claimed.as_deref().is_some_and(era::is_modern)
             || version.is_some_and(|v| era::is_modern(&String::from_utf8_lossy(v))));
@@ -44,12 +45,20 @@ pub fn check(fields: &Fields, payload: &jsonrpc::Payload) -> Result<Era, GateErr
             ));
         }
         (None, _) if strict => return Err(mismatch("MCP-Protocol-Version is missing")),
+        // The envelope is the body's to carry: a request without it is invalid, as a
+        // 2026-07-28 server would say (-32602), whatever its header.
         (Some(_), None) if strict => {
-            return Err(mismatch(
-                "MCP-Protocol-Version names a revision params._meta does not",
+            return Err(GateError::InvalidMeta(
+                "params._meta must name the protocol version (io.modelcontextprotocol/protocolVersion)"
+                    .into(),
             ));
         }
         _ => {}
+    }
+    if strict && claimed.is_some() && !envelope.capabilities {
+        return Err(GateError::InvalidMeta(
+            "params._meta must hold io.modelcontextprotocol/clientCapabilities (an object)".into(),
+        ));
     }
     match method {
         Some(h) if m.method().map(str::as_bytes) != Some(h) => {

@@ -258,7 +258,8 @@ async fn post<'s>(
         );
         out.pinned = pinned;
         out.era = ctx.era;
-        if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
+        // A stdio upstream runs a process per modern caller (a request without a session).
+        if live.upstream(upstream).stdio.is_some() && !req.fields.has(FieldKind::McpSessionId) {
             let route = ctx.route.map_or("", |r| &*r.template);
             out.caller = Some(crate::mcp::rounds::caller_key(
                 ctx.token.as_ref().map(|t| &t.key),

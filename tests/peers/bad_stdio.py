@@ -13,7 +13,8 @@ usage: bad_stdio.py MODE [MARKER]   (MARKER: ignored; tests find the process by 
   record    appends every line it reads to the file named by $RECORD; lists one tool,
             `query`, whose `region` is mirrored in Mcp-Param-Region; never answers a
             tools/call of `wait`; answers subscriptions/listen with an acknowledgement
-            and one resource update, and ends it only when cancelled
+            and one resource update, and ends it only when cancelled; answers methods
+            it does not know with -32601
 """
 
 import json
@@ -78,6 +79,8 @@ for line in sys.stdin:
                   "params": {"_meta": sub, "uri": "file:///a"}})
         elif method == "notifications/cancelled":
             listening.discard(m["params"].get("requestId"))
+        elif id is not None and method not in ("initialize", "tools/call", "server/discover"):
+            send({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})
         elif id is not None and method is not None:
             result(id, text("ran " + json.dumps(m["params"])))
         continue

@@ -154,6 +154,25 @@ impl StdioUpstream {
     ) -> Result<Response<UpstreamBody>, GateError> {
         let messages = messages(body)?;
         let initialize = messages.iter().any(|m| m["method"] == "initialize");
+        if session.is_none()
+            && !initialize
+            && messages.iter().any(|m| {
+                m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+                    .is_some()
+            })
+        {
+            // Shaped as a 2026-07-28 request, for a revision that is not one (the pipeline
+            // took it for legacy): as its HTTP server, say which one is served.
+            let asked = messages
+                .iter()
+                .find_map(|m| m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion"))
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .unwrap_or_default();
+            return Err(GateError::UnsupportedVersion {
+                requested: asked,
+                supported: &[crate::config::generation::MODERN],
+            });
+        }
         if initialize {
             if messages.len() > 1 {
                 return Err(GateError::InvalidRequest(
@@ -222,10 +241,19 @@ impl StdioUpstream {
             .send(messages, session.owner)
             .await
             .map_err(send_error)?;
-        match rx {
-            Some(rx) => stream(rx).await,
-            None => Ok(empty(StatusCode::ACCEPTED)),
+        let Some(rx) = rx else {
+            return Ok(empty(StatusCode::ACCEPTED));
+        };
+        let answer = stream(rx).await?;
+        // An error that is the whole answer gets the HTTP status the transport gives it.
+        if let UpstreamBody::Messages {
+            first: Some(first), ..
+        } = answer.body()
+            && let Some((status, json)) = error_status(first)
+        {
+            return Ok(whole(status, json));
         }
+        Ok(answer)
     }
 
     /// A modern caller's session: its process, started (without `initialize`) if it has
@@ -567,6 +595,27 @@ async fn stream(
     });
     r.headers_mut().insert(http::header::CONTENT_TYPE, SSE);
     Ok(r)
+}
+
+/// A first event that is a JSON-RPC error the 2026-07-28 transport gives an HTTP status
+/// of its own: 404 for -32601 (method not found), 400 for -32020…-32022 (header mismatch,
+/// missing client capability, unsupported version); with the error as a JSON body.
+fn error_status(first: &Bytes) -> Option<(StatusCode, Bytes)> {
+    let data = first.strip_prefix(b"event: message\ndata: ")?.trim_ascii();
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let status = match serde_json::from_slice::<Answer>(data).ok()?.error?.code {
+        -32601 => StatusCode::NOT_FOUND,
+        -32022..=-32020 => StatusCode::BAD_REQUEST,
+        _ => return None,
+    };
+    Some((status, Bytes::copy_from_slice(data)))
 }
 
 /// Sends `initialize` and waits for its answer's first event.

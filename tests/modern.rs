@@ -353,8 +353,14 @@ async fn mirrored_headers_that_do_not_say_what_the_body_says_are_refused() {
     assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
     // An envelope without its required fields is invalid params, as a server would say.
     for (what, meta) in [
-        ("no version", r#""_meta":{"io.modelcontextprotocol/clientCapabilities":{}}"#),
-        ("no capabilities", r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#),
+        (
+            "no version",
+            r#""_meta":{"io.modelcontextprotocol/clientCapabilities":{}}"#,
+        ),
+        (
+            "no capabilities",
+            r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
+        ),
         (
             "capabilities not an object",
             r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}"#,
@@ -364,7 +370,11 @@ async fn mirrored_headers_that_do_not_say_what_the_body_says_are_refused() {
         let r = post(&url, &modern_headers("tools/call", "echo"), &body).await;
         assert_eq!(r.status, 400, "{what}: {}", r.body);
         assert_eq!(r.json()["error"]["code"], -32602, "{what}: {}", r.body);
-        assert_eq!(r.json()["error"]["data"]["reason"], "invalid_meta", "{what}");
+        assert_eq!(
+            r.json()["error"]["data"]["reason"],
+            "invalid_meta",
+            "{what}"
+        );
     }
     assert!(received(&s.record).is_empty(), "{:?}", received(&s.record));
 

@@ -409,13 +409,40 @@ async fn traces_go_from_the_client_through_the_gateway_to_the_upstream() {
         assert!(got.headers.get("tracestate").is_none());
     }
 
+    // The context in `params._meta` (MCP 2026-07-28) is one too: without the header it is
+    // continued, and the upstream gets this request's span there as in the header.
+    let with_meta = |id: u64, tp: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"get_document","arguments":{{}},"_meta":{{"progressToken":"p","traceparent":"{tp}"}}}}}}"#
+        )
+    };
+    let r = post(&gpt, &[], &with_meta(5, &parent)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = up.received().pop().unwrap();
+    let header = got.headers["traceparent"].to_str().unwrap().to_string();
+    let body: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(body["params"]["_meta"]["traceparent"], header.as_str());
+    assert_eq!(body["params"]["_meta"]["progressToken"], "p");
+    assert_eq!(&header[..36], &format!("00-{CLIENT_TRACE}-"));
+    assert!(header.ends_with("-01") && &header[36..52] != CLIENT_SPAN);
+    let spans = collector.wait_spans(3).await;
+    assert_eq!(hex(&spans[2].parent_span_id), CLIENT_SPAN);
+    // With both, the header's context wins and `_meta` names the same span.
+    let other = format!("00-{}-{CLIENT_SPAN}-01", "1".repeat(32));
+    post(&gpt, &[("traceparent", &parent)], &with_meta(6, &other)).await;
+    let got = up.received().pop().unwrap();
+    let header = got.headers["traceparent"].to_str().unwrap().to_string();
+    let body: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(body["params"]["_meta"]["traceparent"], header.as_str());
+    assert!(header.contains(CLIENT_TRACE), "{header}");
+
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(collector.spans.lock().unwrap().len(), 2);
+    assert_eq!(collector.spans.lock().unwrap().len(), 4);
     let m = send(Method::GET, &gw.admin_url("/metrics"), &[], "")
         .await
         .body;
     assert!(
-        m.contains("mcpgate_trace_spans_total{result=\"exported\"} 2"),
+        m.contains("mcpgate_trace_spans_total{result=\"exported\"} 4"),
         "{m}"
     );
     for t in ALL_TOKENS {

@@ -20,6 +20,15 @@ impl Context {
     pub fn continued(&self) -> bool {
         self.parent.is_some()
     }
+
+    /// Continues a client's trace found elsewhere than in the header (`params._meta`): the
+    /// request keeps its span, whose parent and trace become the client's.
+    pub fn continue_from(&mut self, (trace, span, sampled): ([u8; 16], [u8; 8], bool)) {
+        self.trace_id = trace;
+        self.parent = Some(span);
+        self.sampled = sampled;
+        self.header = header(&trace, &self.span_id, sampled);
+    }
 }
 
 /// A `traceparent` value: `(trace id, parent span id, sampled)`, or `None` when it is not

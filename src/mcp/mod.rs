@@ -8,6 +8,7 @@ pub mod era;
 pub mod jsonrpc;
 pub mod list_changes;
 pub mod listen;
+pub mod meta_trace;
 pub mod pointer;
 pub mod rounds;
 pub mod tools_list;

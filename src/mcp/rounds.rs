@@ -65,18 +65,40 @@ pub struct Issue {
     /// The request's JSON-RPC id, as JSON text: its answer is the one sealed.
     pub id: Box<str>,
     pub endpoint: EndpointId,
-    caller: CallerKey,
-    binding: [u8; 8],
+    caller: Caller,
+    /// What the retry must be: its method and what it names (hashed when sealing).
+    method: Box<str>,
+    name: Option<Box<str>>,
     /// The first round's request id (this one's, unless it is a retry).
     first: Box<str>,
     life: Duration,
+}
+
+/// Who a state is for: known already (a retry's, whose state was opened), or what it is
+/// made from, hashed only when a state is sealed (most answers ask for nothing).
+#[derive(Clone)]
+pub enum Caller {
+    Key(CallerKey),
+    Unhashed {
+        credential: Option<[u8; 32]>,
+        route: Box<str>,
+    },
+}
+
+impl Caller {
+    fn key(&self) -> CallerKey {
+        match self {
+            Caller::Key(k) => *k,
+            Caller::Unhashed { credential, route } => caller_key(credential.as_ref(), route),
+        }
+    }
 }
 
 impl Issue {
     pub fn new(
         sealer: Arc<Sealer>,
         id: &str,
-        caller: CallerKey,
+        caller: Caller,
         method: &str,
         name: Option<&str>,
         first: &str,
@@ -87,7 +109,8 @@ impl Issue {
             id: id.into(),
             endpoint: [0; 8],
             caller,
-            binding: binding(method, name),
+            method: method.into(),
+            name: name.map(Into::into),
             first: first.into(),
             life,
         }
@@ -141,8 +164,8 @@ impl Issue {
         let first = &self.first.as_bytes()[..self.first.len().min(255)];
         let mut inner = Vec::with_capacity(8 + 16 + 8 + 2 + first.len() + 64);
         inner.extend_from_slice(&expires.to_be_bytes());
-        inner.extend_from_slice(&self.caller);
-        inner.extend_from_slice(&self.binding);
+        inner.extend_from_slice(&self.caller.key());
+        inner.extend_from_slice(&binding(&self.method, self.name.as_deref()));
         inner.push(first.len() as u8);
         inner.extend_from_slice(first);
         match original {
@@ -263,7 +286,7 @@ mod tests {
         let mut i = Issue::new(
             s.clone(),
             "7",
-            caller,
+            Caller::Key(caller),
             "tools/call",
             Some("delete_note"),
             "rid-1",

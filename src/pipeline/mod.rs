@@ -221,8 +221,32 @@ async fn post<'s>(
     let mut shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
     let listen =
         matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
+    let meta_trace = match (&payload, &ctx.trace) {
+        (Payload::Single(m), Some(_)) => m.meta.and_then(|meta| {
+            let body = std::str::from_utf8(&bytes).ok()?;
+            crate::mcp::meta_trace::traceparent_in(body, meta)
+        }),
+        _ => None,
+    };
     drop(payload);
     let mut bytes = bytes;
+    if let (Some((at, given)), Some(trace)) = (meta_trace, ctx.trace.as_mut()) {
+        // `_meta.traceparent` is a trace context like the header (SPEC §15): continued
+        // when the header did not name one, and rewritten to this request's span.
+        if !trace.continued()
+            && !req.fields.has(FieldKind::Traceparent)
+            && let Some(parent) = crate::http::traceparent::parse(given.as_bytes())
+        {
+            trace.continue_from(parent);
+        }
+        let mut edited = Vec::with_capacity(bytes.len());
+        edited.extend_from_slice(&bytes[..at.start]);
+        edited.push(b'"');
+        edited.extend_from_slice(&trace.header);
+        edited.push(b'"');
+        edited.extend_from_slice(&bytes[at.end..]);
+        bytes = Bytes::from(edited);
+    }
     if listen {
         // What the profile may not see is not asked for (SPEC §15).
         let (narrowed, listening) =

@@ -37,15 +37,21 @@ pub(super) fn prepare(
     }
     let sealer = live.upstream(&profile.upstream).state_sealer.clone();
     let route = ctx.route.map_or("", |r| &*r.template);
-    let caller = rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route);
+    let credential = ctx.token.as_ref().map(|t| t.key);
     let name = m.mcp_name.as_deref();
+    let mut caller = rounds::Caller::Unhashed {
+        credential,
+        route: route.into(),
+    };
     let retry = match m.request_state {
         Some(state) => {
-            let opened = rounds::open(&sealer, state, &caller, method, name).map_err(|why| {
+            let key = rounds::caller_key(credential.as_ref(), route);
+            let opened = rounds::open(&sealer, state, &key, method, name).map_err(|why| {
                 tracing::info!(?why, "a requestState that does not open here");
                 GateError::BadRequestState
             })?;
             ctx.first_request = Some(opened.first.as_str().into());
+            caller = rounds::Caller::Key(key);
             Some(opened)
         }
         None => None,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, Peer, free_port, hash, node22, peers, post, run_client, start_peer};
+use support::{Gateway, Peer, free_port, hash, node22, peers, post, start_peer, ts2_client};
 
 const ALICE: &str = "tok-alice-3Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0CdE";
 const BOB: &str = "tok-bob-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9AbCd";
@@ -124,18 +124,6 @@ fn setup() -> Setup {
         port,
         gw,
     }
-}
-
-fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> Value {
-    let mut cmd = Command::new(node22());
-    cmd.current_dir(peers())
-        .arg("ts2_client.mjs")
-        .args([url, scenario]);
-    if let Some(b) = bearer {
-        cmd.arg(b);
-    }
-    let out = run_client(&mut cmd);
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{Gateway, eventually, node22, peers, post, python, run_client};
+use support::{Gateway, eventually, node22, peers, post, python, run_client, ts2_client};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}"#;
 
@@ -667,19 +667,6 @@ fn stdio_settings_are_checked() {
             Err((_, log)) => assert!(log.contains(says), "{table}: {log}"),
         }
     }
-}
-
-/// The TypeScript SDK v2 client, pinned to 2026-07-28, running `scenario` against `url`.
-fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> Value {
-    let mut cmd = Command::new(node22());
-    cmd.current_dir(peers())
-        .arg("ts2_client.mjs")
-        .args([url, scenario]);
-    if let Some(b) = bearer {
-        cmd.arg(b);
-    }
-    let out = run_client(&mut cmd);
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 /// MCP 2026-07-28 over stdio (SPEC §15): the SDK v2 client reaches an SDK v2 stdio server

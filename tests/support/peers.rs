@@ -76,3 +76,17 @@ pub fn start_peer(cmd: &mut Command, port: u16) -> Peer {
     }
     peer
 }
+
+/// The TypeScript SDK v2 client (`ts2_client.mjs`), pinned to 2026-07-28, running
+/// `scenario` against `url`: what each step saw, as JSON.
+pub fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> serde_json::Value {
+    let mut cmd = Command::new(node22());
+    cmd.current_dir(peers())
+        .arg("ts2_client.mjs")
+        .args([url, scenario]);
+    if let Some(b) = bearer {
+        cmd.arg(b);
+    }
+    let out = run_client(&mut cmd);
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}

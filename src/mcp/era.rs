@@ -34,11 +34,6 @@ pub fn envelope(meta: &str) -> Envelope {
     }
 }
 
-/// The revision `params._meta` names, if it names one as a string.
-pub fn meta_version(meta: &str) -> Option<String> {
-    envelope(meta).version
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,13 +52,12 @@ mod tests {
     #[test]
     fn meta_names_its_version() {
         let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","x":[1]}"#;
-        assert_eq!(meta_version(meta).as_deref(), Some("2026-07-28"));
-        assert_eq!(
-            meta_version(r#"{"io.modelcontextprotocol/protocolVersion":7}"#),
-            None
-        );
-        assert_eq!(meta_version("{}"), None);
-        assert_eq!(meta_version("[]"), None);
+        assert_eq!(envelope(meta).version.as_deref(), Some("2026-07-28"));
+        assert!(!envelope(meta).capabilities);
+        let number = envelope(r#"{"io.modelcontextprotocol/protocolVersion":7}"#);
+        assert_eq!(number.version, None);
+        assert_eq!(envelope("{}"), Envelope::default());
+        assert_eq!(envelope("[]"), Envelope::default());
         let full = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
         assert!(envelope(full).capabilities);
         let listed = r#"{"io.modelcontextprotocol/clientCapabilities":[]}"#;

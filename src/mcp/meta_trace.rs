@@ -6,8 +6,8 @@
 use std::ops::Range;
 
 /// Where `_meta.traceparent`'s value (a JSON string, quotes included) lies in `body`, and
-/// the text it holds. `meta` is the `_meta` object's text, a part of `body`.
-pub fn traceparent_in(body: &str, meta: &str) -> Option<(Range<usize>, String)> {
+/// the text it holds. `meta` is the `_meta` object's text, a part of `body` (else `None`).
+pub fn traceparent_in(body: &[u8], meta: &str) -> Option<(Range<usize>, String)> {
     #[derive(serde::Deserialize)]
     struct Meta<'a> {
         #[serde(borrow)]
@@ -32,11 +32,13 @@ mod tests {
         let body = r#"{"params":{"_meta":{"x":"traceparent","traceparent" : "00-abc"}}}"#;
         let meta = &body[19..body.len() - 2];
         assert!(meta.starts_with('{') && meta.ends_with('}'));
-        let (range, text) = traceparent_in(body, meta).unwrap();
+        let (range, text) = traceparent_in(body.as_bytes(), meta).unwrap();
         assert_eq!(&body[range], "\"00-abc\"");
         assert_eq!(text, "00-abc");
-        assert_eq!(traceparent_in(body, r#"{"traceparent":1}"#), None);
-        let other = r#"{"a":1}"#;
-        assert_eq!(traceparent_in(other, other), None);
+        let other = r#"{"a":1,"traceparent":1}"#;
+        assert_eq!(traceparent_in(other.as_bytes(), other), None);
+        // A `_meta` that is not part of the body is not edited there.
+        let elsewhere = String::from(r#"{"traceparent":"00-abc"}"#);
+        assert_eq!(traceparent_in(body.as_bytes(), &elsewhere), None);
     }
 }

@@ -222,10 +222,9 @@ async fn post<'s>(
     let listen =
         matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
     let meta_trace = match (&payload, &ctx.trace) {
-        (Payload::Single(m), Some(_)) => m.meta.and_then(|meta| {
-            let body = std::str::from_utf8(&bytes).ok()?;
-            crate::mcp::meta_trace::traceparent_in(body, meta)
-        }),
+        (Payload::Single(m), Some(_)) => m
+            .meta
+            .and_then(|meta| crate::mcp::meta_trace::traceparent_in(&bytes, meta)),
         _ => None,
     };
     drop(payload);
@@ -282,8 +281,8 @@ async fn post<'s>(
         );
         out.pinned = pinned;
         out.era = ctx.era;
-        // A stdio upstream runs a process per modern caller (a request without a session).
-        if live.upstream(upstream).stdio.is_some() && !req.fields.has(FieldKind::McpSessionId) {
+        // A stdio upstream runs a process per modern caller.
+        if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
             let route = ctx.route.map_or("", |r| &*r.template);
             out.caller = Some(crate::mcp::rounds::caller_key(
                 ctx.token.as_ref().map(|t| &t.key),

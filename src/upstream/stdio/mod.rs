@@ -154,22 +154,14 @@ impl StdioUpstream {
     ) -> Result<Response<UpstreamBody>, GateError> {
         let messages = messages(body)?;
         let initialize = messages.iter().any(|m| m["method"] == "initialize");
-        if session.is_none()
-            && !initialize
-            && messages.iter().any(|m| {
-                m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
-                    .is_some()
-            })
-        {
+        let claimed = messages
+            .iter()
+            .find_map(|m| m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion"));
+        if let (None, false, Some(v)) = (session, initialize, claimed) {
             // Shaped as a 2026-07-28 request, for a revision that is not one (the pipeline
             // took it for legacy): as its HTTP server, say which one is served.
-            let asked = messages
-                .iter()
-                .find_map(|m| m.pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion"))
-                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
-                .unwrap_or_default();
             return Err(GateError::UnsupportedVersion {
-                requested: asked,
+                requested: v.as_str().map_or_else(|| v.to_string(), str::to_string),
                 supported: &[crate::config::generation::MODERN],
             });
         }

@@ -24,6 +24,8 @@ pub mod code {
     /// MCP 2026-07-28's HeaderMismatch: a mirrored header missing, doubled, or saying
     /// something the body does not.
     pub const HEADER_MISMATCH: i64 = -32020;
+    /// MCP 2026-07-28's MissingRequiredClientCapability.
+    pub const MISSING_CAPABILITY: i64 = -32021;
     /// MCP 2026-07-28's UnsupportedProtocolVersion.
     pub const UNSUPPORTED_VERSION: i64 = -32022;
 
@@ -86,6 +88,12 @@ struct ErrorData<'a> {
     supported: Option<&'static [&'static str]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     requested: Option<&'a str>,
+    /// MissingRequiredClientCapability: what the client must declare.
+    #[serde(
+        rename = "requiredCapabilities",
+        skip_serializing_if = "Option::is_none"
+    )]
+    required: Option<&'a RawValue>,
 }
 
 impl<'a> Envelope<'a> {
@@ -108,6 +116,7 @@ impl<'a> Envelope<'a> {
                     retry_after_ms: None,
                     supported: None,
                     requested: None,
+                    required: None,
                 },
             },
         }
@@ -129,6 +138,12 @@ impl<'a> Envelope<'a> {
         self
     }
 
+    /// Names the capabilities the client must declare (MissingRequiredClientCapability).
+    pub fn required(mut self, required: Option<&'a RawValue>) -> Self {
+        self.error.data.required = required;
+        self
+    }
+
     pub fn to_vec(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("an envelope of strings and numbers serialises")
     }
@@ -147,7 +162,20 @@ pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec
             } => Some((requested, supported)),
             _ => None,
         })
+        .required(match err {
+            GateError::MissingTasksCapability => Some(tasks_capability()),
+            _ => None,
+        })
         .to_vec()
+}
+
+/// The capabilities a client must declare to use tasks: the tasks extension.
+fn tasks_capability() -> &'static RawValue {
+    static TASKS: std::sync::OnceLock<Box<RawValue>> = std::sync::OnceLock::new();
+    TASKS.get_or_init(|| {
+        RawValue::from_string(r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#.into())
+            .expect("the capability is JSON")
+    })
 }
 
 /// One envelope per refused request element: an object for a single message, an array
@@ -241,6 +269,18 @@ pub enum GateError {
         "Invalid params: requestState was not issued by this gateway for this caller and request, or has expired"
     )]
     BadRequestState,
+    /// A task request (`tasks/get`, `tasks/update`, `tasks/cancel`) whose `taskId` mcpgate
+    /// did not seal for this caller, or that has expired. Which of those is not said.
+    #[error(
+        "Invalid params: taskId was not issued by this gateway for this caller, or has expired"
+    )]
+    UnknownTask,
+    /// A task request from a client that did not declare the tasks extension, which the
+    /// extension requires of it.
+    #[error(
+        "Missing required client capability: the tasks extension (io.modelcontextprotocol/tasks)"
+    )]
+    MissingTasksCapability,
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
@@ -290,8 +330,9 @@ impl GateError {
             | InvalidRequest(_)
             | HeaderMismatch(_)
             | InvalidMeta(_)
-            | UnsupportedVersion { .. } => StatusCode::BAD_REQUEST,
-            Refused { .. } | BadRequestState => StatusCode::OK,
+            | UnsupportedVersion { .. }
+            | MissingTasksCapability => StatusCode::BAD_REQUEST,
+            Refused { .. } | BadRequestState | UnknownTask => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -314,7 +355,8 @@ impl GateError {
             Parse(_) => code::PARSE_ERROR,
             HeaderMismatch(_) => code::HEADER_MISMATCH,
             UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
-            BadRequestState | InvalidMeta(_) => code::INVALID_PARAMS,
+            MissingTasksCapability => code::MISSING_CAPABILITY,
+            BadRequestState | UnknownTask | InvalidMeta(_) => code::INVALID_PARAMS,
             MethodNotAllowed
             | StreamConflict
             | BodyTooLarge { .. }
@@ -389,6 +431,8 @@ impl GateError {
             InvalidRequest(_) => "invalid_request",
             HeaderMismatch(_) => "header_mismatch",
             BadRequestState => "bad_request_state",
+            UnknownTask => "unknown_task",
+            MissingTasksCapability => "missing_capability",
             InvalidMeta(_) => "invalid_meta",
             UnsupportedVersion { .. } => "unsupported_version",
             Refused { .. } => "policy",

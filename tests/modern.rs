@@ -597,3 +597,245 @@ auth = "none"
     );
     assert!(got.iter().any(|b| b["method"] == "tools/list"));
 }
+
+/// The tasks fixture (`conformance2_server.mjs`, tasks of `tasks_ext.mjs`) behind bearer
+/// routes, with a session key so that replicas share the seals; recording what it gets.
+fn tasks_config(port: u16, key: &str) -> String {
+    format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.jobs]
+url = "http://127.0.0.1:{port}/mcp"
+timeout = "10s"
+session_key = "{key}"
+[profiles.all]
+upstream = "jobs"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/team"
+profile = "all"
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["all"]
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["all"]
+"#,
+        alice = hash(ALICE),
+        bob = hash(BOB),
+    )
+}
+
+const TASKS_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
+
+/// Task ids: the client holds mcpgate's seal of the server's id, which takes each task
+/// request to its task with the server's id (body and `Mcp-Name`), on any replica with the
+/// key. Forged ids, another token's, one from a gateway of another key, the server's own,
+/// and a request without the extension are refused before the upstream; a listen stream
+/// asks only for the caller's tasks and shows their ids as the client holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_ids_serve_only_their_caller_and_reach_their_task() {
+    const KEY: &str = "q83vEjRWeJq83vEjRWeJq83vEjRWeJq83vEjRWeJq80=";
+    const OTHER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("received.jsonl");
+    let port = free_port();
+    let _server = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("conformance2_server.mjs")
+            .args(["--port", &port.to_string(), "--record"])
+            .arg(&record),
+        port,
+    );
+    let gw = Gateway::start(&tasks_config(port, KEY));
+    let replica = Gateway::start(&tasks_config(port, KEY));
+    let stranger = Gateway::start(&tasks_config(port, OTHER_KEY));
+    let (alice, bob) = (support::bearer(ALICE), support::bearer(BOB));
+    let seen = || -> Vec<(Value, Value)> {
+        std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let r: Value = serde_json::from_str(l).unwrap();
+                (
+                    r["name"].clone(),
+                    serde_json::from_str(r["body"].as_str().unwrap()).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let task_request = |id: u64, method: &str, task: &str, meta: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"taskId":{},{meta}}}}}"#,
+            json!(task)
+        )
+    };
+    let ask = |url: String, who: String, method: &'static str, task: String, meta: &'static str| async move {
+        let mut h = modern_headers(method, &task);
+        h.push(("authorization", &who));
+        post(&url, &h, &task_request(9, method, &task, meta)).await
+    };
+
+    // Alice's call makes a task; she holds a sealed id, the server's stays with mcpgate.
+    let mut h = modern_headers("tools/call", "slow_compute");
+    h.push(("authorization", &alice));
+    let made = post(
+        &gw.url("/team"),
+        &h,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"slow_compute","arguments":{{"seconds":30,"label":"x"}},{TASKS_META}}}}}"#
+        ),
+    )
+    .await;
+    let result = made.messages()[0]["result"].clone();
+    assert_eq!(result["resultType"], "task", "{}", made.body);
+    let task = result["taskId"].as_str().unwrap().to_string();
+    let get = |g: &Gateway, who: &str, task: &str| {
+        ask(
+            g.url("/team"),
+            who.to_string(),
+            "tasks/get",
+            task.to_string(),
+            TASKS_META,
+        )
+    };
+    let r = get(&gw, &alice, &task).await;
+    let got = r.messages()[0]["result"].clone();
+    assert_eq!(got["taskId"], task.as_str(), "{}", r.body);
+    assert_eq!(got["status"], "working");
+    let (name, body) = seen().pop().unwrap();
+    let original = body["params"]["taskId"].as_str().unwrap().to_string();
+    assert_ne!(original, task, "the server never sees the client's id");
+    assert_eq!(name, original.as_str(), "Mcp-Name is the server's id too");
+    assert!(!made.body.contains(&original) && !r.body.contains(&original));
+
+    // A replica with the same key serves it; one with another key does not.
+    let r = get(&replica, &alice, &task).await;
+    assert_eq!(
+        r.messages()[0]["result"]["taskId"],
+        task.as_str(),
+        "{}",
+        r.body
+    );
+    let before = seen().len();
+    let r = get(&stranger, &alice, &task).await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    assert_eq!(r.json()["error"]["data"]["reason"], "unknown_task");
+    // Bob holds Alice's id; a forged one; the server's own id; an id of no shape.
+    let r = get(&gw, &bob, &task).await;
+    assert_eq!(
+        r.json()["error"]["data"]["reason"],
+        "unknown_task",
+        "{}",
+        r.body
+    );
+    let mut forged = task.clone().into_bytes();
+    forged[20] = if forged[20] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    for bad in [forged.as_str(), original.as_str(), "gate-test", ""] {
+        let r = get(&gw, &alice, bad).await;
+        assert_eq!(r.json()["error"]["code"], -32602, "{bad}: {}", r.body);
+    }
+    // Without the extension: MissingRequiredClientCapability, naming it.
+    let r = ask(
+        gw.url("/team"),
+        alice.clone(),
+        "tasks/cancel",
+        task.clone(),
+        META,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32021);
+    assert_eq!(
+        r.json()["error"]["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
+    // Mcp-Name must name the task the body names.
+    let mut h = modern_headers("tasks/get", "someone-else");
+    h.push(("authorization", &alice));
+    let r = post(
+        &gw.url("/team"),
+        &h,
+        &task_request(9, "tasks/get", &task, TASKS_META),
+    )
+    .await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["error"]["code"].clone()),
+        (400, json!(-32020))
+    );
+    assert_eq!(seen().len(), before, "nothing refused was forwarded");
+
+    // A listen stream for Alice's task and a forged one: only hers is asked for; the
+    // acknowledgement and the task's notifications name it as she holds it.
+    let listen = format!(
+        r#"{{"jsonrpc":"2.0","id":"listen:1","method":"subscriptions/listen","params":{{"notifications":{{"taskIds":[{},{}]}},{TASKS_META}}}}}"#,
+        json!(task),
+        json!(forged)
+    );
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "subscriptions/listen"),
+        ("authorization", &alice),
+    ];
+    let cancel = tokio::spawn({
+        let (url, alice, task) = (gw.url("/team"), alice.clone(), task.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let mut h = modern_headers("tasks/cancel", &task);
+            h.push(("authorization", &alice));
+            post(
+                &url,
+                &h,
+                &task_request(10, "tasks/cancel", &task, TASKS_META),
+            )
+            .await
+        }
+    });
+    let (stream, _) = support::send_stream(
+        http::Method::POST,
+        &gw.url("/team"),
+        &headers,
+        listen,
+        Duration::from_secs(3),
+    )
+    .await;
+    let ack = cancel.await.unwrap();
+    assert_eq!(
+        ack.messages()[0]["result"]["resultType"],
+        "complete",
+        "{}",
+        ack.body
+    );
+    let events = stream.messages();
+    assert_eq!(
+        events[0]["params"]["notifications"]["taskIds"],
+        json!([task]),
+        "{}",
+        stream.body
+    );
+    let note = events
+        .iter()
+        .find(|e| e["method"] == "notifications/tasks")
+        .unwrap_or_else(|| panic!("no task notification: {}", stream.body));
+    assert_eq!(note["params"]["taskId"], task.as_str());
+    assert_eq!(note["params"]["status"], "cancelled");
+    assert!(!stream.body.contains(&original));
+    let asked = seen()
+        .into_iter()
+        .find(|(_, b)| b["method"] == "subscriptions/listen")
+        .unwrap()
+        .1;
+    assert_eq!(
+        asked["params"]["notifications"]["taskIds"],
+        json!([original])
+    );
+}

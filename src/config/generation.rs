@@ -61,3 +61,17 @@ pub fn decode_header(value: &[u8]) -> Option<Cow<'_, str>> {
     }
     None
 }
+
+/// `text` as a mirrored header carries it (the inverse of [`decode_header`]): as it is when
+/// it is printable ASCII without space at either end, else `=?base64?…?=`.
+pub fn encode_header(text: &str) -> Cow<'_, str> {
+    let plain = text.bytes().all(|c| (0x21..0x7f).contains(&c) || c == b' ')
+        && !text.starts_with(' ')
+        && !text.ends_with(' ')
+        && !text.starts_with("=?base64?");
+    if plain {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("=?base64?{}?=", STANDARD.encode(text)))
+    }
+}

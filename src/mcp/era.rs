@@ -90,4 +90,25 @@ mod tests {
         assert_eq!(decode_header(b"=?base64?/w==?="), None);
         assert_eq!(decode_header("grüße".as_bytes()), None);
     }
+
+    #[test]
+    fn header_values_encode_so_they_decode_back() {
+        use crate::config::generation::encode_header;
+        assert_eq!(encode_header("786512e2-9e0d"), "786512e2-9e0d");
+        assert_eq!(
+            encode_header("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        for text in [
+            "plain",
+            " padded ",
+            "=?base64?literal?=",
+            "tab\there",
+            "grüße",
+            "",
+        ] {
+            let encoded = encode_header(text);
+            assert_eq!(decode_header(encoded.as_bytes()).as_deref(), Some(text));
+        }
+    }
 }

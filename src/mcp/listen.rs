@@ -3,9 +3,11 @@
 //! `resources` rules refuse, and the list notifications of capabilities it cannot use.
 //! The upstream's acknowledgement then names only what it was asked for. The list changes
 //! mcpgate itself makes (a reload, a sunset) go on the stream when the client opted in,
-//! tagged with its subscription id like every message on it.
+//! tagged with its subscription id like every message on it. Task ids (the tasks
+//! extension) are asked for by the server's ids, only those sealed for the caller.
 
 use crate::config::Profile;
+use crate::mcp::task_ids::Shown;
 use serde_json::Value;
 
 /// What a listen stream opted into, for the notices mcpgate adds to it.
@@ -44,10 +46,18 @@ const LIST_KEYS: [(&str, &str); 3] = [
     ("promptsListChanged", "prompts"),
 ];
 
-/// Reads a listen request (`body`, one JSON-RPC request) for `profile`: the body to
-/// forward (`None`: unchanged) and what the stream opted into. `Err` for a request whose
-/// `params.notifications` is not an object.
-pub fn prepare(body: &[u8], profile: &Profile) -> Result<(Option<Vec<u8>>, Listening), String> {
+/// What [`prepare`] makes of a listen request: the body to forward (`None`: unchanged),
+/// what the stream opted into, and how the task ids on it are shown (when it names any).
+pub type Prepared = (Option<Vec<u8>>, Listening, Option<Shown>);
+
+/// Reads a listen request (`body`, one JSON-RPC request) for `profile`. `tasks` opens a
+/// task id the client holds to the server's (`None`: not the caller's, or not one). `Err`
+/// for a request whose `params.notifications` is not an object.
+pub fn prepare(
+    body: &[u8],
+    profile: &Profile,
+    tasks: &dyn Fn(&str) -> Option<String>,
+) -> Result<Prepared, String> {
     let mut message: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let id = message
         .get("id")
@@ -60,6 +70,7 @@ pub fn prepare(body: &[u8], profile: &Profile) -> Result<(Option<Vec<u8>>, Liste
         Some(_) => return Err("params.notifications must be an object".into()),
     };
     let mut opted = [false; 3];
+    let mut pairs = Vec::new();
     if let Some(filter) = filter {
         for (i, (key, capability)) in LIST_KEYS.iter().enumerate() {
             if filter.get(*key) == Some(&Value::Bool(true)) {
@@ -85,6 +96,21 @@ pub fn prepare(body: &[u8], profile: &Profile) -> Result<(Option<Vec<u8>>, Liste
                 changed |= list.len() != before;
             }
         }
+        if let Some(ids) = filter.get_mut("taskIds") {
+            let Value::Array(list) = ids else {
+                return Err("params.notifications.taskIds must be an array".into());
+            };
+            // Only the caller's own tasks are asked for, by the server's ids.
+            let mut kept = Vec::with_capacity(list.len());
+            for id in list.iter() {
+                if let Some(original) = id.as_str().and_then(tasks) {
+                    pairs.push((original.clone(), id.as_str().unwrap_or("").to_owned()));
+                    kept.push(Value::String(original));
+                }
+            }
+            *list = kept;
+            changed = true;
+        }
     }
     let listening = Listening {
         id: id.into(),
@@ -93,7 +119,8 @@ pub fn prepare(body: &[u8], profile: &Profile) -> Result<(Option<Vec<u8>>, Liste
         prompts: opted[2],
     };
     let body = changed.then(|| serde_json::to_vec(&message).expect("a JSON value serialises"));
-    Ok((body, listening))
+    let shown = (!pairs.is_empty()).then_some(Shown::Listen(pairs));
+    Ok((body, listening, shown))
 }
 
 #[cfg(test)]
@@ -113,7 +140,7 @@ mod tests {
     #[test]
     fn uris_and_lists_the_profile_may_not_see_are_not_asked_for() {
         let p = profile("resources = { allow = [\"file:///public/*\"] }\nprompts = { allow = [] }");
-        let (body, l) = prepare(LISTEN.as_bytes(), &p).unwrap();
+        let (body, l, _) = prepare(LISTEN.as_bytes(), &p, &|_| None).unwrap();
         let v: Value = serde_json::from_slice(&body.unwrap()).unwrap();
         assert_eq!(
             v["params"]["notifications"],
@@ -130,7 +157,7 @@ mod tests {
     #[test]
     fn an_open_profile_forwards_the_request_as_it_came() {
         let p = profile("");
-        let (body, l) = prepare(LISTEN.as_bytes(), &p).unwrap();
+        let (body, l, _) = prepare(LISTEN.as_bytes(), &p, &|_| None).unwrap();
         assert!(body.is_none());
         assert!(l.notice("notifications/prompts/list_changed").is_some());
     }
@@ -141,8 +168,29 @@ mod tests {
         for bad in [
             r#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":[]}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":"x"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"taskIds":"x"}}}"#,
         ] {
-            assert!(prepare(bad.as_bytes(), &p).is_err(), "{bad}");
+            assert!(prepare(bad.as_bytes(), &p, &|_| None).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn only_the_callers_tasks_are_asked_for_by_the_servers_ids() {
+        let p = profile("");
+        let listen = r#"{"jsonrpc":"2.0","id":2,"method":"subscriptions/listen","params":{"notifications":{"taskIds":["mine","forged",7]}}}"#;
+        let open = |id: &str| (id == "mine").then(|| "srv-1".to_string());
+        let (body, _, shown) = prepare(listen.as_bytes(), &p, &open).unwrap();
+        let v: Value = serde_json::from_slice(&body.unwrap()).unwrap();
+        assert_eq!(
+            v["params"]["notifications"]["taskIds"],
+            serde_json::json!(["srv-1"])
+        );
+        let note =
+            r#"{"jsonrpc":"2.0","method":"notifications/tasks","params":{"taskId":"srv-1"}}"#;
+        let out = shown.unwrap().apply(note).unwrap().unwrap();
+        assert!(out.contains(r#""taskId":"mine""#), "{out}");
+        // Without task ids nothing is rewritten on the stream.
+        let (_, _, shown) = prepare(LISTEN.as_bytes(), &p, &open).unwrap();
+        assert!(shown.is_none());
     }
 }

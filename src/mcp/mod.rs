@@ -11,5 +11,6 @@ pub mod listen;
 pub mod meta_trace;
 pub mod pointer;
 pub mod rounds;
+pub mod task_ids;
 pub mod tools_list;
 pub mod transport;

@@ -13,7 +13,8 @@
 //!
 //! A retry's state is opened before anything else looks at it and replaced by the
 //! upstream's own (or removed, when the upstream gave none); one that does not open is
-//! refused and never forwarded.
+//! refused and never forwarded. The same answer may instead make a task (`resultType:
+//! "task"`), whose id is sealed likewise (`mcp::task_ids`).
 
 use crate::upstream::session::{EndpointId, Sealer};
 use serde_json::Value;
@@ -62,6 +63,8 @@ fn binding(method: &str, name: Option<&str>) -> [u8; 8] {
 #[derive(Clone)]
 pub struct Issue {
     pub sealer: Arc<Sealer>,
+    /// Seals the id of a task the answer makes.
+    pub tasks: Arc<Sealer>,
     /// The request's JSON-RPC id, as JSON text: its answer is the one sealed.
     pub id: Box<str>,
     pub endpoint: EndpointId,
@@ -95,8 +98,10 @@ impl Caller {
 }
 
 impl Issue {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         sealer: Arc<Sealer>,
+        tasks: Arc<Sealer>,
         id: &str,
         caller: Caller,
         method: &str,
@@ -106,6 +111,7 @@ impl Issue {
     ) -> Issue {
         Issue {
             sealer,
+            tasks,
             id: id.into(),
             endpoint: [0; 8],
             caller,
@@ -117,9 +123,10 @@ impl Issue {
     }
 
     /// Seals the state of the `input_required` answer to this request in `text` (one
-    /// message or a batch). `Ok(None)`: no such answer, nothing to change.
+    /// message or a batch), or the id of the task it made. `Ok(None)`: no such answer,
+    /// nothing to change.
     pub fn seal_answer(&self, text: &str) -> Result<Option<String>, String> {
-        if !text.contains("input_required") {
+        if !text.contains("input_required") && !text.contains("\"task\"") {
             return Ok(None);
         }
         let mut v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -140,6 +147,9 @@ impl Issue {
         let Some(result) = m.get_mut("result").filter(|_| answers) else {
             return Ok(false);
         };
+        if result.get("resultType") == Some(&Value::from("task")) {
+            return self.seal_task(result).map(|()| true);
+        }
         if result.get("resultType") != Some(&Value::from("input_required")) {
             return Ok(false);
         }
@@ -154,6 +164,24 @@ impl Issue {
             .ok_or("an input_required result that is not an object")?
             .insert("requestState".into(), Value::String(sealed));
         Ok(true)
+    }
+
+    /// Replaces the `taskId` of a task answer by the client's sealed id.
+    fn seal_task(&self, result: &mut Value) -> Result<(), String> {
+        let Some(Value::String(original)) = result.get("taskId") else {
+            return Err("the upstream's task has no taskId string".into());
+        };
+        let sealed = super::task_ids::seal(
+            &self.tasks,
+            &self.endpoint,
+            &self.caller.key(),
+            &self.first,
+            super::task_ids::life(result.get("ttlMs")),
+            original,
+        )
+        .ok_or("the upstream's taskId is too long to seal")?;
+        result["taskId"] = Value::String(sealed);
+        Ok(())
     }
 
     fn seal(&self, original: Option<&str>) -> Result<String, String> {
@@ -285,6 +313,11 @@ mod tests {
     fn issue(s: &Arc<Sealer>, caller: CallerKey, life: Duration) -> Issue {
         let mut i = Issue::new(
             s.clone(),
+            Arc::new(Sealer::for_purpose(
+                "u",
+                &[SessionKey([1; 32])],
+                Purpose::TaskId,
+            )),
             "7",
             Caller::Key(caller),
             "tools/call",
@@ -404,6 +437,37 @@ mod tests {
         let other = ASKS.replace("\"id\":7", "\"id\":8");
         assert_eq!(i.seal_answer(&other).unwrap(), None);
         let bad = ASKS.replace("\"upstream-secret\"", "42");
+        assert!(i.seal_answer(&bad).is_err());
+    }
+
+    #[test]
+    fn a_task_answer_gets_a_sealed_task_id() {
+        let s = sealer(1);
+        let c = caller_key(None, "/open");
+        let i = issue(&s, c, Duration::from_secs(60));
+        let made = r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"task","taskId":"srv-9","status":"working","ttlMs":60000}}"#;
+        let out = i.seal_answer(made).unwrap().unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let sealed = v["result"]["taskId"].as_str().unwrap();
+        assert_ne!(sealed, "srv-9");
+        let opened = crate::mcp::task_ids::open(&i.tasks, sealed, &c).unwrap();
+        assert_eq!(
+            (opened.original.as_str(), opened.first.as_str()),
+            ("srv-9", "rid-1")
+        );
+        assert_eq!(opened.endpoint, [9; 8]);
+        // Not a requestState of the same key.
+        assert!(
+            open(
+                &s,
+                &format!("\"{sealed}\""),
+                &c,
+                "tools/call",
+                Some("delete_note")
+            )
+            .is_err()
+        );
+        let bad = made.replace("\"srv-9\"", "9");
         assert!(i.seal_answer(&bad).is_err());
     }
 }

@@ -588,6 +588,8 @@ pub struct ListRewrite {
     pub discover: Option<Box<str>>,
     /// A request that may be answered `input_required`: that answer's state is sealed.
     pub rounds: Option<crate::mcp::rounds::Issue>,
+    /// Task ids of the answers to show as the client's sealed ones.
+    pub tasks: Option<crate::mcp::task_ids::Shown>,
     pub filter: ToolFilter,
 }
 
@@ -612,6 +614,10 @@ impl ListRewrite {
         if let Some(issue) = &self.rounds {
             let base = out.as_deref().unwrap_or(text);
             out = issue.seal_answer(base)?.or(out);
+        }
+        if let Some(shown) = &self.tasks {
+            let base = out.as_deref().unwrap_or(text);
+            out = shown.apply(base)?.or(out);
         }
         Ok(out)
     }

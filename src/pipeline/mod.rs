@@ -23,6 +23,7 @@ pub mod respond;
 pub mod rounds;
 pub mod route;
 
+use crate::config::generation::encode_header;
 use crate::config::{Auth, Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
@@ -206,9 +207,12 @@ async fn post<'s>(
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
     audit::note_calls(gw, &payload, ctx);
-    let round = match ctx.era {
-        Era::Modern => rounds::prepare(live, profile, &payload, ctx)?,
-        Era::Legacy => None,
+    let (round, task) = match ctx.era {
+        Era::Modern => (
+            rounds::prepare(live, profile, &payload, ctx)?,
+            rounds::task(live, profile, &payload, ctx)?,
+        ),
+        Era::Legacy => (None, None),
     };
     let hints = &live.upstream(&profile.upstream).hints;
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {
@@ -247,14 +251,19 @@ async fn post<'s>(
         bytes = Bytes::from(edited);
     }
     if listen {
-        // What the profile may not see is not asked for (SPEC §15).
-        let (narrowed, listening) =
-            crate::mcp::listen::prepare(&bytes, profile).map_err(GateError::InvalidRequest)?;
+        // What the profile may not see is not asked for, nor tasks not the caller's (SPEC
+        // §15).
+        let tasks = rounds::listen_tasks(live, profile, ctx);
+        let (narrowed, listening, shown) = crate::mcp::listen::prepare(&bytes, profile, &tasks)
+            .map_err(GateError::InvalidRequest)?;
         if let Some(narrowed) = narrowed {
             bytes = Bytes::from(narrowed);
         }
         shaping.notices = Some(profile.name.clone());
         shaping.listening = Some(listening);
+        if let Some(shown) = shown {
+            shaping.show_tasks(live, profile, shown);
+        }
     }
     let mut pinned = None;
     if let Some(round) = round {
@@ -263,6 +272,13 @@ async fn post<'s>(
             pinned = Some(retry.endpoint);
         }
         shaping.seal_rounds(live, profile, round.issue);
+    }
+    let mut mcp_name = None;
+    if let Some(task) = task {
+        bytes = rounds::restore_task(&bytes, &task)?;
+        pinned = Some(task.opened.endpoint);
+        mcp_name = Some(encode_header(&task.opened.original).into_owned());
+        shaping.show_tasks(live, profile, task.shown);
     }
     // From here the calls count as allowed; the guard records them if the client leaves
     // before their answer is back.
@@ -281,6 +297,7 @@ async fn post<'s>(
         );
         out.pinned = pinned;
         out.era = ctx.era;
+        out.mcp_name = mcp_name;
         // A stdio upstream runs a process per modern caller.
         if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
             let route = ctx.route.map_or("", |r| &*r.template);
@@ -324,6 +341,7 @@ fn outgoing<'a>(
         pinned: None,
         era: crate::config::generation::Era::Legacy,
         caller: None,
+        mcp_name: None,
     }
 }
 

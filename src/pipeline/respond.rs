@@ -200,6 +200,7 @@ impl Shaping {
                 ids,
                 discover,
                 rounds: None,
+                tasks: None,
                 filter: if live.judges_hints(&profile.upstream) {
                     filter.learning(live.upstream(&profile.upstream).hints.clone())
                 } else {
@@ -233,15 +234,30 @@ impl Shaping {
         }
     }
 
-    /// Seals the `requestState` of an `input_required` answer to `issue`'s request.
+    /// Seals the `requestState` of an `input_required` answer to `issue`'s request, or
+    /// the id of the task it makes.
     pub(super) fn seal_rounds(&mut self, live: &Live, profile: &Arc<Profile>, issue: Issue) {
-        let list = self.list.get_or_insert_with(|| ListRewrite {
+        self.rewrite(live, profile).rounds = Some(issue);
+    }
+
+    /// Shows the task ids in the answers as the client's sealed ones.
+    pub(super) fn show_tasks(
+        &mut self,
+        live: &Live,
+        profile: &Arc<Profile>,
+        shown: crate::mcp::task_ids::Shown,
+    ) {
+        self.rewrite(live, profile).tasks = Some(shown);
+    }
+
+    fn rewrite(&mut self, live: &Live, profile: &Arc<Profile>) -> &mut ListRewrite {
+        self.list.get_or_insert_with(|| ListRewrite {
             ids: Vec::new(),
             discover: None,
             rounds: None,
+            tasks: None,
             filter: ToolFilter::new(live.config.clone(), profile.clone()),
-        });
-        list.rounds = Some(issue);
+        })
     }
 
     /// Notes which endpoint answered, whose the sealed state says it is.

@@ -1,8 +1,9 @@
 //! The rounds stage (MCP 2026-07-28, SPEC §15): a modern `tools/call`, `prompts/get` or
 //! `resources/read` may be answered `input_required`, whose state mcpgate seals
-//! (`mcp::rounds`). A retry's state is opened here, before the request goes on: one that
-//! does not open for this caller and request is refused, and nothing of it reaches the
-//! upstream.
+//! (`mcp::rounds`), or with a task, whose id it seals (`mcp::task_ids`). A retry's state,
+//! and the task id a task request names, are opened here, before the request goes on: one
+//! that does not open for this caller (and request) is refused, and nothing of it reaches
+//! the upstream.
 
 use super::Ctx;
 use crate::config::Profile;
@@ -10,6 +11,7 @@ use crate::error::GateError;
 use crate::gateway::Live;
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::{self, Issue, Opened};
+use crate::mcp::task_ids;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -35,7 +37,8 @@ pub(super) fn prepare(
     if m.kind != MessageKind::Request || !rounds::may_ask(method) {
         return Ok(None);
     }
-    let sealer = live.upstream(&profile.upstream).state_sealer.clone();
+    let state = live.upstream(&profile.upstream);
+    let sealer = state.state_sealer.clone();
     let route = ctx.route.map_or("", |r| &*r.template);
     let credential = ctx.token.as_ref().map(|t| t.key);
     let name = m.mcp_name.as_deref();
@@ -59,6 +62,7 @@ pub(super) fn prepare(
     let first = ctx.first_request.as_deref().unwrap_or(&ctx.request_id);
     let issue = Issue::new(
         sealer,
+        state.task_sealer.clone(),
         id,
         caller,
         method,
@@ -67,6 +71,77 @@ pub(super) fn prepare(
         live.config.input_timeout,
     );
     Ok(Some(Round { issue, retry }))
+}
+
+/// A request naming a task (`tasks/get`, `tasks/update`, `tasks/cancel`): its id opened,
+/// and the client's id, which its answer shows again.
+pub(super) struct TaskRequest {
+    pub opened: task_ids::Opened,
+    pub shown: task_ids::Shown,
+}
+
+/// Opens the task a modern task request names. A client that did not declare the tasks
+/// extension is told it must (as the extension has a server say); an id mcpgate did not
+/// seal for this caller is an unknown task (as a server says of one it does not know).
+pub(super) fn task(
+    live: &Live,
+    profile: &Arc<Profile>,
+    payload: &Payload<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Option<TaskRequest>, GateError> {
+    let Payload::Single(m) = payload else {
+        return Ok(None);
+    };
+    let (Some(method), Some(id)) = (m.method(), m.id_text()) else {
+        return Ok(None);
+    };
+    if m.kind != MessageKind::Request || !task_ids::names_task(method) {
+        return Ok(None);
+    }
+    if !m.meta.is_some_and(task_ids::declares_tasks) {
+        return Err(GateError::MissingTasksCapability);
+    }
+    let Some(sealed) = m.mcp_name.as_deref() else {
+        return Err(GateError::UnknownTask);
+    };
+    let route = ctx.route.map_or("", |r| &*r.template);
+    let caller = rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route);
+    let sealer = &live.upstream(&profile.upstream).task_sealer;
+    let opened = task_ids::open(sealer, sealed, &caller).map_err(|why| {
+        tracing::info!(?why, "a task id that does not open here");
+        GateError::UnknownTask
+    })?;
+    ctx.first_request = Some(opened.first.as_str().into());
+    let shown = task_ids::Shown::Named {
+        id: id.into(),
+        original: opened.original.clone(),
+        sealed: sealed.to_owned(),
+    };
+    Ok(Some(TaskRequest { opened, shown }))
+}
+
+/// What the task ids a `subscriptions/listen` names are upstream: the server's id of each
+/// one sealed for this caller, `None` for any other.
+pub(super) fn listen_tasks(
+    live: &Live,
+    profile: &Arc<Profile>,
+    ctx: &Ctx<'_>,
+) -> impl Fn(&str) -> Option<String> + use<> {
+    let route = ctx.route.map_or("", |r| &*r.template);
+    let caller = rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route);
+    let sealer = live.upstream(&profile.upstream).task_sealer.clone();
+    move |sealed: &str| {
+        task_ids::open(&sealer, sealed, &caller)
+            .ok()
+            .map(|o| o.original)
+    }
+}
+
+/// The task request's body as the upstream gets it: the server's task id.
+pub(super) fn restore_task(body: &Bytes, task: &TaskRequest) -> Result<Bytes, GateError> {
+    task_ids::restore(body, &task.opened.original)
+        .map(Bytes::from)
+        .map_err(GateError::InvalidRequest)
 }
 
 /// The retry's body as the upstream gets it: its own state back, or none.

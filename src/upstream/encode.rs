@@ -75,6 +75,9 @@ pub struct Outgoing<'a> {
     pub era: crate::config::generation::Era,
     /// A modern request to a stdio upstream: who calls, for the process it goes to.
     pub caller: Option<crate::upstream::stdio::CallerKey>,
+    /// Replaces the client's `Mcp-Name` (a task request's: the server's own task id, as
+    /// the header carries it).
+    pub mcp_name: Option<String>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -113,6 +116,7 @@ pub fn encode(
         if stays_here(kind)
             || (post && kind == FieldKind::Accept)
             || (session.is_some() && kind == FieldKind::McpSessionId)
+            || (out.mcp_name.is_some() && kind == FieldKind::McpName)
             || out.trace.is_some_and(|t| {
                 kind == FieldKind::Traceparent || (kind == FieldKind::Tracestate && !t.continued())
             })
@@ -147,6 +151,9 @@ pub fn encode(
     );
     if let Some(t) = out.trace {
         line(b"traceparent", &t.header);
+    }
+    if let Some(name) = &out.mcp_name {
+        line(b"mcp-name", name.as_bytes());
     }
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
@@ -368,6 +375,7 @@ auth = "none"
             pinned: None,
             era: crate::config::generation::Era::Legacy,
             caller: None,
+            mcp_name: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
@@ -404,6 +412,11 @@ auth = "none"
             !sent.contains("Expect"),
             "Expect is answered here, never passed on"
         );
+        // A task request's Mcp-Name is the server's task id.
+        out.mcp_name = Some("srv-1".into());
+        let sent =
+            String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
+        assert!(sent.contains("\r\nmcp-name: srv-1\r\n"), "{sent}");
     }
 
     /// Names as they arrive (parsed from the wire, any case) are recognised, standard and

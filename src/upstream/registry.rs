@@ -59,6 +59,8 @@ pub struct UpstreamState {
     /// with the upstream's `session_key` when it has one (so every replica of mcpgate
     /// opens it), else with a key this process drew at start.
     pub state_sealer: Arc<Sealer>,
+    /// Seals the task ids of the tasks extension (MCP 2026-07-28), with the same keys.
+    pub task_sealer: Arc<Sealer>,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -196,6 +198,11 @@ impl Registry {
                 });
                 let hints = hints_current.get(&*u.name).cloned().unwrap_or_default();
                 hints_next.insert(u.name.to_string(), hints.clone());
+                let keys = if u.session_keys.is_empty() {
+                    std::slice::from_ref(&*PROCESS_KEY)
+                } else {
+                    &u.session_keys
+                };
                 UpstreamState {
                     hints,
                     endpoints,
@@ -203,13 +210,10 @@ impl Registry {
                         .then(|| Sealer::new(&u.name, &u.session_keys)),
                     state_sealer: Arc::new(Sealer::for_purpose(
                         &u.name,
-                        if u.session_keys.is_empty() {
-                            std::slice::from_ref(&*PROCESS_KEY)
-                        } else {
-                            &u.session_keys
-                        },
+                        keys,
                         Purpose::RequestState,
                     )),
+                    task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
                     stdio,
                     next: AtomicUsize::new(0),
                 }

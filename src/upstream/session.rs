@@ -57,7 +57,14 @@ pub enum Purpose {
     /// A multi round-trip request's `requestState` (MCP 2026-07-28), at most
     /// [`MAX_STATE`] bytes inside.
     RequestState,
+    /// A task id of the tasks extension (MCP 2026-07-28), at most [`MAX_TASK`] bytes
+    /// inside.
+    TaskId,
 }
+
+/// The longest task id (with what mcpgate binds to it) sealed: a server's ids are UUIDs
+/// or tokens of a few dozen bytes.
+pub const MAX_TASK: usize = 2_048;
 
 /// The longest `requestState` (with what mcpgate binds to it) sealed.
 pub const MAX_STATE: usize = 64 << 10;
@@ -80,6 +87,11 @@ impl Sealer {
                 b"mcpgate request state: seal",
                 b"mcpgate request state: nonce",
                 MAX_STATE,
+            ),
+            Purpose::TaskId => (
+                b"mcpgate task id: seal",
+                b"mcpgate task id: nonce",
+                MAX_TASK,
             ),
         };
         let derive = |key: &SessionKey, label: &[u8]| {

@@ -4,11 +4,14 @@
 // progress, errors, the multi round-trip tools (elicitation, sampling, roots, several
 // inputs, several rounds, a state the server must vouch for, capability checks), a tool
 // whose argument is mirrored in Mcp-Param-Region, tools that change the tool and prompt
-// lists, resources, a template, prompts (one needing input) and completion.
+// lists, resources, a template, prompts (one needing input) and completion, and the tasks
+// extension (tasks_ext.mjs).
 //
-// usage: node conformance2_server.mjs --port P      (over HTTP; prints "listening P")
-//        node conformance2_server.mjs --stdio        (over stdio)
+// usage: node conformance2_server.mjs --port P [--record FILE]  (over HTTP; prints "listening P";
+//                                                  each POST's mcp-name and body go to FILE)
+//        node conformance2_server.mjs --stdio                  (over stdio)
 import http from 'node:http';
+import fs from 'node:fs';
 import crypto from 'node:crypto';
 import {
     McpServer,
@@ -21,6 +24,7 @@ import {
     completable,
 } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
+import * as tasksExt from './tasks_ext.mjs';
 
 const args = process.argv.slice(2);
 const opt = (name) => {
@@ -75,6 +79,7 @@ function build() {
                 prompts: { listChanged: true },
                 logging: {},
                 completions: {},
+                extensions: { [tasksExt.TASKS]: {} },
             },
         },
     );
@@ -355,10 +360,22 @@ function build() {
     });
     // Two tools must answer with JSON-RPC errors, which McpServer turns into tool results:
     // they are checked before its tools/call handler runs.
+    tool('greet', 'Greets, synchronously.', async ({ name }) => answer(`Hello, ${name}!`), schema({ name: { type: 'string' } }));
+    // The tools that run as tasks: listed with their task support; their calls are
+    // answered by tasks_ext.mjs.
+    for (const [name, support] of Object.entries(tasksExt.TASK_TOOLS)) {
+        const registered = server.registerTool(name, { description: `Runs as a task (${support}).`, inputSchema: schema({ seconds: { type: 'number' }, label: { type: 'string' } }) }, async () => answer('not reached'));
+        registered.execution = { taskSupport: support };
+    }
     const handlers = server.server._requestHandlers;
     const call = handlers.get('tools/call');
     handlers.set('tools/call', async (request, ctx) => {
         const name = request.params?.name;
+        const asTask = tasksExt.callTool(name, request.params?.arguments ?? {}, capabilities(ctx), responses(ctx));
+        if (asTask?.missingCapability) {
+            throw new MissingRequiredClientCapabilityError({ requiredCapabilities: { extensions: { [tasksExt.TASKS]: {} } } }, `${name} runs only as a task`);
+        }
+        if (asTask) return asTask.result;
         if (name === 'test_missing_capability' && !capabilities(ctx).sampling) {
             throw new MissingRequiredClientCapabilityError({ requiredCapabilities: { sampling: {} } }, 'This tool needs sampling');
         }
@@ -373,8 +390,8 @@ function build() {
 }
 
 if (args.includes('--stdio')) {
-    const { serveStdio } = await import('@modelcontextprotocol/server/stdio');
-    serveStdio(() => build(), { legacy: 'reject' });
+    const { serveStdio, StdioServerTransport } = await import('@modelcontextprotocol/server/stdio');
+    serveStdio(() => build(), { legacy: 'reject', transport: tasksExt.wrapTransport(new StdioServerTransport()) });
 } else {
     const handler = createMcpHandler(() => build(), { legacy: 'reject' });
     notify = handler.notify;
@@ -392,6 +409,21 @@ if (args.includes('--stdio')) {
         const headers = new Headers();
         for (const [k, v] of Object.entries(req.headers)) for (const one of [v].flat()) headers.append(k, one);
         const body = ['GET', 'HEAD'].includes(req.method) ? undefined : Buffer.concat(chunks);
+        if (opt('--record') && body) {
+            fs.appendFileSync(opt('--record'), JSON.stringify({ name: req.headers['mcp-name'] ?? null, body: body.toString('utf8') }) + '\n');
+        }
+        let message;
+        try {
+            message = body && JSON.parse(body.toString('utf8'));
+        } catch {}
+        if (message?.method === 'subscriptions/listen' && message.params?.notifications?.taskIds?.length) {
+            return tasksExt.listen(message, res);
+        }
+        const early = tasksExt.serves(message) && (tasksExt.checkHeaders(req.headers, message) ?? tasksExt.answer(message));
+        if (early) {
+            res.writeHead(tasksExt.statusOf(early), { 'content-type': 'application/json' });
+            return res.end(JSON.stringify(early));
+        }
         const answer = await handler.fetch(new Request(`http://127.0.0.1${req.url}`, { method: req.method, headers, body }));
         res.writeHead(answer.status, Object.fromEntries(answer.headers));
         if (!answer.body) return res.end();

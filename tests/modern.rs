@@ -839,3 +839,96 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
         json!([original])
     );
 }
+
+/// The Python SDK 2.3 server (`py_server.py`, which serves both generations) as a modern
+/// server behind mcpgate, over HTTP and as a stdio process: the TypeScript SDK v2 client
+/// and the Python SDK client in its modern mode use it without sessions, with the profile
+/// holding (the deprecated tool hidden and refused); the Python client in legacy mode still
+/// gets a session, from the same upstreams.
+#[test]
+fn python_sdk_servers_serve_modern_clients_over_http_and_stdio() {
+    let port = free_port();
+    let _server = start_peer(
+        Command::new(support::python())
+            .arg(peers().join("py_server.py"))
+            .arg(port.to_string()),
+        port,
+    );
+    let py = support::python();
+    let script = peers().join("py_server.py");
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.py_http]
+url = "http://127.0.0.1:{port}/mcp"
+timeout = "10s"
+[upstreams.py_stdio]
+command = [{py:?}, {script:?}, "stdio"]
+sessions = "per_caller"
+[tools]
+hidden = ["move_document"]
+[profiles.http]
+upstream = "py_http"
+allow = ["*"]
+[profiles.stdio]
+upstream = "py_stdio"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/http"
+profile = "http"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/stdio"
+profile = "stdio"
+auth = "none"
+"#,
+        py = py.to_str().unwrap(),
+        script = script.to_str().unwrap(),
+    ));
+    let python_client = |url: &str, mode: &str| {
+        let out = support::run_client(
+            Command::new(support::python())
+                .arg(peers().join("py_client.py"))
+                .args([
+                    url,
+                    mode,
+                    "-",
+                    "get_document",
+                    r#"{"id":"welcome"}"#,
+                    "move_document",
+                ]),
+        );
+        serde_json::from_str::<Value>(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let listed = json!(["delete_document", "get_document", "search_knowledge"]);
+    for path in ["/http", "/stdio"] {
+        let url = gw.url(path);
+        let ts = ts2_client(&url, "docs", None);
+        assert_eq!(ts["discover"], json!(["2026-07-28"]), "{path}: {ts}");
+        assert_eq!(ts["tools"], listed, "{path}: {ts}");
+        assert_eq!(
+            ts["get"], "This store holds the team's notes.",
+            "{path}: {ts}"
+        );
+        // A hidden tool is refused as one the server does not have.
+        assert_eq!(ts["move"]["error"], -32602, "{path}: {ts}");
+        assert_eq!(ts["move"]["message"], "Unknown tool: move_document");
+        for (mode, version) in [("auto", "2026-07-28"), ("legacy", "2025-11-25")] {
+            let out = python_client(&url, mode);
+            assert_eq!(out["version"], version, "{path} {mode}: {out}");
+            let mut tools: Vec<Value> = out["tools"].as_array().unwrap().clone();
+            tools.sort_by_key(|t| t.to_string());
+            assert_eq!(Value::from(tools), listed, "{path} {mode}: {out}");
+            assert_eq!(
+                out["call"],
+                json!(["This store holds the team's notes."]),
+                "{path} {mode}: {out}"
+            );
+            assert!(out["refused"].is_string(), "{path} {mode}: {out}");
+        }
+    }
+}

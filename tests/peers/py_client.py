@@ -34,6 +34,7 @@ async def main() -> None:
             "call": [c.text for c in result.content if getattr(c, "type", "") == "text"],
             "is_error": bool(result.is_error),
             "refused": refused,
+            "version": client.protocol_version,
         }))
 
 

@@ -8,6 +8,8 @@
 //   denied  calls and reads a profile refuses, and what error each one got
 //   listen  opens subscriptions/listen for tool list changes and two resources, calls
 //           `touch`, and reports what reached the stream
+//   docs    for a document store (our sample and Python servers): discover, the tool
+//           list, get_document, and move_document (which a profile hides)
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
 const [url, scenario, bearer] = process.argv.slice(2);
@@ -60,6 +62,11 @@ if (scenario === 'basic') {
     await step('delete', async () => texts(await client.callTool({ name: 'delete_note', arguments: { id: 'n2' } })));
     await step('secret', async () => (await client.readResource({ uri: 'file:///secret/keys.txt' })).contents[0].text);
     await step('echo', async () => texts(await client.callTool({ name: 'echo', arguments: { text: 'still fine' } })));
+} else if (scenario === 'docs') {
+    await step('discover', async () => (await client.discover()).supportedVersions);
+    await step('tools', async () => (await client.listTools()).tools.map((t) => t.name).sort());
+    await step('get', async () => texts(await client.callTool({ name: 'get_document', arguments: { id: 'welcome' } })));
+    await step('move', async () => texts(await client.callTool({ name: 'move_document', arguments: { id: 'welcome', new_id: 'w' } })));
 } else if (scenario === 'listen') {
     const seen = [];
     client.setNotificationHandler('notifications/tools/list_changed', () => seen.push('tools'));

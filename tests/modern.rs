@@ -600,9 +600,11 @@ auth = "none"
 
 /// The tasks fixture (`conformance2_server.mjs`, tasks of `tasks_ext.mjs`) behind bearer
 /// routes, with a session key so that replicas share the seals; recording what it gets.
-fn tasks_config(port: u16, key: &str) -> String {
+fn tasks_config(port: u16, key: &str, audit: &Path) -> String {
     format!(
         r#"
+[audit]
+path = {audit:?}
 [[listen]]
 name = "main"
 addr = "127.0.0.1:0"
@@ -653,9 +655,10 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
             .arg(&record),
         port,
     );
-    let gw = Gateway::start(&tasks_config(port, KEY));
-    let replica = Gateway::start(&tasks_config(port, KEY));
-    let stranger = Gateway::start(&tasks_config(port, OTHER_KEY));
+    let trail = dir.path().join("audit.jsonl");
+    let gw = Gateway::start(&tasks_config(port, KEY, &trail));
+    let replica = Gateway::start(&tasks_config(port, KEY, &dir.path().join("r.jsonl")));
+    let stranger = Gateway::start(&tasks_config(port, OTHER_KEY, &dir.path().join("s.jsonl")));
     let (alice, bob) = (support::bearer(ALICE), support::bearer(BOB));
     let seen = || -> Vec<(Value, Value)> {
         std::fs::read_to_string(&record)
@@ -685,6 +688,7 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
     // Alice's call makes a task; she holds a sealed id, the server's stays with mcpgate.
     let mut h = modern_headers("tools/call", "slow_compute");
     h.push(("authorization", &alice));
+    h.push(("x-request-id", "make-task-1"));
     let made = post(
         &gw.url("/team"),
         &h,

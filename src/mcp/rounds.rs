@@ -175,7 +175,10 @@ impl Issue {
             &self.tasks,
             &self.endpoint,
             &self.caller.key(),
-            &self.first,
+            super::task_ids::Maker {
+                first: &self.first,
+                tool: self.name.as_deref().unwrap_or(""),
+            },
             super::task_ids::life(result.get("ttlMs")),
             original,
         )

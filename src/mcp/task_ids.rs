@@ -6,8 +6,8 @@
 //!
 //! - the endpoint that made the task, so every later request goes back to it;
 //! - the caller, so another caller's request naming it is refused;
-//! - the request id of the call that made it, which the audit records of the task's
-//!   requests carry;
+//! - the call that made it: its request id and its tool, which the audit records of the
+//!   task's requests carry;
 //! - an expiry: an hour past the time the server's `ttlMs` lets it drop the task (servers
 //!   may lengthen `ttlMs` while the task runs), or 30 days for a task without one.
 //!
@@ -72,13 +72,19 @@ pub fn life(ttl_ms: Option<&Value>) -> Duration {
     }
 }
 
+/// The call that made a task: its request id and what it named (a tool).
+pub struct Maker<'a> {
+    pub first: &'a str,
+    pub tool: &'a str,
+}
+
 /// The id a client is given for the server's task `original`, made on `endpoint` for
-/// `caller` by the call whose request id is `first`. `None` when `original` is too long.
+/// `caller` by `maker`. `None` when `original` is too long.
 pub fn seal(
     sealer: &Sealer,
     endpoint: &EndpointId,
     caller: &CallerKey,
-    first: &str,
+    maker: Maker<'_>,
     life: Duration,
     original: &str,
 ) -> Option<String> {
@@ -86,14 +92,25 @@ pub fn seal(
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let first = &first.as_bytes()[..first.len().min(255)];
-    let mut inner = Vec::with_capacity(8 + 16 + 1 + first.len() + original.len());
+    let (first, tool) = (short(maker.first), short(maker.tool));
+    let mut inner = Vec::with_capacity(8 + 16 + 2 + first.len() + tool.len() + original.len());
     inner.extend_from_slice(&expires.to_be_bytes());
     inner.extend_from_slice(caller);
-    inner.push(first.len() as u8);
-    inner.extend_from_slice(first);
+    for part in [first, tool] {
+        inner.push(part.len() as u8);
+        inner.extend_from_slice(part);
+    }
     inner.extend_from_slice(original.as_bytes());
     sealer.seal(endpoint, &inner)
+}
+
+/// At most 255 bytes of `s`, cut at a character's start.
+fn short(s: &str) -> &[u8] {
+    let mut end = s.len().min(255);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s.as_bytes()[..end]
 }
 
 /// An opened task id: where the task lives and what the server calls it.
@@ -103,6 +120,8 @@ pub struct Opened {
     pub original: String,
     /// The request id of the call that made the task.
     pub first: String,
+    /// The tool it called.
+    pub tool: String,
 }
 
 /// Opens the task id `sealed` for `caller`.
@@ -113,9 +132,16 @@ pub fn open(sealer: &Sealer, sealed: &str, caller: &CallerKey) -> Result<Opened,
         .and_then(|b| b.try_into().ok())
         .ok_or(Refused::Unreadable)?;
     let sealed_caller = inner.get(8..24).ok_or(Refused::Unreadable)?;
-    let first_len = *inner.get(24).ok_or(Refused::Unreadable)? as usize;
-    let first = inner.get(25..25 + first_len).ok_or(Refused::Unreadable)?;
-    let original = inner.get(25 + first_len..).ok_or(Refused::Unreadable)?;
+    // Two parts, each its length then its bytes; the rest is the server's id.
+    let mut at = 24;
+    let mut part = || -> Result<String, Refused> {
+        let len = *inner.get(at).ok_or(Refused::Unreadable)? as usize;
+        let bytes = inner.get(at + 1..at + 1 + len).ok_or(Refused::Unreadable)?;
+        at += 1 + len;
+        String::from_utf8(bytes.to_vec()).map_err(|_| Refused::Unreadable)
+    };
+    let (first, tool) = (part()?, part()?);
+    let original = inner.get(at..).ok_or(Refused::Unreadable)?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -129,7 +155,8 @@ pub fn open(sealer: &Sealer, sealed: &str, caller: &CallerKey) -> Result<Opened,
     Ok(Opened {
         endpoint,
         original: String::from_utf8(original.to_vec()).map_err(|_| Refused::Unreadable)?,
-        first: String::from_utf8(first.to_vec()).map_err(|_| Refused::Unreadable)?,
+        first,
+        tool,
     })
 }
 
@@ -242,14 +269,19 @@ mod tests {
     fn a_task_id_opens_for_its_caller_only_and_not_as_another_kind_of_seal() {
         let s = sealer(1);
         let alice = [1; 16];
-        let id = seal(&s, &[7; 8], &alice, "rid-1", life(None), "786512e2").unwrap();
+        let maker = Maker {
+            first: "rid-1",
+            tool: "delete_file",
+        };
+        let id = seal(&s, &[7; 8], &alice, maker, life(None), "786512e2").unwrap();
         assert!(!id.contains("786512e2"));
         assert_eq!(
             open(&s, &id, &alice),
             Ok(Opened {
                 endpoint: [7; 8],
                 original: "786512e2".into(),
-                first: "rid-1".into()
+                first: "rid-1".into(),
+                tool: "delete_file".into(),
             })
         );
         let bob = [2; 16];
@@ -268,7 +300,11 @@ mod tests {
     fn an_expired_task_id_is_refused() {
         let s = sealer(1);
         let c = [3; 16];
-        let id = seal(&s, &[7; 8], &c, "r", Duration::ZERO, "t").unwrap();
+        let maker = Maker {
+            first: "r",
+            tool: "t",
+        };
+        let id = seal(&s, &[7; 8], &c, maker, Duration::ZERO, "t").unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(open(&s, &id, &c), Err(Refused::Expired));
     }

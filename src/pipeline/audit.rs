@@ -43,6 +43,21 @@ pub(super) fn note_calls(gw: &Gateway, payload: &Payload<'_>, ctx: &mut Ctx<'_>)
         .collect();
 }
 
+/// Notes a task request (`tasks/get`, `tasks/update`, `tasks/cancel`, MCP 2026-07-28) for
+/// the audit trail: it is recorded under the tool whose call made the task (without
+/// arguments), its `first_request_id` that call's request id. A task's inputs and its
+/// cancelling are acts on that call, so they are kept like it (durably when it is).
+pub(super) fn note_task(gw: &Gateway, rpc_id: &str, tool: &str, ctx: &mut Ctx<'_>) {
+    let Some(a) = &gw.audit else { return };
+    let tool: Arc<str> = Arc::from(tool);
+    ctx.calls = vec![Arc::new(audit::Call {
+        rpc_id: Some(rpc_id.to_string()),
+        durable: a.is_durable(&tool),
+        arguments: None,
+        tool,
+    })];
+}
+
 /// Arms the guard that records the request's calls if it is dropped before an answer,
 /// and writes the durable calls' `begin` records (fsynced) first. Fails closed: a durable
 /// call whose record could not be written is not forwarded.

@@ -214,6 +214,9 @@ async fn post<'s>(
         ),
         Era::Legacy => (None, None),
     };
+    if let Some(t) = &task {
+        audit::note_task(gw, &t.id, &t.opened.tool, ctx);
+    }
     let hints = &live.upstream(&profile.upstream).hints;
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));

@@ -76,6 +76,8 @@ pub(super) fn prepare(
 /// A request naming a task (`tasks/get`, `tasks/update`, `tasks/cancel`): its id opened,
 /// and the client's id, which its answer shows again.
 pub(super) struct TaskRequest {
+    /// The request's JSON-RPC id, as JSON text.
+    pub id: Box<str>,
     pub opened: task_ids::Opened,
     pub shown: task_ids::Shown,
 }
@@ -117,7 +119,11 @@ pub(super) fn task(
         original: opened.original.clone(),
         sealed: sealed.to_owned(),
     };
-    Ok(Some(TaskRequest { opened, shown }))
+    Ok(Some(TaskRequest {
+        id: id.into(),
+        opened,
+        shown,
+    }))
 }
 
 /// What the task ids a `subscriptions/listen` names are upstream: the server's id of each

@@ -9,7 +9,7 @@ use super::Ctx;
 use crate::config::Profile;
 use crate::error::GateError;
 use crate::gateway::Live;
-use crate::mcp::jsonrpc::{MessageKind, Payload};
+use crate::mcp::jsonrpc::{Message, MessageKind, Payload};
 use crate::mcp::rounds::{self, Issue, Opened};
 use crate::mcp::task_ids;
 use bytes::Bytes;
@@ -22,21 +22,29 @@ pub(super) struct Round {
     pub retry: Option<Opened>,
 }
 
+/// The payload's one request, with its method and id, when its method is one of `kind`.
+fn single_request<'p, 'a>(
+    payload: &'p Payload<'a>,
+    kind: fn(&str) -> bool,
+) -> Option<(&'p Message<'a>, &'p str, &'p str)> {
+    let Payload::Single(m) = payload else {
+        return None;
+    };
+    let (Some(method), Some(id)) = (m.method(), m.id_text()) else {
+        return None;
+    };
+    (m.kind == MessageKind::Request && kind(method)).then_some((m, method, id))
+}
+
 pub(super) fn prepare(
     live: &Live,
     profile: &Arc<Profile>,
     payload: &Payload<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<Round>, GateError> {
-    let Payload::Single(m) = payload else {
+    let Some((m, method, id)) = single_request(payload, rounds::may_ask) else {
         return Ok(None);
     };
-    let (Some(method), Some(id)) = (m.method(), m.id_text()) else {
-        return Ok(None);
-    };
-    if m.kind != MessageKind::Request || !rounds::may_ask(method) {
-        return Ok(None);
-    }
     let state = live.upstream(&profile.upstream);
     let sealer = state.state_sealer.clone();
     let route = ctx.route.map_or("", |r| &*r.template);
@@ -91,15 +99,9 @@ pub(super) fn task(
     payload: &Payload<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<TaskRequest>, GateError> {
-    let Payload::Single(m) = payload else {
+    let Some((m, _, id)) = single_request(payload, task_ids::names_task) else {
         return Ok(None);
     };
-    let (Some(method), Some(id)) = (m.method(), m.id_text()) else {
-        return Ok(None);
-    };
-    if m.kind != MessageKind::Request || !task_ids::names_task(method) {
-        return Ok(None);
-    }
     if !m.meta.is_some_and(task_ids::declares_tasks) {
         return Err(GateError::MissingTasksCapability);
     }

@@ -598,9 +598,10 @@ auth = "none"
     assert!(got.iter().any(|b| b["method"] == "tools/list"));
 }
 
-/// The tasks fixture (`conformance2_server.mjs`, tasks of `tasks_ext.mjs`) behind bearer
-/// routes, with a session key so that replicas share the seals; recording what it gets.
-fn tasks_config(port: u16, key: &str, audit: &Path) -> String {
+/// Two processes of the tasks fixture (`conformance2_server.mjs`, tasks of `tasks_ext.mjs`),
+/// each keeping its own tasks, as replicas behind bearer routes, taken in turn; with a
+/// session key so that replicas of mcpgate share the seals.
+fn tasks_config(port: u16, port2: u16, key: &str, audit: &Path) -> String {
     format!(
         r#"
 [audit]
@@ -609,7 +610,8 @@ path = {audit:?}
 name = "main"
 addr = "127.0.0.1:0"
 [upstreams.jobs]
-url = "http://127.0.0.1:{port}/mcp"
+endpoints = ["http://127.0.0.1:{port}/mcp", "http://127.0.0.1:{port2}/mcp"]
+balance = "round_robin"
 timeout = "10s"
 session_key = "{key}"
 [profiles.all]
@@ -636,8 +638,8 @@ profiles = ["all"]
 const TASKS_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
 
 /// Task ids: the client holds mcpgate's seal of the server's id, which takes each task
-/// request to its task with the server's id (body and `Mcp-Name`), on any replica with the
-/// key. Forged ids, another token's, one from a gateway of another key, the server's own,
+/// request to the endpoint that holds its task (the other one does not know it), with the
+/// server's id (body and `Mcp-Name`), from any mcpgate with the key. Forged ids, another token's, one from a gateway of another key, the server's own,
 /// and a request without the extension are refused before the upstream; a listen stream
 /// asks only for the caller's tasks and shows their ids as the client holds them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -646,19 +648,23 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
     const OTHER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("received.jsonl");
-    let port = free_port();
-    let _server = start_peer(
-        Command::new(node22())
-            .current_dir(peers())
-            .arg("conformance2_server.mjs")
-            .args(["--port", &port.to_string(), "--record"])
-            .arg(&record),
-        port,
-    );
+    let fixture = |port: u16| {
+        start_peer(
+            Command::new(node22())
+                .current_dir(peers())
+                .arg("conformance2_server.mjs")
+                .args(["--port", &port.to_string(), "--record"])
+                .arg(&record),
+            port,
+        )
+    };
+    let (port, port2) = (free_port(), free_port());
+    let _servers = (fixture(port), fixture(port2));
     let trail = dir.path().join("audit.jsonl");
-    let gw = Gateway::start(&tasks_config(port, KEY, &trail));
-    let replica = Gateway::start(&tasks_config(port, KEY, &dir.path().join("r.jsonl")));
-    let stranger = Gateway::start(&tasks_config(port, OTHER_KEY, &dir.path().join("s.jsonl")));
+    let config = |key: &str, audit: &str| tasks_config(port, port2, key, &dir.path().join(audit));
+    let gw = Gateway::start(&config(KEY, "audit.jsonl"));
+    let replica = Gateway::start(&config(KEY, "r.jsonl"));
+    let stranger = Gateway::start(&config(OTHER_KEY, "s.jsonl"));
     let (alice, bob) = (support::bearer(ALICE), support::bearer(BOB));
     let seen = || -> Vec<(Value, Value)> {
         std::fs::read_to_string(&record)
@@ -842,6 +848,45 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
         asked["params"]["notifications"]["taskIds"],
         json!([original])
     );
+
+    // The audit trail: the call that made the task (outcome `task`), then each request
+    // about it under its tool, linked to that call. Refused ones name no task.
+    let records: Vec<Value> = std::fs::read_to_string(&trail)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let made = records
+        .iter()
+        .find(|r| r["request_id"] == "make-task-1")
+        .unwrap_or_else(|| panic!("no record of the call: {records:?}"));
+    assert_eq!(
+        (&made["method"], &made["tool"], &made["outcome"]),
+        (&json!("tools/call"), &json!("slow_compute"), &json!("task"))
+    );
+    let about: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["first_request_id"] == "make-task-1")
+        .collect();
+    let what: Vec<(&Value, &Value)> = about
+        .iter()
+        .map(|r| (&r["method"], &r["outcome"]))
+        .collect();
+    assert_eq!(
+        what,
+        [
+            (&json!("tasks/get"), &json!("ok")),
+            (&json!("tasks/cancel"), &json!("ok"))
+        ],
+        "{records:?}"
+    );
+    for r in about {
+        assert_eq!(
+            (&r["tool"], &r["token"]),
+            (&json!("slow_compute"), &json!("alice")),
+            "{r}"
+        );
+    }
 }
 
 /// The Python SDK 2.3 server (`py_server.py`, which serves both generations) as a modern

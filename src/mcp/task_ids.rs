@@ -38,11 +38,6 @@ const GRACE: Duration = Duration::from_secs(3600);
 /// How long the id of a task the server keeps until it is deleted (`ttlMs: null`) opens.
 const UNBOUNDED: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// The methods that name one task by `params.taskId`.
-pub fn names_task(method: &str) -> bool {
-    matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel")
-}
-
 /// Whether a request's `params._meta` (its JSON text) declares the tasks extension in its
 /// client capabilities.
 pub fn declares_tasks(meta: &str) -> bool {

@@ -253,12 +253,15 @@ async fn post<'s>(
         edited.extend_from_slice(&bytes[at.end..]);
         bytes = Bytes::from(edited);
     }
+    let mut pinned = None;
     if listen {
         // What the profile may not see is not asked for, nor tasks not the caller's (SPEC
         // §15).
-        let tasks = rounds::listen_tasks(live, profile, ctx);
+        let tasks_at = std::cell::Cell::new(None);
+        let tasks = rounds::listen_tasks(live, profile, ctx, &tasks_at);
         let (narrowed, listening, shown) = crate::mcp::listen::prepare(&bytes, profile, &tasks)
             .map_err(GateError::InvalidRequest)?;
+        pinned = tasks_at.get();
         if let Some(narrowed) = narrowed {
             bytes = Bytes::from(narrowed);
         }
@@ -268,7 +271,6 @@ async fn post<'s>(
             shaping.show_tasks(live, profile, shown);
         }
     }
-    let mut pinned = None;
     if let Some(round) = round {
         if let Some(retry) = &round.retry {
             bytes = rounds::restore(&bytes, retry)?;
@@ -303,11 +305,7 @@ async fn post<'s>(
         out.mcp_name = mcp_name;
         // A stdio upstream runs a process per modern caller.
         if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
-            let route = ctx.route.map_or("", |r| &*r.template);
-            out.caller = Some(crate::mcp::rounds::caller_key(
-                ctx.token.as_ref().map(|t| &t.key),
-                route,
-            ));
+            out.caller = Some(rounds::caller(ctx));
         }
         let answer = forward::send(live, upstream, out).await?;
         shaping.answered_by(answer.endpoint);

@@ -9,10 +9,12 @@ use super::Ctx;
 use crate::config::Profile;
 use crate::error::GateError;
 use crate::gateway::Live;
-use crate::mcp::jsonrpc::{Message, MessageKind, Payload};
-use crate::mcp::rounds::{self, Issue, Opened};
+use crate::mcp::jsonrpc::{self, Message, MessageKind, Payload};
+use crate::mcp::rounds::{self, CallerKey, Issue, Opened};
 use crate::mcp::task_ids;
+use crate::upstream::session::EndpointId;
 use bytes::Bytes;
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// A request that may be asked for input: how its answer's state is sealed, and, for a
@@ -20,6 +22,16 @@ use std::sync::Arc;
 pub(super) struct Round {
     pub issue: Issue,
     pub retry: Option<Opened>,
+}
+
+/// The request's route, as a seal names an open one.
+fn route<'c>(ctx: &'c Ctx<'_>) -> &'c str {
+    ctx.route.map_or("", |r| &*r.template)
+}
+
+/// Who is asking, as a seal binds it: the credential's key, or the route on an open one.
+pub(super) fn caller(ctx: &Ctx<'_>) -> CallerKey {
+    rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route(ctx))
 }
 
 /// The payload's one request, with its method and id, when its method is one of `kind`.
@@ -47,22 +59,20 @@ pub(super) fn prepare(
     };
     let state = live.upstream(&profile.upstream);
     let sealer = state.state_sealer.clone();
-    let route = ctx.route.map_or("", |r| &*r.template);
-    let credential = ctx.token.as_ref().map(|t| t.key);
     let name = m.mcp_name.as_deref();
-    let mut caller = rounds::Caller::Unhashed {
-        credential,
-        route: route.into(),
+    let mut for_caller = rounds::Caller::Unhashed {
+        credential: ctx.token.as_ref().map(|t| t.key),
+        route: route(ctx).into(),
     };
     let retry = match m.request_state {
         Some(state) => {
-            let key = rounds::caller_key(credential.as_ref(), route);
+            let key = caller(ctx);
             let opened = rounds::open(&sealer, state, &key, method, name).map_err(|why| {
                 tracing::info!(?why, "a requestState that does not open here");
                 GateError::BadRequestState
             })?;
             ctx.first_request = Some(opened.first.as_str().into());
-            caller = rounds::Caller::Key(key);
+            for_caller = rounds::Caller::Key(key);
             Some(opened)
         }
         None => None,
@@ -72,7 +82,7 @@ pub(super) fn prepare(
         sealer,
         state.task_sealer.clone(),
         id,
-        caller,
+        for_caller,
         method,
         name,
         first,
@@ -99,7 +109,7 @@ pub(super) fn task(
     payload: &Payload<'_>,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<TaskRequest>, GateError> {
-    let Some((m, _, id)) = single_request(payload, task_ids::names_task) else {
+    let Some((m, _, id)) = single_request(payload, jsonrpc::is_task_method) else {
         return Ok(None);
     };
     if !m.meta.is_some_and(task_ids::declares_tasks) {
@@ -108,10 +118,8 @@ pub(super) fn task(
     let Some(sealed) = m.mcp_name.as_deref() else {
         return Err(GateError::UnknownTask);
     };
-    let route = ctx.route.map_or("", |r| &*r.template);
-    let caller = rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route);
     let sealer = &live.upstream(&profile.upstream).task_sealer;
-    let opened = task_ids::open(sealer, sealed, &caller).map_err(|why| {
+    let opened = task_ids::open(sealer, sealed, &caller(ctx)).map_err(|why| {
         tracing::info!(?why, "a task id that does not open here");
         GateError::UnknownTask
     })?;
@@ -129,19 +137,22 @@ pub(super) fn task(
 }
 
 /// What the task ids a `subscriptions/listen` names are upstream: the server's id of each
-/// one sealed for this caller, `None` for any other.
-pub(super) fn listen_tasks(
+/// one sealed for this caller, `None` for any other. `at` keeps the endpoint of the first
+/// task opened, where the stream goes (a task lives on the endpoint that made it).
+pub(super) fn listen_tasks<'a>(
     live: &Live,
     profile: &Arc<Profile>,
     ctx: &Ctx<'_>,
-) -> impl Fn(&str) -> Option<String> + use<> {
-    let route = ctx.route.map_or("", |r| &*r.template);
-    let caller = rounds::caller_key(ctx.token.as_ref().map(|t| &t.key), route);
+    at: &'a Cell<Option<EndpointId>>,
+) -> impl Fn(&str) -> Option<String> + use<'a> {
+    let caller = caller(ctx);
     let sealer = live.upstream(&profile.upstream).task_sealer.clone();
     move |sealed: &str| {
-        task_ids::open(&sealer, sealed, &caller)
-            .ok()
-            .map(|o| o.original)
+        let opened = task_ids::open(&sealer, sealed, &caller).ok()?;
+        if at.get().is_none() {
+            at.set(Some(opened.endpoint));
+        }
+        Some(opened.original)
     }
 }
 

@@ -126,6 +126,23 @@ fn setup() -> Setup {
     }
 }
 
+/// The audit trail at `path` once `done` holds of its records (they are written as each
+/// answer ends, by a writer of their own), or as it is after 5 s.
+fn audit_records(path: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let records: Vec<Value> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if done(&records) || std::time::Instant::now() > deadline {
+            return records;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}"#;
 
 fn call(id: u64, tool: &str, extra: &str) -> String {
@@ -455,6 +472,42 @@ async fn a_request_state_serves_only_its_caller_and_its_request() {
     let other = Gateway::start(&config(s.port));
     let r = post(&other.url("/team"), &ha, &retry(&state)).await;
     assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+
+    // With an audit trail: the round that asks has outcome `input_required`, and the
+    // retry's record names the first round's request id.
+    let trail = s._dir.path().join("rounds.jsonl");
+    let audited = Gateway::start(&format!("[audit]\npath = {trail:?}\n{}", config(s.port)));
+    let url = audited.url("/team");
+    let mut first = ha.clone();
+    first.push(("x-request-id", "ask-1"));
+    let r = post(&url, &first, &call(5, "delete_note", "")).await;
+    let state = r.messages()[0]["result"]["requestState"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", r.body))
+        .to_string();
+    let mut second = ha.clone();
+    second.push(("x-request-id", "retry-1"));
+    let r = post(&url, &second, &retry(&state)).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "deleted n9",
+        "{}",
+        r.body
+    );
+    let records = audit_records(&trail, |rs| {
+        rs.iter()
+            .any(|r| r["request_id"] == "retry-1" && r["outcome"].is_string())
+    });
+    let of = |rid: &str| {
+        records
+            .iter()
+            .find(|r| r["request_id"] == rid && r["outcome"].is_string())
+            .unwrap_or_else(|| panic!("no record of {rid}: {records:?}"))
+    };
+    assert_eq!(of("ask-1")["outcome"], "input_required");
+    assert_eq!(of("ask-1")["first_request_id"], Value::Null);
+    assert_eq!(of("retry-1")["outcome"], "ok");
+    assert_eq!(of("retry-1")["first_request_id"], "ask-1");
 }
 
 /// mcpgate's own list changes (a reload) reach a listen stream that opted in, tagged with
@@ -851,11 +904,12 @@ async fn task_ids_serve_only_their_caller_and_reach_their_task() {
 
     // The audit trail: the call that made the task (outcome `task`), then each request
     // about it under its tool, linked to that call. Refused ones name no task.
-    let records: Vec<Value> = std::fs::read_to_string(&trail)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = audit_records(&trail, |rs| {
+        rs.iter()
+            .filter(|r| r["first_request_id"] == "make-task-1")
+            .count()
+            >= 2
+    });
     let made = records
         .iter()
         .find(|r| r["request_id"] == "make-task-1")

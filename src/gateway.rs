@@ -114,6 +114,8 @@ pub struct Gateway {
     /// The families the gateway's components count into, registered in `metrics`.
     series: Series,
     pub streams: Arc<StreamRegistry>,
+    /// Questions bridged legacy clients were asked and have not answered yet.
+    pub waits: Arc<crate::runtime::waits::Waits>,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -184,6 +186,7 @@ impl Gateway {
             metrics,
             series,
             streams,
+            waits: Default::default(),
             certs,
             config_path,
             audit,

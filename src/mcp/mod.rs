@@ -3,6 +3,7 @@
 //! (`tools_list`), JSON pointers into arguments (`pointer`), and the Streamable HTTP
 //! transport's formats (`transport`).
 
+pub mod bridge;
 pub mod discover;
 pub mod era;
 pub mod jsonrpc;

@@ -74,7 +74,7 @@ impl ToolFilter {
     }
 
     /// How long a list filtered now may be cached.
-    fn fresh_for(&self) -> std::time::Duration {
+    pub fn fresh_for(&self) -> std::time::Duration {
         self.snapshot.list_fresh_for(std::time::SystemTime::now())
     }
 

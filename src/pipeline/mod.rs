@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod auth;
 pub mod body;
+pub mod bridge;
 pub mod finish;
 pub mod forward;
 pub mod headers;
@@ -176,6 +177,25 @@ async fn run<'s>(
     };
     limits::check(live, profile, peer, ctx, &[]).await?;
     let upstream = &profile.upstream;
+    if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx).await? {
+        // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).
+        if req.method == Method::DELETE {
+            return Ok(bridge::delete(ctx));
+        }
+        let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
+        shaping.notices = Some(profile.name.clone());
+        let sending = sending(
+            live,
+            profile,
+            peer,
+            ctx,
+            &req,
+            shaping,
+            Bytes::new(),
+            upstream.timeout,
+        );
+        return bridge::stream(gw, bridged, sending, ctx).await;
+    }
     let out = outgoing(
         live,
         peer,
@@ -206,6 +226,10 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
+    let bridged = match ctx.era {
+        Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx).await?,
+        Era::Modern => None,
+    };
     audit::note_calls(gw, &payload, ctx);
     let (round, task) = match ctx.era {
         Era::Modern => (
@@ -300,6 +324,13 @@ async fn post<'s>(
             admitted.timeout,
             body_deadline,
         );
+        if let Some(bridged) = bridged {
+            let timeout = out.timeout;
+            let body = std::mem::take(&mut out.body);
+            drop(out);
+            let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+            return bridge::post(gw, bridged, sending, ctx).await;
+        }
         out.pinned = pinned;
         out.era = ctx.era;
         out.mcp_name = mcp_name;
@@ -343,6 +374,38 @@ fn outgoing<'a>(
         era: crate::config::generation::Era::Legacy,
         caller: None,
         mcp_name: None,
+        bridged: None,
+    }
+}
+
+/// A bridged request's parts (SPEC §15, the bridge): what `outgoing` takes, owned where it
+/// would borrow the context.
+#[allow(clippy::too_many_arguments)]
+fn sending<'a>(
+    live: &'a Arc<Live>,
+    profile: &'a Arc<Profile>,
+    peer: &'a Peer,
+    ctx: &Ctx<'_>,
+    req: &'a ClientRequest,
+    shaping: respond::Shaping,
+    body: Bytes,
+    timeout: std::time::Duration,
+) -> bridge::Sending<'a> {
+    bridge::Sending {
+        live,
+        profile,
+        shaping,
+        fields: &req.fields,
+        query: req.target.query(),
+        forwarded_for: &peer.forwarded_for,
+        proto: ctx.proto,
+        request_id: ctx.request_id.clone(),
+        trace: ctx.trace.as_deref().map(|t| {
+            let t: &crate::http::traceparent::Context = t;
+            t.clone()
+        }),
+        timeout,
+        body,
     }
 }
 

@@ -127,6 +127,16 @@ pub fn error(
 }
 
 /// An answer with a status and no body (a swallowed notification).
+/// A JSON-RPC answer mcpgate wrote itself (200), in the format the client prefers.
+pub(super) fn own(json: String, want: Want, request_id: &str) -> Response<GateBody> {
+    own_response(
+        StatusCode::OK,
+        json.into_bytes(),
+        request_id,
+        want == Want::Sse,
+    )
+}
+
 pub fn empty(status: StatusCode, request_id: &str) -> Response<GateBody> {
     let mut r = Response::new(GateBody::Empty);
     *r.status_mut() = status;
@@ -153,6 +163,9 @@ pub struct Shaping {
     /// The upstream's tool hints, when a profile judges by them: marked stale when the
     /// upstream announces a change.
     pub hints: Option<Arc<crate::upstream::hints::HintStore>>,
+    /// A legacy client's GET stream served by a `subscriptions/listen` (the bridge): the
+    /// listen's acknowledgement and closing answer are not for it.
+    pub legacy_stream: bool,
 }
 
 impl Shaping {
@@ -179,6 +192,7 @@ impl Shaping {
             hints: live
                 .judges_hints(upstream)
                 .then(|| live.upstream(upstream).hints.clone()),
+            legacy_stream: false,
         }
     }
 
@@ -231,6 +245,7 @@ impl Shaping {
             hints: live
                 .judges_hints(&profile.upstream)
                 .then(|| live.upstream(&profile.upstream).hints.clone()),
+            legacy_stream: false,
         }
     }
 
@@ -391,7 +406,8 @@ pub async fn upstream(
                     Some(watch),
                 )
                 .marking_stale(shaping.hints)
-                .listening(shaping.listening);
+                .listening(shaping.listening)
+                .for_legacy(shaping.legacy_stream);
                 GateBody::Boxed(BodyExt::boxed_unsync(relay))
             }
         }

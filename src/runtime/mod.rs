@@ -6,4 +6,5 @@ pub mod deadline;
 pub mod limiter;
 pub mod store;
 pub mod streams;
+pub mod waits;
 pub mod workers;

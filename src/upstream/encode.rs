@@ -4,6 +4,7 @@
 //! everything else (all `Mcp-*` headers included) passes, in the client's order and
 //! spelling.
 
+use crate::config::generation::MODERN;
 use crate::config::{Endpoint, Upstream};
 use crate::error::GateError;
 use bytes::Bytes;
@@ -78,6 +79,10 @@ pub struct Outgoing<'a> {
     /// Replaces the client's `Mcp-Name` (a task request's: the server's own task id, as
     /// the header carries it).
     pub mcp_name: Option<String>,
+    /// A legacy client's request bridged to a 2026-07-28 server, as a POST of this method:
+    /// the client's session and version headers stay here, and the request gets the
+    /// 2026-07-28 ones (`MCP-Protocol-Version`, `Mcp-Method`; `Mcp-Name` from `mcp_name`).
+    pub bridged: Option<&'a str>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -116,6 +121,14 @@ pub fn encode(
         if stays_here(kind)
             || (post && kind == FieldKind::Accept)
             || (session.is_some() && kind == FieldKind::McpSessionId)
+            || (out.bridged.is_some()
+                && (matches!(
+                    kind,
+                    FieldKind::McpSessionId
+                        | FieldKind::McpProtocolVersion
+                        | FieldKind::McpMethod
+                        | FieldKind::McpName
+                ) || name.eq_ignore_ascii_case(b"last-event-id")))
             || (out.mcp_name.is_some() && kind == FieldKind::McpName)
             || out.trace.is_some_and(|t| {
                 kind == FieldKind::Traceparent || (kind == FieldKind::Tracestate && !t.continued())
@@ -154,6 +167,13 @@ pub fn encode(
     }
     if let Some(name) = &out.mcp_name {
         line(b"mcp-name", name.as_bytes());
+    }
+    if let Some(method) = out.bridged {
+        line(b"mcp-protocol-version", MODERN.as_bytes());
+        line(b"mcp-method", method.as_bytes());
+        if !out.fields.has(FieldKind::ContentType) {
+            line(b"content-type", b"application/json");
+        }
     }
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
@@ -376,6 +396,7 @@ auth = "none"
             era: crate::config::generation::Era::Legacy,
             caller: None,
             mcp_name: None,
+            bridged: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();

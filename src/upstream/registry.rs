@@ -61,6 +61,9 @@ pub struct UpstreamState {
     pub state_sealer: Arc<Sealer>,
     /// Seals the task ids of the tasks extension (MCP 2026-07-28), with the same keys.
     pub task_sealer: Arc<Sealer>,
+    /// Seals the session ids of legacy clients bridged to a 2026-07-28 server, with the
+    /// same keys.
+    pub bridge_sealer: Sealer,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -73,6 +76,20 @@ impl UpstreamState {
     /// The place of the endpoint a sealed session names, if it is still in the set.
     pub fn named(&self, id: &EndpointId) -> Option<usize> {
         self.endpoints.iter().position(|e| e.id == *id)
+    }
+
+    /// The generation the upstream speaks, as configured or as its endpoints showed when
+    /// probed (the first that has answered); `None` while unknown. A stdio upstream runs
+    /// its processes in the generation of each request.
+    pub fn era(&self, upstream: &Upstream) -> Option<Era> {
+        if self.stdio.is_some() {
+            return None;
+        }
+        match upstream.protocol {
+            Protocol::Modern => Some(Era::Modern),
+            Protocol::Legacy => Some(Era::Legacy),
+            Protocol::Auto => self.endpoints.iter().find_map(|e| e.era()),
+        }
     }
 
     /// The endpoint a request without a session goes to: an available one not in
@@ -214,6 +231,7 @@ impl Registry {
                         Purpose::RequestState,
                     )),
                     task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
+                    bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
                     stdio,
                     next: AtomicUsize::new(0),
                 }

@@ -60,7 +60,15 @@ pub enum Purpose {
     /// A task id of the tasks extension (MCP 2026-07-28), at most [`MAX_TASK`] bytes
     /// inside.
     TaskId,
+    /// A bridged legacy session's id (a legacy client in front of a 2026-07-28 server):
+    /// what the server is told of the client on each request, at most [`MAX_BRIDGED`]
+    /// bytes.
+    BridgedSession,
 }
+
+/// The longest bridged session sealed: the client's capabilities and info, with the
+/// caller and revision.
+pub const MAX_BRIDGED: usize = 2_048 + 64;
 
 /// The longest task id (with what mcpgate binds to it) sealed: a server's ids are UUIDs
 /// or tokens of a few dozen bytes.
@@ -92,6 +100,11 @@ impl Sealer {
                 b"mcpgate task id: seal",
                 b"mcpgate task id: nonce",
                 MAX_TASK,
+            ),
+            Purpose::BridgedSession => (
+                b"mcpgate bridged session: seal",
+                b"mcpgate bridged session: nonce",
+                MAX_BRIDGED,
             ),
         };
         let derive = |key: &SessionKey, label: &[u8]| {

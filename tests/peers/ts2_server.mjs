@@ -60,7 +60,8 @@ function build() {
                 note({ ran: 'delete_note', id });
                 return text(`deleted ${id}`);
             }
-            if (answer) return text(`kept ${id}`);
+            // Declined or cancelled: the note stays.
+            if (answer || ctx.mcpReq.inputResponses?.confirm) return text(`kept ${id}`);
             return inputRequired({
                 inputRequests: {
                     confirm: inputRequired.elicit({
@@ -70,6 +71,52 @@ function build() {
                 },
                 requestState: `state-for-${id}`,
             });
+        },
+    );
+    server.registerTool(
+        'summarize',
+        { description: 'Asks the client to sample a summary.', inputSchema: object({ text: { type: 'string' } }) },
+        async ({ text: t }, ctx) => {
+            const got = ctx.mcpReq.inputResponses?.summary;
+            if (got?.content?.type === 'text') return text(`summary: ${got.content.text}`);
+            return inputRequired({
+                inputRequests: {
+                    summary: inputRequired.createMessage({
+                        messages: [{ role: 'user', content: { type: 'text', text: `Summarize: ${t}` } }],
+                        maxTokens: 50,
+                    }),
+                },
+            });
+        },
+    );
+    server.registerTool(
+        'roots',
+        { description: 'Asks the client for its roots.', inputSchema: object({}) },
+        async (_args, ctx) => {
+            const got = ctx.mcpReq.inputResponses?.roots;
+            if (Array.isArray(got?.roots)) return text(`roots: ${got.roots.map((r) => r.uri).join(' ')}`);
+            return inputRequired({ inputRequests: { roots: inputRequired.listRoots() } });
+        },
+    );
+    server.registerTool(
+        'ask_twice',
+        { description: 'Asks a name, then a confirmation, in two rounds.', inputSchema: object({}) },
+        async (_args, ctx) => {
+            const r = ctx.mcpReq.inputResponses ?? {};
+            const confirm = { type: 'object', properties: { confirm: { type: 'boolean' } }, required: ['confirm'] };
+            const name = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
+            if (r.confirm?.action === 'accept') {
+                note({ ran: 'ask_twice', round: 2 });
+                const state = typeof ctx.mcpReq.requestState === 'function' ? ctx.mcpReq.requestState() : ctx.mcpReq.requestState;
+                return text(`confirmed by ${state ?? '?'}`);
+            }
+            if (r.name?.action === 'accept') {
+                return inputRequired({
+                    inputRequests: { confirm: inputRequired.elicit({ message: `Sure, ${r.name.content.name}?`, requestedSchema: confirm }) },
+                    requestState: String(r.name.content.name),
+                });
+            }
+            return inputRequired({ inputRequests: { name: inputRequired.elicit({ message: 'Your name?', requestedSchema: name }) } });
         },
     );
     server.registerTool(

@@ -40,7 +40,7 @@ struct Head<'a> {
 }
 
 /// The ids of the responses in one JSON text (a message or a batch).
-fn response_ids(text: &str) -> Vec<&str> {
+pub fn response_ids(text: &str) -> Vec<&str> {
     crate::mcp::jsonrpc::one_or_many::<Head>(text)
         .into_iter()
         .filter(|h| h.method.is_none())
@@ -93,6 +93,9 @@ pub struct SseRelay {
     listening: Option<Listening>,
     /// Whether an event from the upstream has been relayed.
     relayed: bool,
+    /// A `subscriptions/listen` serving a legacy client's GET stream (the bridge): its
+    /// acknowledgement and closing answer are dropped.
+    legacy: bool,
     done: bool,
 }
 
@@ -106,6 +109,12 @@ impl SseRelay {
     /// The same, for a `subscriptions/listen` stream that opted into `listening`.
     pub fn listening(mut self, listening: Option<Listening>) -> Self {
         self.listening = listening;
+        self
+    }
+
+    /// The same, serving a legacy client's GET stream from a `subscriptions/listen`.
+    pub fn for_legacy(mut self, legacy: bool) -> Self {
+        self.legacy = legacy;
         self
     }
 
@@ -134,6 +143,7 @@ impl SseRelay {
             tools_changed: None,
             listening: None,
             relayed: false,
+            legacy: false,
             done: false,
         }
     }
@@ -142,6 +152,9 @@ impl SseRelay {
         let Some(data) = ev.data.as_deref().filter(|d| looks_like_json(d)) else {
             return Ok(ev.raw);
         };
+        if self.legacy && !crate::mcp::bridge::for_legacy_stream(data) {
+            return Ok(Bytes::new());
+        }
         if let Some(store) = &self.tools_changed
             && data.contains("notifications/tools/list_changed")
             && serde_json::from_str::<serde_json::Value>(data)
@@ -205,6 +218,7 @@ impl Body for SseRelay {
                     while let Some(ev) = this.decoder.next_event() {
                         this.relayed = true;
                         match this.event(ev) {
+                            Ok(bytes) if bytes.is_empty() => {}
                             Ok(bytes) => this.out.push_back(bytes),
                             Err(e) => {
                                 tracing::warn!(error = %e, "cannot filter a tools/list event; ending the stream");

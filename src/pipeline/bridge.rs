@@ -1,0 +1,757 @@
+//! The bridge stage (SPEC §15, "The bridge between generations"): a legacy client in front
+//! of a 2026-07-28 server. Its request has been routed, authenticated, read, checked by
+//! policy and limits like any other; here it becomes what the server understands, or is
+//! answered by mcpgate where the server has nothing to say (`mcp::bridge` writes the
+//! messages):
+//!
+//! - `initialize` is answered from the server's `server/discover`, with a sealed session id
+//!   that holds what the server must be told of the client on every request;
+//! - `ping`, `DELETE` and the client's notifications are answered here;
+//! - every other request goes on with the 2026-07-28 `_meta` and headers;
+//! - a GET stream is a `subscriptions/listen`;
+//! - a call the server answers `input_required` is played to the client as the server's
+//!   questions on the call's event stream; the client's answers (its POSTs) are handed to
+//!   the waiting call (`runtime::waits`) and the call is retried with them.
+
+use super::Ctx;
+use super::forward::{self, Answer};
+use super::respond::{self, Shaping};
+use crate::config::generation::{Era, encode_header};
+use crate::config::{Profile, Protocol, Upstream};
+use crate::error::{GateError, code};
+use crate::gateway::{Gateway, Live};
+use crate::http::body::{BoxError, GateBody};
+use crate::mcp::bridge::{self, Asks, Session};
+use crate::mcp::jsonrpc::{MessageKind, Payload};
+use crate::mcp::rounds::may_ask;
+use crate::mcp::transport::accept::Want;
+use crate::mcp::transport::relay::{self, error_json};
+use crate::mcp::transport::sse;
+use crate::runtime::waits::{Owner, Waits};
+use crate::upstream::encode::Outgoing;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http_body::Frame;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use wire::fields::{FieldKind, Fields};
+
+/// How many times one call may be asked for input before mcpgate gives up on it.
+const MAX_ROUNDS: usize = 8;
+
+/// A legacy request on its way to a 2026-07-28 server.
+pub(super) struct Bridge {
+    pub session: Session,
+    /// Who may answer the questions asked in the session: a digest of its id.
+    owner: Owner,
+    /// What the request's one message is.
+    kind: MessageKind,
+    method: Option<Box<str>>,
+    id: Option<Box<str>>,
+    /// What its `Mcp-Name` would say (`params.name`, `params.uri`).
+    name: Option<Box<str>>,
+}
+
+const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
+
+/// Whether a legacy request must be bridged: its upstream speaks 2026-07-28. The era of an
+/// `auto` upstream not yet known is probed when a client initializes. A session id that
+/// does not open as a bridged one, or is another caller's: 404, the signal to initialize
+/// anew.
+pub(super) async fn open(
+    live: &Live,
+    profile: &Profile,
+    fields: &Fields,
+    payload: Option<&Payload<'_>>,
+    ctx: &Ctx<'_>,
+) -> Result<Option<Bridge>, GateError> {
+    let upstream = &profile.upstream;
+    let state = live.upstream(upstream);
+    let initialize =
+        matches!(payload, Some(Payload::Single(m)) if m.method() == Some("initialize"));
+    let era = match state.era(upstream) {
+        None if initialize => learn_era(live, upstream).await,
+        known => known,
+    };
+    if era != Some(Era::Modern) {
+        return Ok(None);
+    }
+    let message = match payload {
+        Some(Payload::Batch(_)) => {
+            return Err(GateError::InvalidRequest(
+                "a batch cannot be bridged to a 2026-07-28 server: send its messages one by one"
+                    .into(),
+            ));
+        }
+        Some(Payload::Single(m)) => Some(m),
+        None => None,
+    };
+    let caller = super::rounds::caller(ctx);
+    let sealed = fields.get(FieldKind::McpSessionId);
+    let (session, owner) = match sealed {
+        Some(sealed) => {
+            let session = state
+                .bridge_sealer
+                .open(sealed)
+                .and_then(|(_, inner)| Session::from_inner(&inner))
+                .filter(|s| s.caller == caller)
+                .ok_or(GateError::SessionNotFound)?;
+            (session, Sha256::digest(sealed).into())
+        }
+        // `initialize` makes its session when it is answered.
+        None => (Session::sessionless(caller), [0; 32]),
+    };
+    Ok(Some(Bridge {
+        session,
+        owner,
+        kind: message.map_or(MessageKind::Request, |m| m.kind),
+        method: message.and_then(|m| m.method()).map(Into::into),
+        id: message.and_then(|m| m.id_text()).map(Into::into),
+        name: message.and_then(|m| m.mcp_name.as_deref()).map(Into::into),
+    }))
+}
+
+/// Asks an `auto` upstream of unknown era `server/discover` (an endpoint the balancer
+/// picks), within the upstream's timeout, and keeps what it shows.
+async fn learn_era(live: &Live, upstream: &Upstream) -> Option<Era> {
+    let state = live.upstream(upstream);
+    if state.stdio.is_some() || upstream.protocol != Protocol::Auto {
+        return None;
+    }
+    let i = state.pick(upstream, &[])?;
+    let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
+    let pool = state.endpoints[i].here();
+    let era = tokio::time::timeout(
+        upstream.timeout,
+        crate::upstream::health::probe(pool, &probe),
+    )
+    .await
+    .ok()
+    .flatten()?;
+    state.endpoints[i].set_era(era);
+    Some(era)
+}
+
+/// What the forward stage needs of the request to send it on: the request's own parts,
+/// not its context, which the answer's stages write.
+pub(super) struct Sending<'a> {
+    pub live: &'a Arc<Live>,
+    pub profile: &'a Arc<Profile>,
+    pub shaping: Shaping,
+    pub fields: &'a Fields,
+    pub query: Option<&'a str>,
+    pub forwarded_for: &'a HeaderValue,
+    pub proto: &'static str,
+    pub request_id: Arc<str>,
+    pub trace: Option<crate::http::traceparent::Context>,
+    pub timeout: std::time::Duration,
+    pub body: Bytes,
+}
+
+impl Sending<'_> {
+    /// The request as it goes upstream: a POST of `method` with `body` (2026-07-28).
+    fn out<'s>(&'s self, method: &'s str, body: Bytes, name: Option<String>) -> Outgoing<'s> {
+        Outgoing {
+            method: Method::POST,
+            timeout: self.timeout,
+            body_deadline: !self.shaping.long_lived() && method != "subscriptions/listen",
+            query: self.query,
+            fields: self.fields,
+            body,
+            forwarded_for: self.forwarded_for,
+            proto: self.proto,
+            request_id: &self.request_id,
+            underscores: self.live.server.underscores_in_headers,
+            trace: self.trace.as_ref(),
+            pinned: None,
+            era: Era::Modern,
+            caller: None,
+            mcp_name: name,
+            bridged: Some(method),
+        }
+    }
+}
+
+/// Serves a bridged POST: answered here, or forwarded as 2026-07-28.
+pub(super) async fn post(
+    gw: &Gateway,
+    bridge: Bridge,
+    s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let want = s.shaping.want;
+    match bridge.kind {
+        MessageKind::Response => {
+            // The client's answer to a question it was asked on a call's stream.
+            let id = bridge.id.as_deref().unwrap_or("null");
+            return match gw.waits.answer(id, &bridge.owner, s.body.clone()) {
+                Ok(()) => Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
+                Err(why) => {
+                    tracing::info!(?why, "an answer no question of its session waits for");
+                    Err(GateError::InvalidRequest(format!(
+                        "no question of this session waits for an answer with id {id}"
+                    )))
+                }
+            };
+        }
+        // `notifications/initialized`, `notifications/roots/list_changed`, a cancel: a
+        // 2026-07-28 server has no session to tell (docs/protocol.md, the bridge).
+        MessageKind::Notification => {
+            return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+        }
+        MessageKind::Request => {}
+    }
+    let id = bridge.id.as_deref().unwrap_or("null");
+    let method = bridge.method.as_deref().unwrap_or("");
+    match method {
+        "initialize" => return initialize(bridge, s, ctx).await,
+        "ping" => {
+            let json = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+            return Ok(respond::own(json, want, &ctx.request_id));
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            return Err(GateError::NotBridged(
+                "resource subscriptions are not carried to a 2026-07-28 server yet",
+            ));
+        }
+        "logging/setLevel" => {
+            return Err(GateError::NotBridged(
+                "a 2026-07-28 server takes the log level per request, not per session",
+            ));
+        }
+        _ => {}
+    }
+    let text = std::str::from_utf8(&s.body).map_err(|_| GateError::Parse("not UTF-8".into()))?;
+    let modern = bridge::modernize(text, &bridge.session.meta).ok_or_else(|| {
+        GateError::InvalidRequest("a request bridged to 2026-07-28 needs object params".into())
+    })?;
+    let modern = Bytes::from(modern);
+    let name = bridge
+        .name
+        .as_deref()
+        .map(|n| encode_header(n).into_owned());
+    let upstream = &s.profile.upstream;
+    let answer = forward::send(
+        s.live,
+        upstream,
+        s.out(method, modern.clone(), name.clone()),
+    )
+    .await?;
+    if !may_ask(method) {
+        return respond::answer(gw, answer, s.shaping, upstream, ctx).await;
+    }
+    let method: Box<str> = method.into();
+    asked(gw, bridge, s, (method, modern, name), answer, ctx).await
+}
+
+/// `initialize`, answered from the server's `server/discover` with a new sealed session.
+async fn initialize(
+    bridge: Bridge,
+    s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    #[derive(serde::Deserialize)]
+    struct Init<'a> {
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    let init: Init = serde_json::from_slice(&s.body)
+        .map_err(|e| GateError::InvalidRequest(format!("initialize: {e}")))?;
+    let session = Session::of_initialize(init.params.map(RawValue::get), bridge.session.caller)
+        .map_err(GateError::InvalidRequest)?;
+    let state = s.live.upstream(&s.profile.upstream);
+    let sealed = state
+        .bridge_sealer
+        .seal(&[0; 8], &session.inner())
+        .ok_or_else(|| {
+            GateError::InvalidRequest(
+                "the client's capabilities and info are too long to carry in a session id".into(),
+            )
+        })?;
+    let body = Bytes::from(bridge::discover_request(&session));
+    let answer = forward::send(
+        s.live,
+        &s.profile.upstream,
+        s.out("server/discover", body, None),
+    )
+    .await?;
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    let text = one_message(answer, "\"mcpgate-initialize\"").await?;
+    let fresh = crate::mcp::tools_list::ToolFilter::new(s.live.config.clone(), s.profile.clone())
+        .fresh_for();
+    let narrowed = crate::mcp::discover::narrow(&text, "\"mcpgate-initialize\"", s.profile, fresh)
+        .map_err(GateError::UpstreamBadResponse)?
+        .unwrap_or(text);
+    let id = bridge.id.as_deref().unwrap_or("null");
+    let json = bridge::initialize_answer(id, &session, &narrowed)
+        .map_err(GateError::UpstreamBadResponse)?;
+    let mut r = respond::own(json, s.shaping.want, &ctx.request_id);
+    let value = HeaderValue::from_str(&sealed).expect("a seal is URL-safe base64");
+    r.headers_mut().insert(MCP_SESSION_ID, value);
+    Ok(r)
+}
+
+/// The one JSON-RPC message answering `id` in an upstream's answer, JSON or SSE.
+async fn one_message(answer: Answer, id: &str) -> Result<String, GateError> {
+    let (parts, body) = answer.response.into_parts();
+    if parts.status != StatusCode::OK {
+        return Err(GateError::UpstreamBadResponse(format!(
+            "the upstream answered {} to a bridged request",
+            parts.status
+        )));
+    }
+    let body = GateBody::Upstream {
+        body,
+        deadline: answer.deadline,
+    };
+    let bytes = match wire::headval::body_format(&parts.headers) {
+        wire::headval::BodyFormat::Sse => {
+            let pending =
+                smallvec::smallvec![RawValue::from_string(id.to_string()).expect("an id")];
+            relay::sse_to_json(body, None, pending, false).await?.0
+        }
+        _ => relay::json_text(body, None).await?,
+    };
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| GateError::UpstreamBadResponse("the answer is not UTF-8".into()))
+}
+
+/// A call that may ask for input, answered: passed on as it is unless it asks, and then
+/// played to the client (an event stream it accepts) or refused (JSON only).
+async fn asked(
+    gw: &Gateway,
+    bridge: Bridge,
+    s: Sending<'_>,
+    (method, body, name): (Box<str>, Bytes, Option<String>),
+    answer: Answer,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let shaping = s.shaping;
+    let upstream = &s.profile.upstream;
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    let id = bridge.id.clone().unwrap_or_else(|| "null".into());
+    let format = wire::headval::body_format(answer.response.headers());
+    let status = answer.response.status();
+    if status != StatusCode::OK || format == wire::headval::BodyFormat::Other {
+        return respond::upstream(gw, answer, shaping, &ctx.request_id).await;
+    }
+    let sse_client = matches!(shaping.want, Want::Sse | Want::Either);
+    let first = if format == wire::headval::BodyFormat::Json || !sse_client {
+        let text = one_message(answer, &id).await?;
+        match bridge::asks(&text, &id).map_err(GateError::UpstreamBadResponse)? {
+            None => return Ok(respond::own(text, shaping.want, &ctx.request_id)),
+            Some(_) if !sse_client => {
+                return Err(GateError::InputNotBridged(
+                    "the server needs input from the client, which can only be asked on an event stream (Accept: text/event-stream)".into(),
+                ));
+            }
+            Some(asks) => Round::Asks(asks),
+        }
+    } else {
+        let (_, body) = answer.response.into_parts();
+        Round::Stream(GateBody::Upstream {
+            body,
+            deadline: answer.deadline,
+        })
+    };
+    let replay = Replay {
+        live: s.live.clone(),
+        profile: s.profile.clone(),
+        waits: gw.waits.clone(),
+        fields: copy_fields(s.fields),
+        forwarded_for: s.forwarded_for.clone(),
+        proto: s.proto,
+        request_id: ctx.request_id.to_string(),
+        method,
+        name,
+        body,
+        timeout: s.timeout,
+        underscores: s.live.server.underscores_in_headers,
+        id,
+        session: bridge.session,
+        owner: bridge.owner,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let driven = Driven {
+        task: Some(Box::pin(replay.run(first, tx))),
+        rx,
+    };
+    let mut r = Response::new(GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(
+        driven,
+    )));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    respond::set_request_id(&mut r, &ctx.request_id);
+    Ok(r)
+}
+
+/// The client's header fields, owned, for the retries of a call.
+fn copy_fields(fields: &Fields) -> Fields {
+    let mut map = HeaderMap::new();
+    for (_, name, value) in fields.iter() {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name),
+            HeaderValue::from_bytes(value),
+        ) {
+            map.append(n, v);
+        }
+    }
+    Fields::from_map(&map)
+}
+
+/// A round of a call: the upstream's stream still to read, or what it asked.
+enum Round {
+    Stream(GateBody),
+    Asks(Asks),
+}
+
+/// A call being played to its client between rounds: owned, as the answer's body outlives
+/// the request's stages.
+struct Replay {
+    live: Arc<Live>,
+    profile: Arc<Profile>,
+    waits: Arc<Waits>,
+    fields: Fields,
+    forwarded_for: HeaderValue,
+    proto: &'static str,
+    request_id: String,
+    method: Box<str>,
+    name: Option<String>,
+    /// The 2026-07-28 request, as last sent.
+    body: Bytes,
+    timeout: std::time::Duration,
+    underscores: bool,
+    /// The call's id, as JSON text.
+    id: Box<str>,
+    session: Session,
+    owner: Owner,
+}
+
+/// How a round ended for the client.
+enum Ending {
+    /// The call's answer, sent.
+    Answered,
+    /// The client left.
+    Gone,
+    /// The call failed: this error goes to the client as the call's answer.
+    Failed(i64, String),
+}
+
+impl Replay {
+    async fn run(mut self, mut round: Round, tx: tokio::sync::mpsc::Sender<Bytes>) {
+        let mut rounds = 0;
+        let ending = loop {
+            let asks = match round {
+                Round::Asks(asks) => asks,
+                Round::Stream(body) => match self.relay(body, &tx).await {
+                    Ok(Some(asks)) => asks,
+                    Ok(None) => break Ending::Answered,
+                    Err(e) => break e,
+                },
+            };
+            rounds += 1;
+            if rounds > MAX_ROUNDS {
+                break Ending::Failed(
+                    code::UPSTREAM,
+                    format!(
+                        "Upstream error: the server asked for input more than {MAX_ROUNDS} times"
+                    ),
+                );
+            }
+            let answers = match self.ask(&asks, &tx).await {
+                Ok(a) => a,
+                Err(e) => break e,
+            };
+            let retry = match bridge::retry(
+                std::str::from_utf8(&self.body).unwrap_or(""),
+                &answers,
+                asks.state.as_deref(),
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    break Ending::Failed(code::INVALID_REQUEST, format!("Invalid request: {e}"));
+                }
+            };
+            self.body = Bytes::from(retry);
+            round = match self.send().await {
+                Ok(r) => r,
+                Err(e) => break e,
+            };
+        };
+        if let Ending::Failed(code, message) = ending {
+            let id = RawValue::from_string(self.id.to_string()).ok();
+            let json = error_json(id.as_deref(), code, &message, &self.request_id);
+            let _ = tx.send(sse::encode_json(&json, None)).await;
+        }
+    }
+
+    /// Sends the call's retry upstream: the next round.
+    async fn send(&self) -> Result<Round, Ending> {
+        let out = Outgoing {
+            method: Method::POST,
+            timeout: self.timeout,
+            body_deadline: true,
+            query: None,
+            fields: &self.fields,
+            body: self.body.clone(),
+            forwarded_for: &self.forwarded_for,
+            proto: self.proto,
+            request_id: &self.request_id,
+            underscores: self.underscores,
+            trace: None,
+            pinned: None,
+            era: Era::Modern,
+            caller: None,
+            mcp_name: self.name.clone(),
+            bridged: Some(&self.method),
+        };
+        let failed = |e: GateError| Ending::Failed(e.rpc_code(), e.to_string());
+        let answer = forward::send(&self.live, &self.profile.upstream, out)
+            .await
+            .map_err(failed)?;
+        let format = wire::headval::body_format(answer.response.headers());
+        if answer.response.status() != StatusCode::OK {
+            return Err(Ending::Failed(
+                code::UPSTREAM,
+                format!(
+                    "Upstream error: status {} to a retry",
+                    answer.response.status()
+                ),
+            ));
+        }
+        if format == wire::headval::BodyFormat::Sse {
+            let (_, body) = answer.response.into_parts();
+            return Ok(Round::Stream(GateBody::Upstream {
+                body,
+                deadline: answer.deadline,
+            }));
+        }
+        let text = one_message(answer, &self.id).await.map_err(failed)?;
+        match bridge::asks(&text, &self.id) {
+            Ok(Some(asks)) => Ok(Round::Asks(asks)),
+            Ok(None) => Ok(Round::Stream(GateBody::full(Bytes::from(text)))),
+            Err(e) => Err(Ending::Failed(
+                code::UPSTREAM,
+                format!("Upstream error: {e}"),
+            )),
+        }
+    }
+
+    /// Passes the upstream's messages to the client until the call's answer: `Some` when
+    /// that asks for input (it is kept), `None` when it was sent on.
+    async fn relay(
+        &self,
+        mut body: GateBody,
+        tx: &tokio::sync::mpsc::Sender<Bytes>,
+    ) -> Result<Option<Asks>, Ending> {
+        use http_body_util::BodyExt;
+        let json = matches!(body, GateBody::Full(_));
+        let mut decoder = sse::Decoder::new();
+        let broke = || {
+            Ending::Failed(
+                code::UPSTREAM,
+                "Upstream error: the stream broke off before the answer".into(),
+            )
+        };
+        loop {
+            let Some(frame) = body.frame().await else {
+                return Err(broke());
+            };
+            let data = match frame {
+                Ok(f) => match f.into_data() {
+                    Ok(d) => d,
+                    Err(_) => continue,
+                },
+                Err(e) if e.is::<crate::http::body::DeadlineExceeded>() => {
+                    return Err(Ending::Failed(
+                        code::UPSTREAM_TIMEOUT,
+                        GateError::UpstreamTimeout.to_string(),
+                    ));
+                }
+                Err(_) => return Err(broke()),
+            };
+            let events: Vec<(Option<String>, Bytes)> = if json {
+                vec![(Some(String::from_utf8_lossy(&data).into_owned()), data)]
+            } else {
+                decoder.feed(&data);
+                if decoder.pending() > crate::mcp::tools_list::MAX_REWRITE_BYTES {
+                    return Err(Ending::Failed(
+                        code::UPSTREAM,
+                        "Upstream error: SSE event too large".into(),
+                    ));
+                }
+                std::iter::from_fn(|| decoder.next_event())
+                    .map(|ev| (ev.data, ev.raw))
+                    .collect()
+            };
+            for (data, raw) in events {
+                let Some(data) = data else {
+                    continue;
+                };
+                let answers_call = relay::response_ids(&data).contains(&&*self.id);
+                if answers_call {
+                    match bridge::asks(&data, &self.id) {
+                        Ok(Some(asks)) => return Ok(Some(asks)),
+                        Ok(None) => {
+                            let frame = if json {
+                                sse::encode_json(&data, None)
+                            } else {
+                                raw
+                            };
+                            tx.send(frame).await.map_err(|_| Ending::Gone)?;
+                            return Ok(None);
+                        }
+                        Err(e) => {
+                            return Err(Ending::Failed(
+                                code::UPSTREAM,
+                                format!("Upstream error: {e}"),
+                            ));
+                        }
+                    }
+                }
+                let frame = if json {
+                    sse::encode_json(&data, None)
+                } else {
+                    raw
+                };
+                tx.send(frame).await.map_err(|_| Ending::Gone)?;
+            }
+        }
+    }
+
+    /// Asks the client each of `asks`' questions on the stream and waits for all its
+    /// answers (at most `[transport] input_timeout`): each key with the client's result.
+    async fn ask(
+        &self,
+        asks: &Asks,
+        tx: &tokio::sync::mpsc::Sender<Bytes>,
+    ) -> Result<Vec<(String, Box<RawValue>)>, Ending> {
+        let mut waiting = Vec::with_capacity(asks.requests.len());
+        for (key, request) in &asks.requests {
+            let method = serde_json::from_str::<Method_>(request.get())
+                .map(|m| m.method)
+                .unwrap_or_default();
+            let capability = bridge::capability_of(&method);
+            if !self.session.declares(capability) {
+                return Err(Ending::Failed(
+                    code::INVALID_REQUEST,
+                    format!(
+                        "Input required: the server asks for `{method}`, and the client did not declare `{capability}`"
+                    ),
+                ));
+            }
+            let qid = format!("\"mcpgate-{}\"", self.waits.next());
+            let waiter = self.waits.ask(&qid, self.owner);
+            let json = bridge::client_request(&qid, request);
+            tx.send(sse::encode_json(&json, None))
+                .await
+                .map_err(|_| Ending::Gone)?;
+            waiting.push((key.clone(), method, waiter));
+        }
+        let limit = tokio::time::sleep(self.live.config.input_timeout);
+        tokio::pin!(limit);
+        let mut answers = Vec::with_capacity(waiting.len());
+        for (key, method, mut waiter) in waiting {
+            let answer = tokio::select! {
+                a = &mut waiter.answer => a.map_err(|_| Ending::Gone)?,
+                _ = &mut limit => return Err(Ending::Failed(
+                    code::UPSTREAM_TIMEOUT,
+                    format!("Input required: the client did not answer the server's `{method}` in time"),
+                )),
+                _ = tx.closed() => return Err(Ending::Gone),
+            };
+            answers.push((key, result_of(&answer, &method)?));
+        }
+        Ok(answers)
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+struct Method_ {
+    #[serde(default)]
+    method: String,
+}
+
+/// The result of the client's answer (a JSON-RPC response it POSTed) to a question of
+/// `method`; its error fails the call.
+fn result_of(answer: &[u8], method: &str) -> Result<Box<RawValue>, Ending> {
+    #[derive(serde::Deserialize)]
+    struct Response {
+        result: Option<Box<RawValue>>,
+        error: Option<ErrorBody>,
+    }
+    #[derive(serde::Deserialize)]
+    struct ErrorBody {
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_slice::<Response>(answer) {
+        Ok(Response {
+            result: Some(r), ..
+        }) if r.get().trim_start().starts_with('{') => Ok(r),
+        Ok(Response { error: Some(e), .. }) => Err(Ending::Failed(
+            code::INVALID_REQUEST,
+            format!(
+                "Input required: the client refused the server's `{method}`: {}",
+                e.message
+            ),
+        )),
+        _ => Err(Ending::Failed(
+            code::INVALID_REQUEST,
+            format!("Input required: the client's answer to `{method}` holds no result object"),
+        )),
+    }
+}
+
+/// A body written by a task that runs as it is polled: dropped with it, when the client
+/// leaves, so nothing of a call outlives its client.
+struct Driven {
+    task: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+}
+
+impl http_body::Body for Driven {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(task) = self.task.as_mut()
+            && task.as_mut().poll(cx).is_ready()
+        {
+            self.task = None;
+        }
+        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// A bridged GET: the session's `subscriptions/listen`, whose acknowledgement and closing
+/// answer the legacy client does not get.
+pub(super) async fn stream(
+    gw: &Gateway,
+    bridge: Bridge,
+    mut s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    s.shaping.legacy_stream = true;
+    let body = Bytes::from(bridge::listen_request(&bridge.session, &[]));
+    let upstream = &s.profile.upstream;
+    let answer = forward::send(s.live, upstream, s.out("subscriptions/listen", body, None)).await?;
+    respond::answer(gw, answer, s.shaping, upstream, ctx).await
+}
+
+/// A bridged DELETE: the server holds no session, so there is nothing to end upstream.
+pub(super) fn delete(ctx: &Ctx<'_>) -> Response<GateBody> {
+    respond::empty(StatusCode::OK, &ctx.request_id)
+}

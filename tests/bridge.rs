@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, Peer, free_port, hash, node22, peers, post, python, run_client, start_peer};
+use support::{
+    Gateway, Peer, free_port, hash, node22, peers, post, python, run_client, start_peer,
+};
 
 const ALICE: &str = "tok-alice-Br1dGe5eSs10nK3y0000000000000";
 const BOB: &str = "tok-bob-Br1dGe5eSs10nK3y00000000000000";
@@ -24,7 +26,13 @@ fn ts2_server(record: &Path) -> (Peer, u16) {
         Command::new(node22())
             .current_dir(peers())
             .arg("ts2_server.mjs")
-            .args(["--port", &port.to_string(), "--legacy", "reject", "--record"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--legacy",
+                "reject",
+                "--record",
+            ])
             .arg(record),
         port,
     );
@@ -44,7 +52,11 @@ fn received(record: &Path) -> Vec<Value> {
 fn bodies(record: &Path) -> Vec<Value> {
     received(record)
         .iter()
-        .filter_map(|r| r["body"].as_str().and_then(|b| serde_json::from_str(b).ok()))
+        .filter_map(|r| {
+            r["body"]
+                .as_str()
+                .and_then(|b| serde_json::from_str(b).ok())
+        })
         .collect()
 }
 
@@ -164,7 +176,10 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
     assert_eq!(ts["server"]["name"], "ts2-fixture");
     assert_eq!(ts["session"], true);
     // What the client was told it may use: no subscriptions or log level (not carried).
-    assert_eq!(ts["capabilities"]["resources"], json!({"listChanged": true}));
+    assert_eq!(
+        ts["capabilities"]["resources"],
+        json!({"listChanged": true})
+    );
     assert!(ts["capabilities"].get("logging").is_none(), "{ts}");
     // The list change reached its GET stream, served by a subscriptions/listen.
     assert_eq!(ts["changed"], 1, "{ts}");
@@ -186,8 +201,14 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
         assert_eq!(h["mcp-protocol-version"], "2026-07-28", "{r}");
         assert_eq!(h["mcp-method"], body["method"], "{r}");
         let meta = &body["params"]["_meta"];
-        assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{r}");
-        assert!(meta["io.modelcontextprotocol/clientCapabilities"].is_object(), "{r}");
+        assert_eq!(
+            meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28",
+            "{r}"
+        );
+        assert!(
+            meta["io.modelcontextprotocol/clientCapabilities"].is_object(),
+            "{r}"
+        );
     }
     let sent: Vec<&Value> = got.iter().map(|r| &r["body"]).collect();
     let bodies: Vec<Value> = sent
@@ -205,7 +226,10 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
         .iter()
         .find(|b| b["params"]["name"] == "echo")
         .unwrap();
-    assert!(call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["elicitation"].is_object());
+    assert!(
+        call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["elicitation"]
+            .is_object()
+    );
     // The retries carried the client's answers and the server's own state.
     let retried: Vec<&Value> = bodies
         .iter()
@@ -217,12 +241,14 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
         true
     );
     // The probe found the era, and /status shows it.
-    let status = tokio::runtime::Runtime::new().unwrap().block_on(support::send(
-        Method::GET,
-        &s.gw.admin_url("/status"),
-        &[],
-        "",
-    ));
+    let status = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(support::send(
+            Method::GET,
+            &s.gw.admin_url("/status"),
+            &[],
+            "",
+        ));
     assert_eq!(
         status.json()["upstreams"][0]["endpoints"][0]["protocol"],
         "modern"
@@ -237,7 +263,10 @@ fn declined_and_refused_questions_end_the_call_as_the_client_said() {
     let refused = ts1_client(&s.gw.url("/all"), None, "error");
     let error = refused["error"].as_str().unwrap();
     assert!(error.contains("-32600"), "{error}");
-    assert!(error.contains("refused the server's `elicitation/create`"), "{error}");
+    assert!(
+        error.contains("refused the server's `elicitation/create`"),
+        "{error}"
+    );
     assert!(error.contains("the user walked away"), "{error}");
     // Neither ran the delete.
     assert!(
@@ -295,10 +324,18 @@ fn delete_call(id: u64, note: &str) -> String {
 async fn questions_are_answered_only_by_their_session_and_in_time() {
     let s = setup("1s");
     let gw = &s.gw;
-    let alice = session(gw, "/team", &[("authorization", &format!("Bearer {ALICE}"))]).await;
+    let alice = session(
+        gw,
+        "/team",
+        &[("authorization", &format!("Bearer {ALICE}"))],
+    )
+    .await;
     let alice_auth = format!("Bearer {ALICE}");
     let bob_auth = format!("Bearer {BOB}");
-    let as_alice = [("authorization", alice_auth.as_str()), ("mcp-session-id", alice.as_str())];
+    let as_alice = [
+        ("authorization", alice_auth.as_str()),
+        ("mcp-session-id", alice.as_str()),
+    ];
 
     // Another caller holding Alice's session id, and a forged one: 404, initialize anew.
     let stolen = post(
@@ -336,7 +373,12 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     assert_eq!(m["error"]["data"]["reason"], "input_not_bridged", "{m}");
 
     // A batch, a subscription, a log level: clear errors, nothing forwarded.
-    let batch = post(&gw.url("/team"), &as_alice, &format!("[{}]", delete_call(3, "b1"))).await;
+    let batch = post(
+        &gw.url("/team"),
+        &as_alice,
+        &format!("[{}]", delete_call(3, "b1")),
+    )
+    .await;
     assert_eq!(batch.status, 400, "{}", batch.body);
     let sub = post(
         &gw.url("/team"),
@@ -354,7 +396,13 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
         as_alice[0],
         as_alice[1],
     ];
-    let answer = support::request(Method::POST, &gw.url("/team"), &headers, Bytes::from(delete_call(5, "n5"))).await;
+    let answer = support::request(
+        Method::POST,
+        &gw.url("/team"),
+        &headers,
+        Bytes::from(delete_call(5, "n5")),
+    )
+    .await;
     assert_eq!(answer.headers()["content-type"], "text/event-stream");
     let mut body = answer.into_body();
     let mut seen = String::new();
@@ -365,9 +413,15 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     let reply = json!({"jsonrpc": "2.0", "id": qid, "result": {"action": "accept", "content": {"confirm": true}}}).to_string();
     // Bob's session cannot answer it; an id nobody asked cannot be answered.
     let bob = session(gw, "/team", &[("authorization", &bob_auth)]).await;
-    let wrong = post(&gw.url("/team"), &[("authorization", &bob_auth), ("mcp-session-id", &bob)], &reply).await;
+    let wrong = post(
+        &gw.url("/team"),
+        &[("authorization", &bob_auth), ("mcp-session-id", &bob)],
+        &reply,
+    )
+    .await;
     assert_eq!(wrong.status, 400, "{}", wrong.body);
-    let unknown = json!({"jsonrpc": "2.0", "id": "mcpgate-999999", "result": {"action": "accept"}}).to_string();
+    let unknown = json!({"jsonrpc": "2.0", "id": "mcpgate-999999", "result": {"action": "accept"}})
+        .to_string();
     let unknown = post(&gw.url("/team"), &as_alice, &unknown).await;
     assert_eq!(unknown.status, 400, "{}", unknown.body);
     // Alice's answer is taken once; the call ends with the server's result.
@@ -377,11 +431,20 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     assert_eq!(again.status, 400, "{}", again.body);
     let result = next_message(&mut body, &mut seen).await;
     assert_eq!(result["id"], 5);
-    assert_eq!(result["result"]["content"][0]["text"], "deleted n5", "{result}");
+    assert_eq!(
+        result["result"]["content"][0]["text"], "deleted n5",
+        "{result}"
+    );
 
     // A client that never answers: after input_timeout the call ends with an error, and
     // the server never ran it.
-    let answer = support::request(Method::POST, &gw.url("/team"), &headers, Bytes::from(delete_call(6, "n6"))).await;
+    let answer = support::request(
+        Method::POST,
+        &gw.url("/team"),
+        &headers,
+        Bytes::from(delete_call(6, "n6")),
+    )
+    .await;
     let mut body = answer.into_body();
     let mut seen = String::new();
     let question = next_message(&mut body, &mut seen).await;
@@ -390,20 +453,91 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     assert_eq!(ended["id"], 6, "{ended}");
     assert_eq!(ended["error"]["code"], -32004, "{ended}");
     assert!(
-        ended["error"]["message"].as_str().unwrap().contains("did not answer"),
+        ended["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer"),
         "{ended}"
     );
     let late = json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {"confirm": true}}}).to_string();
     assert_eq!(post(&gw.url("/team"), &as_alice, &late).await.status, 400);
     let ran = std::fs::read_to_string(&s.record).unwrap();
-    assert!(ran.contains(r#""ran":"delete_note","id":"n5""#), "the answered one ran");
+    assert!(
+        ran.contains(r#""ran":"delete_note","id":"n5""#),
+        "the answered one ran"
+    );
     for never in ["j1", "b1", "n6"] {
-        assert!(!ran.contains(&format!(r#""ran":"delete_note","id":"{never}""#)), "{never} ran");
+        assert!(
+            !ran.contains(&format!(r#""ran":"delete_note","id":"{never}""#)),
+            "{never} ran"
+        );
     }
     // ping and DELETE are answered here.
-    let ping = post(&gw.url("/team"), &as_alice, r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).await;
+    let ping = post(
+        &gw.url("/team"),
+        &as_alice,
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+    )
+    .await;
     assert_eq!(ping.messages()[0]["result"], json!({}));
     let bye = support::send(Method::DELETE, &gw.url("/team"), &as_alice, "").await;
     assert_eq!(bye.status, 200);
     assert!(!bodies(&s.record).iter().any(|b| b["method"] == "ping"));
+}
+
+/// The same clients in front of the SDK v2 server run as a stdio child that speaks only
+/// 2026-07-28 (`protocol = "modern"`): the bridge is the same, the child runs without
+/// `initialize`, one process per caller.
+#[test]
+fn legacy_sdk_clients_are_served_by_a_modern_stdio_child() {
+    let node = node22();
+    let server = peers().join("ts2_server.mjs");
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.kid]
+command = [{node:?}, {server:?}, "--stdio"]
+protocol = "modern"
+timeout = "10s"
+
+[profiles.all]
+upstream = "kid"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/all"
+profile = "all"
+auth = "none"
+"#
+    );
+    let gw = Gateway::start(&text);
+    let check = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["check", "--config"])
+        .arg(gw.config_path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        printed.contains("protocol: modern (2026-07-28; legacy clients bridged)"),
+        "{printed}"
+    );
+    let ts = ts1_client(&gw.url("/all"), None, "full");
+    full_scenario_holds(&ts, "file:///work");
+    assert_eq!(ts["changed"], 1, "{ts}");
+    let py = py_client(&gw.url("/all"), "legacy", None);
+    full_scenario_holds(&py, "file:///py");
+    // And `legacy` is refused on a stdio upstream, for now, with its reason.
+    let refused =
+        Gateway::try_start(&text.replace(r#"protocol = "modern""#, r#"protocol = "legacy""#))
+            .err()
+            .expect("refused");
+    assert!(
+        refused.1.contains("not supported on a stdio upstream yet"),
+        "{}",
+        refused.1
+    );
 }

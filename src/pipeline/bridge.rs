@@ -150,6 +150,8 @@ pub(super) struct Sending<'a> {
     pub trace: Option<crate::http::traceparent::Context>,
     pub timeout: std::time::Duration,
     pub body: Bytes,
+    /// Who is calling, as a stdio upstream runs a process per caller.
+    pub caller: crate::mcp::rounds::CallerKey,
 }
 
 impl Sending<'_> {
@@ -169,7 +171,8 @@ impl Sending<'_> {
             trace: self.trace.as_ref(),
             pinned: None,
             era: Era::Modern,
-            caller: None,
+            // A 2026-07-28 stdio child: a process per caller, as for modern clients.
+            caller: Some(self.caller),
             mcp_name: name,
             bridged: Some(method),
         }
@@ -510,7 +513,7 @@ impl Replay {
             trace: None,
             pinned: None,
             era: Era::Modern,
-            caller: None,
+            caller: Some(self.session.caller),
             mcp_name: self.name.clone(),
             bridged: Some(&self.method),
         };

@@ -406,6 +406,7 @@ fn sending<'a>(
         }),
         timeout,
         body,
+        caller: rounds::caller(ctx),
     }
 }
 

@@ -13,9 +13,12 @@ use tokio::sync::oneshot;
 /// Who may answer: a digest of the session the question was asked in.
 pub type Owner = [u8; 32];
 
+/// The questions waiting, by the id the client was given.
+type Table = HashMap<Box<str>, (Owner, oneshot::Sender<Bytes>)>;
+
 #[derive(Default)]
 pub struct Waits {
-    waiting: Mutex<HashMap<Box<str>, (Owner, oneshot::Sender<Bytes>)>>,
+    waiting: Mutex<Table>,
     next: AtomicU64,
 }
 
@@ -33,9 +36,7 @@ impl Drop for Waiter {
 }
 
 impl Waiter {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Box<str>, (Owner, oneshot::Sender<Bytes>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.waits.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -89,9 +90,7 @@ impl Waits {
         self.len() == 0
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Box<str>, (Owner, oneshot::Sender<Bytes>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -80,10 +80,10 @@ impl UpstreamState {
 
     /// The generation the upstream speaks, as configured or as its endpoints showed when
     /// probed (the first that has answered); `None` while unknown. A stdio upstream runs
-    /// its processes in the generation of each request.
+    /// its processes in the generation of each request, unless it is `modern`.
     pub fn era(&self, upstream: &Upstream) -> Option<Era> {
         if self.stdio.is_some() {
-            return None;
+            return (upstream.protocol == Protocol::Modern).then_some(Era::Modern);
         }
         match upstream.protocol {
             Protocol::Modern => Some(Era::Modern),

@@ -263,6 +263,12 @@ impl Snapshot {
                 out,
                 "    protocol: {}",
                 match u.protocol {
+                    super::upstreams::Protocol::Legacy if u.stdio.is_some() => {
+                        "auto (each request's own generation: a process for each)"
+                    }
+                    super::upstreams::Protocol::Modern if u.stdio.is_some() => {
+                        "modern (2026-07-28; legacy clients bridged)"
+                    }
                     super::upstreams::Protocol::Auto => {
                         "auto (probed with server/discover: 2026-07-28 if it answers, else legacy)"
                     }

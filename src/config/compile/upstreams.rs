@@ -513,7 +513,6 @@ impl Compiler<'_> {
             ("health", u.health.as_ref().map(S::span)),
             ("outlier", u.outlier.as_ref().map(S::span)),
             ("session_key", u.session_key.as_ref().map(S::span)),
-            ("protocol", u.protocol.as_ref().map(S::span)),
             ("tls", u.tls.as_ref().map(S::span)),
             ("connect_timeout", u.connect_timeout.as_ref().map(S::span)),
             ("headers", (!u.headers.is_empty()).then(|| whole.span())),
@@ -565,6 +564,27 @@ impl Compiler<'_> {
                 }
             },
         };
+        // A child runs in the generation of each request (`auto`), or speaks only 2026-07-28
+        // (`modern`: legacy clients are bridged to it, SPEC §15).
+        let protocol = match u.protocol.as_ref() {
+            None => Protocol::Legacy,
+            Some(v) => match v.get_ref().as_str() {
+                "auto" => Protocol::Legacy,
+                "modern" => Protocol::Modern,
+                "legacy" => {
+                    return fail(
+                        v.span(),
+                        "protocol = \"legacy\" is not supported on a stdio upstream yet: mcpgate runs each request's generation (\"auto\") or bridges legacy clients to a 2026-07-28 child (\"modern\")",
+                    );
+                }
+                _ => {
+                    return fail(
+                        v.span(),
+                        "protocol is \"auto\" or \"modern\" on a stdio upstream",
+                    );
+                }
+            },
+        };
         let max_processes = match &u.max_processes {
             Some(n) if *n.get_ref() == 0 => return fail(n.span(), "max_processes is at least 1"),
             Some(n) => *n.get_ref() as usize,
@@ -575,8 +595,8 @@ impl Compiler<'_> {
         let stream_idle_timeout = duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
         Ok(Upstream {
             name: name.into(),
-            // mcpgate initializes each child itself (docs/stdio.md).
-            protocol: Protocol::Legacy,
+            // mcpgate initializes each legacy child itself (docs/stdio.md).
+            protocol,
             endpoints: Box::default(),
             balance: Balance::RoundRobin,
             health: None,

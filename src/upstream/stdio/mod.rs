@@ -133,11 +133,12 @@ impl StdioUpstream {
         body: &Bytes,
         era: Era,
         caller: Option<CallerKey>,
+        bridged: bool,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let session = fields.get(FieldKind::McpSessionId);
         match *method {
             Method::POST if era == Era::Modern => {
-                self.post_modern(caller.unwrap_or_default(), fields, body)
+                self.post_modern(caller.unwrap_or_default(), fields, body, bridged)
                     .await
             }
             Method::POST => self.post(session, body).await,
@@ -215,9 +216,11 @@ impl StdioUpstream {
         caller: CallerKey,
         fields: &wire::fields::Fields,
         body: &Bytes,
+        bridged: bool,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let messages = messages(body)?;
-        for m in &messages {
+        // A bridged request is mcpgate's own (its client mirrors nothing): not checked.
+        for m in messages.iter().filter(|_| !bridged) {
             if m["method"] == "tools/call"
                 && let Some(tool) = m["params"]["name"].as_str()
             {

@@ -188,10 +188,16 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
     let py = py_client(&s.gw.url("/team"), "legacy", Some(ALICE));
     full_scenario_holds(&py, "file:///py");
 
-    // What reached the server: 2026-07-28 requests only, never a session.
+    // What reached the server: the first client's initialize, which it refused as a server
+    // of 2026-07-28 only does (that is how mcpgate learnt it: nothing was sent that a
+    // client did not ask for), then 2026-07-28 requests only, never a session.
     let got = received(&s.record);
+    let first: Value = serde_json::from_str(got[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(first["method"], "initialize", "{first}");
+    assert_eq!(first["params"]["clientInfo"]["name"], "ts1-bridge");
+    let got = &got[1..];
     assert!(!got.is_empty());
-    for r in &got {
+    for r in got {
         let h = &r["headers"];
         assert!(h.get("mcp-session-id").is_none(), "{r}");
         assert!(h.get("authorization").is_none(), "{r}");

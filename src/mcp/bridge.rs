@@ -434,6 +434,35 @@ pub fn retry(
     serde_json::to_string(&message).map_err(|e| e.to_string())
 }
 
+/// Whether `text` (an answer to a legacy `initialize`) is a 2026-07-28 server's refusal of
+/// the revision: UnsupportedProtocolVersion (-32022) naming a supported revision of
+/// 2026-07-28 or later.
+pub fn refuses_legacy(text: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Error>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        code: i64,
+        data: Option<Data>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data {
+        #[serde(default)]
+        supported: Vec<serde_json::Value>,
+    }
+    let Ok(Answer { error: Some(e) }) = serde_json::from_slice::<Answer>(text) else {
+        return false;
+    };
+    e.code == crate::error::code::UNSUPPORTED_VERSION
+        && e.data.is_some_and(|d| {
+            d.supported
+                .iter()
+                .any(|v| v.as_str().is_some_and(crate::config::generation::is_modern))
+        })
+}
+
 /// Whether a message of a bridged GET stream is for the legacy client: the listen
 /// request's acknowledgement and its closing answer are not (it sent no such request).
 pub fn for_legacy_stream(data: &str) -> bool {
@@ -591,6 +620,17 @@ mod tests {
             initialize_answer("9", &session(), failed).unwrap(),
             r#"{"jsonrpc":"2.0","id":9,"error":{"code":-32603,"message":"no"}}"#
         );
+    }
+
+    #[test]
+    fn a_modern_server_refusing_a_legacy_revision_is_told_apart() {
+        let refusal = br#"{"jsonrpc":"2.0","error":{"code":-32022,"message":"no","data":{"supported":["2026-07-28"],"requested":"2025-11-25"}},"id":0}"#;
+        assert!(refuses_legacy(refusal));
+        let old_only = br#"{"jsonrpc":"2.0","error":{"code":-32022,"message":"no","data":{"supported":["2025-06-18"]}},"id":0}"#;
+        assert!(!refuses_legacy(old_only));
+        let other = br#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"no"},"id":0}"#;
+        assert!(!refuses_legacy(other));
+        assert!(!refuses_legacy(b"not json"));
     }
 
     #[test]

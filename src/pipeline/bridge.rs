@@ -20,7 +20,7 @@ use crate::config::generation::{Era, encode_header};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::{GateError, code};
 use crate::gateway::{Gateway, Live};
-use crate::http::body::{BoxError, GateBody};
+use crate::http::body::{BoxError, GateBody, UpstreamBody};
 use crate::mcp::bridge::{self, Asks, Session};
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::may_ask;
@@ -58,11 +58,11 @@ pub(super) struct Bridge {
 
 const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
 
-/// Whether a legacy request must be bridged: its upstream speaks 2026-07-28. The era of an
-/// `auto` upstream not yet known is probed when a client initializes. A session id that
-/// does not open as a bridged one, or is another caller's: 404, the signal to initialize
-/// anew.
-pub(super) async fn open(
+/// Whether a legacy request must be bridged: its upstream speaks 2026-07-28. A session id
+/// that does not open as a bridged one, or is another caller's: 404, the signal to
+/// initialize anew. (An `auto` upstream whose era nobody knows yet shows it when it answers
+/// a legacy `initialize`: [`refused_as_legacy`].)
+pub(super) fn open(
     live: &Live,
     profile: &Profile,
     fields: &Fields,
@@ -71,13 +71,7 @@ pub(super) async fn open(
 ) -> Result<Option<Bridge>, GateError> {
     let upstream = &profile.upstream;
     let state = live.upstream(upstream);
-    let initialize =
-        matches!(payload, Some(Payload::Single(m)) if m.method() == Some("initialize"));
-    let era = match state.era(upstream) {
-        None if initialize => learn_era(live, upstream).await,
-        known => known,
-    };
-    if era != Some(Era::Modern) {
+    if !state.bridges_legacy(upstream) {
         return Ok(None);
     }
     let message = match payload {
@@ -115,25 +109,68 @@ pub(super) async fn open(
     }))
 }
 
-/// Asks an `auto` upstream of unknown era `server/discover` (an endpoint the balancer
-/// picks), within the upstream's timeout, and keeps what it shows.
-async fn learn_era(live: &Live, upstream: &Upstream) -> Option<Era> {
+/// Whether a legacy `initialize` may meet a server of 2026-07-28 only: an `auto` HTTP
+/// upstream not known to refuse legacy clients (one that speaks both serves them itself).
+pub(super) fn may_refuse_legacy(live: &Live, upstream: &Upstream) -> bool {
     let state = live.upstream(upstream);
-    if state.stdio.is_some() || upstream.protocol != Protocol::Auto {
-        return None;
+    upstream.protocol == Protocol::Auto
+        && state.stdio.is_none()
+        && state.era(upstream) != Some(Era::Legacy)
+}
+
+/// The upstream's answer to a legacy `initialize` when it may be a 2026-07-28 server:
+/// `Ok(Some(answer))` to pass on; `Ok(None)` when the server refused the revision with
+/// UnsupportedProtocolVersion (-32022) naming 2026-07-28 or later, which marks the endpoint
+/// as of 2026-07-28 only, so the initialize (and its later ones) can be bridged. mcpgate sends such a server nothing the client
+/// did not ask for, as it learns from the answer.
+pub(super) async fn refused_as_legacy(
+    live: &Live,
+    upstream: &Upstream,
+    answer: Answer,
+) -> Result<Option<Answer>, GateError> {
+    if answer.response.status() != StatusCode::BAD_REQUEST {
+        return Ok(Some(answer));
     }
-    let i = state.pick(upstream, &[])?;
-    let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
-    let pool = state.endpoints[i].here();
-    let era = tokio::time::timeout(
-        upstream.timeout,
-        crate::upstream::health::probe(pool, &probe),
+    let (parts, body) = answer.response.into_parts();
+    let text = relay::json_text(
+        GateBody::Upstream {
+            body,
+            deadline: answer.deadline,
+        },
+        None,
     )
-    .await
-    .ok()
-    .flatten()?;
-    state.endpoints[i].set_era(era);
-    Some(era)
+    .await?;
+    if bridge::refuses_legacy(&text) {
+        let state = live.upstream(upstream);
+        if let Some(i) = answer.endpoint.and_then(|e| state.named(&e)) {
+            state.endpoints[i].set_modern_only();
+            return Ok(None);
+        }
+    }
+    let (_, rx) = tokio::sync::mpsc::channel(1);
+    let body = UpstreamBody::Messages {
+        first: Some(text),
+        rx,
+    };
+    Ok(Some(Answer {
+        response: Response::from_parts(parts, body),
+        deadline: None,
+        took: answer.took,
+        endpoint: answer.endpoint,
+    }))
+}
+
+/// The bridge of a legacy `initialize` (JSON-RPC id `id`), once its server showed it
+/// speaks 2026-07-28.
+pub(super) fn initializing(ctx: &Ctx<'_>, id: Option<&str>) -> Bridge {
+    Bridge {
+        session: Session::sessionless(super::rounds::caller(ctx)),
+        owner: [0; 32],
+        kind: MessageKind::Request,
+        method: Some("initialize".into()),
+        id: id.map(Into::into),
+        name: None,
+    }
 }
 
 /// What the forward stage needs of the request to send it on: the request's own parts,

@@ -177,7 +177,7 @@ async fn run<'s>(
     };
     limits::check(live, profile, peer, ctx, &[]).await?;
     let upstream = &profile.upstream;
-    if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx).await? {
+    if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).
         if req.method == Method::DELETE {
             return Ok(bridge::delete(ctx));
@@ -227,9 +227,15 @@ async fn post<'s>(
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
     let bridged = match ctx.era {
-        Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx).await?,
+        Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
         Era::Modern => None,
     };
+    // A legacy initialize to a server nobody has probed: its answer may show it speaks
+    // only 2026-07-28, and the initialize is then bridged.
+    let may_refuse = bridged.is_none()
+        && ctx.era == Era::Legacy
+        && matches!(&payload, Payload::Single(m) if m.method() == Some("initialize"))
+        && bridge::may_refuse_legacy(live, &profile.upstream);
     audit::note_calls(gw, &payload, ctx);
     let (round, task) = match ctx.era {
         Era::Modern => (
@@ -338,7 +344,21 @@ async fn post<'s>(
         if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
             out.caller = Some(rounds::caller(ctx));
         }
+        let again = may_refuse.then(|| (out.body.clone(), out.timeout));
         let answer = forward::send(live, upstream, out).await?;
+        let answer = match again {
+            None => answer,
+            Some((body, timeout)) => match bridge::refused_as_legacy(live, upstream, answer).await?
+            {
+                Some(answer) => answer,
+                None => {
+                    let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
+                    let bridged = bridge::initializing(ctx, id.as_deref());
+                    let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+                    return bridge::post(gw, bridged, sending, ctx).await;
+                }
+            },
+        };
         shaping.answered_by(answer.endpoint);
         respond::answer(gw, answer, shaping, upstream, ctx).await
     }

@@ -141,7 +141,8 @@ pub struct EndpointState {
     pub metrics: EndpointMetrics,
     /// The running health check, if one is configured (`health` starts it).
     pub(super) checker: Mutex<Option<Checker>>,
-    /// Which generation of MCP it answered in: 0 not known yet, 1 legacy, 2 modern.
+    /// Which generation of MCP it answered in: 0 not known yet, 1 legacy, 2 modern, 3
+    /// modern and it refused a legacy `initialize` (so its legacy clients are bridged).
     era: std::sync::atomic::AtomicU8,
 }
 
@@ -150,17 +151,30 @@ impl EndpointState {
     pub fn era(&self) -> Option<crate::config::generation::Era> {
         match self.era.load(Ordering::Relaxed) {
             1 => Some(crate::config::generation::Era::Legacy),
-            2 => Some(crate::config::generation::Era::Modern),
+            2 | 3 => Some(crate::config::generation::Era::Modern),
             _ => None,
         }
+    }
+
+    /// Whether it refused a legacy `initialize` for its revision: a server of 2026-07-28
+    /// only, to which legacy clients are bridged (SPEC §15).
+    pub fn modern_only(&self) -> bool {
+        self.era.load(Ordering::Relaxed) == 3
     }
 
     pub fn set_era(&self, era: crate::config::generation::Era) {
         let v = match era {
             crate::config::generation::Era::Legacy => 1,
+            // What a probe shows does not undo a refusal seen.
+            crate::config::generation::Era::Modern if self.modern_only() => 3,
             crate::config::generation::Era::Modern => 2,
         };
         self.era.store(v, Ordering::Relaxed);
+    }
+
+    /// Notes that it refused a legacy `initialize` as a 2026-07-28 server does.
+    pub fn set_modern_only(&self) {
+        self.era.store(3, Ordering::Relaxed);
     }
 
     pub(super) fn new(

@@ -92,6 +92,20 @@ impl UpstreamState {
         }
     }
 
+    /// Whether its legacy clients are bridged (SPEC §15): it is marked `protocol =
+    /// "modern"`, or (`auto`) an endpoint refused a legacy `initialize` as a server of
+    /// 2026-07-28 only does. A server that speaks both generations serves each client in
+    /// its own.
+    pub fn bridges_legacy(&self, upstream: &Upstream) -> bool {
+        match upstream.protocol {
+            Protocol::Modern => true,
+            Protocol::Legacy => false,
+            Protocol::Auto => {
+                self.stdio.is_none() && self.endpoints.iter().any(|e| e.modern_only())
+            }
+        }
+    }
+
     /// The endpoint a request without a session goes to: an available one not in
     /// `tried`, picked by the upstream's `balance`. `None` when there is none.
     pub fn pick(&self, upstream: &Upstream, tried: &[usize]) -> Option<usize> {

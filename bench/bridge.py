@@ -1,0 +1,161 @@
+"""The bridge between MCP's generations (see bench/bridge.sh).
+
+1. CPU per call: the same small tools/call from a legacy client (in a session), passed
+   through to a server that takes sessions (`/plain`), and bridged to the same server
+   treated as 2026-07-28 (`/bridged`: initialize answered from server/discover, `_meta`
+   spliced in, the session id a seal); and as a 2026-07-28 client sends it, unbridged.
+   Interleaved rounds of wrk; mcpgate's CPU per call, medians, ratios.
+2. Held calls: 1,000 calls of a legacy client that the SDK v2 fixture (modern only)
+   answers `input_required`, each waiting on its stream for the client's answer: mcpgate's
+   memory per held call (VmRSS before and after, connections included) and its CPU while
+   they wait.
+Prints Markdown for docs/benchmarks.md."""
+
+import asyncio, json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import TICK, cpu_ticks, free, wait_port, wrk, stop  # the main harness's helpers
+
+SMOKE = "--smoke" in sys.argv
+ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "5"))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
+HELD = 100 if SMOKE else int(os.environ.get("BENCH_HELD", "1000"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, os.environ.get("MCPGATE_BIN", "target/release/mcpgate"))
+NODE = os.path.join(ROOT, "tests/peers/node_modules/node/bin/node")
+PORTS = {"UPSTREAM": 18981, "ASKING": 18982, "MCPGATE": 18983}
+PLAIN = "legacy session, passed through"
+BRIDGED = "legacy session, bridged"
+MODERN = "2026-07-28 client, unbridged"
+
+
+def initialize(url):
+    body = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "bench", "version": "1"}}}).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    with urllib.request.urlopen(req) as r:
+        session = r.headers.get("Mcp-Session-Id")
+    if not session:
+        raise SystemExit(f"initialize at {url} gave no session id")
+    return session
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def hold(port, session, n):
+    """Opens `n` connections, each with a call that is asked a question; returns them
+    once every question has arrived."""
+    body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_note","arguments":{"id":"n"}}}'
+    head = (f"POST /asking HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}")
+
+    async def one():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(head.encode())
+        seen = b""
+        while b"elicitation/create" not in seen:
+            chunk = await asyncio.wait_for(r.read(4096), 30)
+            if not chunk:
+                raise SystemExit(f"a held call ended early: {seen[:300]!r}")
+            seen += chunk
+        return r, w
+
+    held = []
+    for start in range(0, n, 100):
+        held += await asyncio.gather(*(one() for _ in range(min(100, n - start))))
+    return held
+
+
+def main():
+    for name, port in PORTS.items():
+        if not free(port):
+            raise SystemExit(f"port {port} ({name}) is in use")
+    work = tempfile.mkdtemp(prefix="mcpgate-bridge-bench-")
+    procs = []
+
+    def start(args, cwd=None):
+        p = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, f"{len(procs)}.log"), "w"))
+        procs.append(p)
+        return p
+
+    results = {}
+    try:
+        start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM']}", "--tools", "500", "--result-bytes", "200"])
+        start([NODE, "ts2_server.mjs", "--port", str(PORTS["ASKING"]), "--legacy", "reject"], cwd=os.path.join(ROOT, "tests/peers"))
+        wait_port(PORTS["UPSTREAM"])
+        wait_port(PORTS["ASKING"])
+        text = open(os.path.join(ROOT, "bench", "bridge.toml.in")).read()
+        for k, v in dict(PORTS, WORK=work).items():
+            text = text.replace(f"@{k}@", str(v))
+        conf = os.path.join(work, "mcpgate.toml")
+        open(conf, "w").write(text)
+        gate = start([BIN, "run", "-c", conf])
+        wait_port(PORTS["MCPGATE"])
+        base = f"http://127.0.0.1:{PORTS['MCPGATE']}"
+        plain = initialize(base + "/plain")
+        bridged = initialize(base + "/bridged")
+
+        def measure(case, path, script, env):
+            before = cpu_ticks([gate.pid])
+            r = wrk(base + path, script, env, CONNECTIONS)
+            r["cpu_us_per_req"] = (cpu_ticks([gate.pid]) - before) * 1e6 / TICK / max(r["requests"], 1)
+            results.setdefault(case, []).append(r)
+
+        for _ in range(ROUNDS):
+            measure(PLAIN, "/plain", "call.lua", {"BENCH_SESSION": plain})
+            measure(BRIDGED, "/bridged", "call.lua", {"BENCH_SESSION": bridged})
+            measure(MODERN, "/bridged", "modern.lua", None)
+
+        # Held calls.
+        asking = initialize(base + "/asking")
+        time.sleep(1)
+        rss_before = rss_kib(gate.pid)
+        loop = asyncio.new_event_loop()
+        held = loop.run_until_complete(hold(PORTS["MCPGATE"], asking, HELD))
+        time.sleep(1)
+        rss_held = rss_kib(gate.pid)
+        ticks = cpu_ticks([gate.pid])
+        wait = 10
+        time.sleep(wait)
+        idle_ticks = cpu_ticks([gate.pid]) - ticks
+        for _, w in held:
+            w.close()
+        loop.close()
+    finally:
+        stop(procs)
+        shutil.rmtree(work, ignore_errors=True)
+
+    med = lambda case, k: statistics.median(r[k] for r in results[case])
+    if SMOKE:
+        print("SMOKE RUN (one short round, 100 held calls): this checks that the harness works; the figures mean nothing.\n")
+    print(f"## The bridge ({ROUNDS} interleaved rounds, wrk -t2 -c{CONNECTIONS}, medians)\n")
+    print(f"| case | req/s | p50 ms | p99 ms | CPU µs/call | vs passed through | failed |")
+    print("|---|---|---|---|---|---|---|")
+    ref = med(PLAIN, "cpu_us_per_req")
+    failed = 0
+    for case in results:
+        n = sum(r["failed"] for r in results[case])
+        failed += n
+        cpu = med(case, "cpu_us_per_req")
+        print(f"| {case} | {med(case, 'rps'):.0f} | {med(case, 'p50'):.3f} | {med(case, 'p99'):.3f} | {cpu:.1f} | {cpu / ref:.2f} | {n} |")
+    bridged_cpu = med(BRIDGED, "cpu_us_per_req")
+    ok_cpu = bridged_cpu <= ref * 1.15
+    per_call = (rss_held - rss_before) / HELD
+    ok_mem = per_call <= 16
+    cpu_ms = idle_ticks * 1000 / TICK
+    print(f"\nHeld calls: {HELD}; mcpgate's VmRSS {rss_before} KiB before, {rss_held} KiB with them held: "
+          f"{per_call:.1f} KiB per held call (its connection included); CPU over {wait} s of waiting: {cpu_ms:.0f} ms.")
+    print(f"\nGoal: a bridged call at most 1.15x the CPU of the same call passed through: {bridged_cpu / ref:.2f} {'met' if ok_cpu else 'MISSED'}.")
+    print(f"Goal: a held call at most 16 KiB: {per_call:.1f} KiB {'met' if ok_mem else 'MISSED'}; no CPU while held: {cpu_ms:.0f} ms in {wait} s.")
+    if failed:
+        raise SystemExit(f"{failed} requests failed")
+
+
+if __name__ == "__main__":
+    main()

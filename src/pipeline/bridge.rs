@@ -23,7 +23,7 @@ use crate::gateway::{Gateway, Live};
 use crate::http::body::{BoxError, GateBody, UpstreamBody};
 use crate::mcp::bridge::{self, Asks, Session};
 use crate::mcp::jsonrpc::{MessageKind, Payload};
-use crate::mcp::rounds::may_ask;
+use crate::mcp::rounds::{CallerKey, may_ask};
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay::{self, error_json};
 use crate::mcp::transport::sse;
@@ -187,13 +187,18 @@ pub(super) struct Sending<'a> {
     pub trace: Option<crate::http::traceparent::Context>,
     pub timeout: std::time::Duration,
     pub body: Bytes,
-    /// Who is calling, as a stdio upstream runs a process per caller.
-    pub caller: crate::mcp::rounds::CallerKey,
 }
 
 impl Sending<'_> {
-    /// The request as it goes upstream: a POST of `method` with `body` (2026-07-28).
-    fn out<'s>(&'s self, method: &'s str, body: Bytes, name: Option<String>) -> Outgoing<'s> {
+    /// The request as it goes upstream, for `caller` (a stdio child runs a process per
+    /// caller): a 2026-07-28 POST of `method` with `body`.
+    fn out<'s>(
+        &'s self,
+        caller: CallerKey,
+        method: &'s str,
+        body: Bytes,
+        name: Option<String>,
+    ) -> Outgoing<'s> {
         Outgoing {
             method: Method::POST,
             timeout: self.timeout,
@@ -209,7 +214,7 @@ impl Sending<'_> {
             pinned: None,
             era: Era::Modern,
             // A 2026-07-28 stdio child: a process per caller, as for modern clients.
-            caller: Some(self.caller),
+            caller: Some(caller),
             mcp_name: name,
             bridged: Some(method),
         }
@@ -278,7 +283,7 @@ pub(super) async fn post(
     let answer = forward::send(
         s.live,
         upstream,
-        s.out(method, modern.clone(), name.clone()),
+        s.out(bridge.session.caller, method, modern.clone(), name.clone()),
     )
     .await?;
     if !may_ask(method) {
@@ -316,7 +321,7 @@ async fn initialize(
     let answer = forward::send(
         s.live,
         &s.profile.upstream,
-        s.out("server/discover", body, None),
+        s.out(session.caller, "server/discover", body, None),
     )
     .await?;
     ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
@@ -787,7 +792,12 @@ pub(super) async fn stream(
     s.shaping.legacy_stream = true;
     let body = Bytes::from(bridge::listen_request(&bridge.session, &[]));
     let upstream = &s.profile.upstream;
-    let answer = forward::send(s.live, upstream, s.out("subscriptions/listen", body, None)).await?;
+    let answer = forward::send(
+        s.live,
+        upstream,
+        s.out(bridge.session.caller, "subscriptions/listen", body, None),
+    )
+    .await?;
     respond::answer(gw, answer, s.shaping, upstream, ctx).await
 }
 

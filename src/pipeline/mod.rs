@@ -426,7 +426,6 @@ fn sending<'a>(
         }),
         timeout,
         body,
-        caller: rounds::caller(ctx),
     }
 }
 

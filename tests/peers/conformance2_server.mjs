@@ -209,6 +209,69 @@ function build() {
         async ({ name }) => answer(`Hello ${name ?? 'nobody'}`),
     );
 
+    // The 2025-11-25 suite's input tools, as a server of 2026-07-28 writes them (multi
+    // round-trip): what a legacy client bridged by mcpgate is asked on its call's stream.
+    const elicited = (a) => `action=${a.action}, content=${JSON.stringify(a.content ?? {})}`;
+    tool('test_sampling', 'Asks the client for an LLM completion.', async ({ prompt }, ctx) => {
+        const r = responses(ctx).llm;
+        if (r) return answer(`LLM response: ${r.content?.type === 'text' ? r.content.text : JSON.stringify(r.content)}`);
+        return inputRequired({
+            inputRequests: { llm: inputRequired.createMessage({ messages: [{ role: 'user', content: text(String(prompt ?? '')) }], maxTokens: 100 }) },
+        });
+    }, schema({ prompt: { type: 'string' } }, ['prompt']));
+    tool('test_elicitation', 'Asks the user for a name and an email address.', async ({ message }, ctx) => {
+        const r = responses(ctx).user;
+        if (r) return answer(`User response: ${elicited(r)}`);
+        return inputRequired({
+            inputRequests: {
+                user: inputRequired.elicit({
+                    message: String(message ?? ''),
+                    requestedSchema: {
+                        type: 'object',
+                        properties: { username: { type: 'string', description: "User's response" }, email: { type: 'string', description: "User's email address" } },
+                        required: ['username', 'email'],
+                    },
+                }),
+            },
+        });
+    }, schema({ message: { type: 'string' } }, ['message']));
+    const elicitAll = (name, message, properties) =>
+        tool(name, message, async (_a, ctx) => {
+            const r = responses(ctx).form;
+            if (r) return answer(`Elicitation completed: ${elicited(r)}`);
+            return inputRequired({ inputRequests: { form: inputRequired.elicit({ message, requestedSchema: { type: 'object', properties } }) } });
+        });
+    elicitAll('test_elicitation_sep1034_defaults', 'Review the defaults.', {
+        name: { type: 'string', default: 'John Doe' },
+        age: { type: 'integer', default: 30 },
+        score: { type: 'number', default: 95.5 },
+        status: { type: 'string', enum: ['active', 'inactive', 'pending'], default: 'active' },
+        verified: { type: 'boolean', default: true },
+    });
+    elicitAll('test_elicitation_sep1330_enums', 'Pick from each list.', {
+        untitledSingle: { type: 'string', enum: ['option1', 'option2', 'option3'] },
+        titledSingle: {
+            type: 'string',
+            oneOf: [
+                { const: 'value1', title: 'First Option' },
+                { const: 'value2', title: 'Second Option' },
+                { const: 'value3', title: 'Third Option' },
+            ],
+        },
+        legacyEnum: { type: 'string', enum: ['opt1', 'opt2', 'opt3'], enumNames: ['Option One', 'Option Two', 'Option Three'] },
+        untitledMulti: { type: 'array', items: { type: 'string', enum: ['option1', 'option2', 'option3'] } },
+        titledMulti: {
+            type: 'array',
+            items: {
+                anyOf: [
+                    { const: 'value1', title: 'First Choice' },
+                    { const: 'value2', title: 'Second Choice' },
+                    { const: 'value3', title: 'Third Choice' },
+                ],
+            },
+        },
+    });
+
     // Multi round-trip tools.
     tool('test_input_required_result_elicitation', 'Asks for a name, then greets it.', async (_a, ctx) => {
         const r = responses(ctx).user_name;

@@ -13,31 +13,10 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{
-    Gateway, Peer, free_port, hash, node22, peers, post, python, run_client, start_peer,
-};
+use support::{Gateway, Peer, hash, node22, peers, post, python, run_client, ts2_server};
 
 const ALICE: &str = "tok-alice-Br1dGe5eSs10nK3y0000000000000";
 const BOB: &str = "tok-bob-Br1dGe5eSs10nK3y00000000000000";
-
-fn ts2_server(record: &Path) -> (Peer, u16) {
-    let port = free_port();
-    let peer = start_peer(
-        Command::new(node22())
-            .current_dir(peers())
-            .arg("ts2_server.mjs")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--legacy",
-                "reject",
-                "--record",
-            ])
-            .arg(record),
-        port,
-    );
-    (peer, port)
-}
 
 /// Every request the server recorded: headers and body (not the notes of what it ran).
 fn received(record: &Path) -> Vec<Value> {

@@ -9,30 +9,12 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, Peer, free_port, hash, node22, peers, post, start_peer, ts2_client};
+use support::{
+    Gateway, Peer, free_port, hash, node22, peers, post, start_peer, ts2_client, ts2_server,
+};
 
 const ALICE: &str = "tok-alice-3Fh8Kq2Lm6Np0Rs4Tv8Wx2Yz6Ab0CdE";
 const BOB: &str = "tok-bob-9Gj3Hk5Lm7Np9Qr1St3Uv5Wx7Yz9AbCd";
-
-/// The modern-only SDK v2 server, recording what it receives into `record`.
-fn ts2_server(record: &Path) -> (Peer, u16) {
-    let port = free_port();
-    let peer = start_peer(
-        Command::new(node22())
-            .current_dir(peers())
-            .arg("ts2_server.mjs")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--legacy",
-                "reject",
-                "--record",
-            ])
-            .arg(record),
-        port,
-    );
-    (peer, port)
-}
 
 /// Every request the server recorded, its body parsed.
 fn received(record: &Path) -> Vec<Value> {

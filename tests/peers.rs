@@ -516,7 +516,10 @@ auth = "none"
     }
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance-bridge-table.md");
     let _ = std::fs::write(&target, &table);
-    assert!(wrong.is_empty(), "not as the bridge's table says: {wrong:?}\n{table}");
+    assert!(
+        wrong.is_empty(),
+        "not as the bridge's table says: {wrong:?}\n{table}"
+    );
     // And mcpgate logged no error doing it.
     assert!(!gw.log().contains("\"level\":\"ERROR\""), "{}", gw.log());
 }

@@ -90,3 +90,24 @@ pub fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> serde_json
     let out = run_client(&mut cmd);
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
+
+/// The SDK v2 fixture server in modern-only mode (`legacy: 'reject'`), recording every
+/// request it receives into `record` (one JSON line each: method, headers, body).
+pub fn ts2_server(record: &std::path::Path) -> (Peer, u16) {
+    let port = super::free_port();
+    let peer = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("ts2_server.mjs")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--legacy",
+                "reject",
+                "--record",
+            ])
+            .arg(record),
+        port,
+    );
+    (peer, port)
+}

@@ -319,8 +319,9 @@ pub fn modernize(body: &str, meta: &str) -> Option<String> {
 /// What an `input_required` answer asks of the client.
 #[derive(Debug)]
 pub struct Asks {
-    /// Each input request: its key and the request (`method`, `params`) as JSON text.
-    pub requests: Vec<(String, Box<RawValue>)>,
+    /// Each input request: its key, its method, and the request (`method`, `params`) as
+    /// JSON text.
+    pub requests: Vec<(String, String, Box<RawValue>)>,
     /// The server's state, as JSON text (a string), to send back with the answers.
     pub state: Option<Box<RawValue>>,
 }
@@ -360,9 +361,9 @@ pub fn asks(text: &str, id: &str) -> Result<Option<Asks>, String> {
     };
     let mut requests = Vec::new();
     for (key, request) in round.requests.unwrap_or_default() {
-        let method = request["method"].as_str().unwrap_or("");
+        let method = request["method"].as_str().unwrap_or("").to_string();
         if !matches!(
-            method,
+            method.as_str(),
             "elicitation/create" | "sampling/createMessage" | "roots/list"
         ) {
             return Err(format!(
@@ -370,7 +371,11 @@ pub fn asks(text: &str, id: &str) -> Result<Option<Asks>, String> {
             ));
         }
         let text = serde_json::to_string(&request).map_err(|e| e.to_string())?;
-        requests.push((key, RawValue::from_string(text).map_err(|e| e.to_string())?));
+        requests.push((
+            key,
+            method,
+            RawValue::from_string(text).map_err(|e| e.to_string())?,
+        ));
     }
     if requests.is_empty() && round.state.is_none() {
         return Err("an input_required answer with neither inputRequests nor requestState".into());
@@ -573,6 +578,7 @@ mod tests {
         let asks = asks(text, "4").unwrap().unwrap();
         assert_eq!(asks.requests.len(), 1);
         assert_eq!(asks.requests[0].0, "ok");
+        assert_eq!(asks.requests[0].1, "elicitation/create");
         assert_eq!(asks.state.as_deref().map(RawValue::get), Some("\"s1\""));
         assert!(super::asks(text, "5").unwrap().is_none());
         let done = r#"{"jsonrpc":"2.0","id":4,"result":{"resultType":"complete","content":[]}}"#;

@@ -202,7 +202,7 @@ impl Sending<'_> {
         Outgoing {
             method: Method::POST,
             timeout: self.timeout,
-            body_deadline: !self.shaping.long_lived() && method != "subscriptions/listen",
+            body_deadline: !self.shaping.long_lived(),
             query: self.query,
             fields: self.fields,
             body,
@@ -361,7 +361,7 @@ async fn one_message(answer: Answer, id: &str) -> Result<String, GateError> {
         }
         _ => relay::json_text(body, None).await?,
     };
-    String::from_utf8(bytes.to_vec())
+    String::from_utf8(Vec::from(bytes))
         .map_err(|_| GateError::UpstreamBadResponse("the answer is not UTF-8".into()))
 }
 
@@ -453,9 +453,11 @@ fn copy_fields(fields: &Fields) -> Fields {
     Fields::from_map(&map)
 }
 
-/// A round of a call: the upstream's stream still to read, or what it asked.
+/// A round of a call: the upstream's stream still to read, its whole answer (JSON) to
+/// send on, or what it asked.
 enum Round {
     Stream(GateBody),
+    Answer(String),
     Asks(Asks),
 }
 
@@ -497,6 +499,10 @@ impl Replay {
         let ending = loop {
             let asks = match round {
                 Round::Asks(asks) => asks,
+                Round::Answer(text) => {
+                    let _ = tx.send(sse::encode_json(&text, None)).await;
+                    break Ending::Answered;
+                }
                 Round::Stream(body) => match self.relay(body, &tx).await {
                     Ok(Some(asks)) => asks,
                     Ok(None) => break Ending::Answered,
@@ -583,7 +589,7 @@ impl Replay {
         let text = one_message(answer, &self.id).await.map_err(failed)?;
         match bridge::asks(&text, &self.id) {
             Ok(Some(asks)) => Ok(Round::Asks(asks)),
-            Ok(None) => Ok(Round::Stream(GateBody::full(Bytes::from(text)))),
+            Ok(None) => Ok(Round::Answer(text)),
             Err(e) => Err(Ending::Failed(
                 code::UPSTREAM,
                 format!("Upstream error: {e}"),
@@ -591,7 +597,7 @@ impl Replay {
         }
     }
 
-    /// Passes the upstream's messages to the client until the call's answer: `Some` when
+    /// Passes the upstream's events to the client until the call's answer: `Some` when
     /// that asks for input (it is kept), `None` when it was sent on.
     async fn relay(
         &self,
@@ -599,7 +605,6 @@ impl Replay {
         tx: &tokio::sync::mpsc::Sender<Bytes>,
     ) -> Result<Option<Asks>, Ending> {
         use http_body_util::BodyExt;
-        let json = matches!(body, GateBody::Full(_));
         let mut decoder = sse::Decoder::new();
         let broke = || {
             Ending::Failed(
@@ -624,22 +629,15 @@ impl Replay {
                 }
                 Err(_) => return Err(broke()),
             };
-            let events: Vec<(Option<String>, Bytes)> = if json {
-                vec![(Some(String::from_utf8_lossy(&data).into_owned()), data)]
-            } else {
-                decoder.feed(&data);
-                if decoder.pending() > crate::mcp::tools_list::MAX_REWRITE_BYTES {
-                    return Err(Ending::Failed(
-                        code::UPSTREAM,
-                        "Upstream error: SSE event too large".into(),
-                    ));
-                }
-                std::iter::from_fn(|| decoder.next_event())
-                    .map(|ev| (ev.data, ev.raw))
-                    .collect()
-            };
-            for (data, raw) in events {
-                let Some(data) = data else {
+            decoder.feed(&data);
+            if decoder.pending() > crate::mcp::tools_list::MAX_REWRITE_BYTES {
+                return Err(Ending::Failed(
+                    code::UPSTREAM,
+                    "Upstream error: SSE event too large".into(),
+                ));
+            }
+            while let Some(ev) = decoder.next_event() {
+                let (Some(data), raw) = (ev.data, ev.raw) else {
                     continue;
                 };
                 let answers_call = relay::response_ids(&data).contains(&&*self.id);
@@ -647,12 +645,7 @@ impl Replay {
                     match bridge::asks(&data, &self.id) {
                         Ok(Some(asks)) => return Ok(Some(asks)),
                         Ok(None) => {
-                            let frame = if json {
-                                sse::encode_json(&data, None)
-                            } else {
-                                raw
-                            };
-                            tx.send(frame).await.map_err(|_| Ending::Gone)?;
+                            tx.send(raw).await.map_err(|_| Ending::Gone)?;
                             return Ok(None);
                         }
                         Err(e) => {
@@ -663,12 +656,7 @@ impl Replay {
                         }
                     }
                 }
-                let frame = if json {
-                    sse::encode_json(&data, None)
-                } else {
-                    raw
-                };
-                tx.send(frame).await.map_err(|_| Ending::Gone)?;
+                tx.send(raw).await.map_err(|_| Ending::Gone)?;
             }
         }
     }
@@ -681,11 +669,8 @@ impl Replay {
         tx: &tokio::sync::mpsc::Sender<Bytes>,
     ) -> Result<Vec<(String, Box<RawValue>)>, Ending> {
         let mut waiting = Vec::with_capacity(asks.requests.len());
-        for (key, request) in &asks.requests {
-            let method = serde_json::from_str::<Method_>(request.get())
-                .map(|m| m.method)
-                .unwrap_or_default();
-            let capability = bridge::capability_of(&method);
+        for (key, method, request) in &asks.requests {
+            let capability = bridge::capability_of(method);
             if !self.session.declares(capability) {
                 return Err(Ending::Failed(
                     code::INVALID_REQUEST,
@@ -700,7 +685,7 @@ impl Replay {
             tx.send(sse::encode_json(&json, None))
                 .await
                 .map_err(|_| Ending::Gone)?;
-            waiting.push((key.clone(), method, waiter));
+            waiting.push((key.clone(), method.as_str(), waiter));
         }
         let limit = tokio::time::sleep(self.live.config.input_timeout);
         tokio::pin!(limit);
@@ -714,16 +699,10 @@ impl Replay {
                 )),
                 _ = tx.closed() => return Err(Ending::Gone),
             };
-            answers.push((key, result_of(&answer, &method)?));
+            answers.push((key, result_of(&answer, method)?));
         }
         Ok(answers)
     }
-}
-
-#[derive(serde::Deserialize, Default)]
-struct Method_ {
-    #[serde(default)]
-    method: String,
 }
 
 /// The result of the client's answer (a JSON-RPC response it POSTed) to a question of

@@ -126,7 +126,6 @@ pub fn error(
     r
 }
 
-/// An answer with a status and no body (a swallowed notification).
 /// A JSON-RPC answer mcpgate wrote itself (200), in the format the client prefers.
 pub(super) fn own(json: String, want: Want, request_id: &str) -> Response<GateBody> {
     own_response(
@@ -137,6 +136,7 @@ pub(super) fn own(json: String, want: Want, request_id: &str) -> Response<GateBo
     )
 }
 
+/// An answer with a status and no body (a swallowed notification).
 pub fn empty(status: StatusCode, request_id: &str) -> Response<GateBody> {
     let mut r = Response::new(GateBody::Empty);
     *r.status_mut() = status;

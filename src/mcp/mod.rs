@@ -13,5 +13,6 @@ pub mod meta_trace;
 pub mod pointer;
 pub mod rounds;
 pub mod task_ids;
+pub mod to_legacy;
 pub mod tools_list;
 pub mod transport;

@@ -116,6 +116,8 @@ pub struct Gateway {
     pub streams: Arc<StreamRegistry>,
     /// Questions bridged legacy clients were asked and have not answered yet.
     pub waits: Arc<crate::runtime::waits::Waits>,
+    /// Calls of 2026-07-28 clients held at legacy servers until their retry.
+    pub held: Arc<crate::runtime::held::Held>,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -187,6 +189,7 @@ impl Gateway {
             series,
             streams,
             waits: Default::default(),
+            held: Default::default(),
             certs,
             config_path,
             audit,

@@ -217,6 +217,7 @@ impl Sending<'_> {
             caller: Some(caller),
             mcp_name: name,
             bridged: Some(method),
+            in_session: None,
         }
     }
 }
@@ -564,6 +565,7 @@ impl Replay {
             caller: Some(self.session.caller),
             mcp_name: self.name.clone(),
             bridged: Some(&self.method),
+            in_session: None,
         };
         let failed = |e: GateError| Ending::Failed(e.rpc_code(), e.to_string());
         let answer = forward::send(&self.live, &self.profile.upstream, out)

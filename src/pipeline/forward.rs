@@ -66,12 +66,41 @@ pub async fn send(
         });
     }
     let outlier = upstream.outlier.as_ref();
-    let session = out.fields.get(FieldKind::McpSessionId);
+    // A request bridged to a legacy server is ordered in mcpgate's session there.
+    let session = match &out.in_session {
+        Some(to) => to.session,
+        None => out.fields.get(FieldKind::McpSessionId),
+    };
     // The endpoint being tried, so a passed deadline counts against it.
     let trying = AtomicUsize::new(usize::MAX);
     // Waiting for the session's earlier requests counts in the deadline.
     let sent = async {
-        if let (Some(sealer), Some(sealed)) = (&state.sealer, session) {
+        if let Some(to) = out.in_session.as_ref().filter(|to| to.endpoint.is_some()) {
+            // mcpgate's own session is on one endpoint: there or nowhere (404, and the
+            // bridge opens another).
+            let i = to
+                .endpoint
+                .and_then(|id| state.named(&id))
+                .filter(|&i| state.endpoints[i].available(outlier))
+                .ok_or(GateError::SessionNotFound)?;
+            trying.store(i, Ordering::Relaxed);
+            let request = encode(upstream, &upstream.endpoints[i], &out, to.session)?;
+            let endpoint = &state.endpoints[i];
+            return match exchange(endpoint, &out, &request, session).await {
+                Ok(r) => Ok((r, i)),
+                Err(e) => {
+                    endpoint.failed(outlier);
+                    let unsent = unsent(&e);
+                    let error = upstream_error(upstream, endpoint, e);
+                    Err(if unsent {
+                        GateError::SessionNotFound
+                    } else {
+                        error
+                    })
+                }
+            };
+        }
+        if let (Some(sealer), Some(sealed), None) = (&state.sealer, session, &out.in_session) {
             let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
             let i = state
                 .named(&id)
@@ -147,7 +176,7 @@ pub async fn send(
     } else {
         endpoint.succeeded();
     }
-    if state.sealer.is_some() {
+    if state.sealer.is_some() && out.in_session.is_none() {
         seal_answer(state, endpoint, &out.method, session, &mut response)?;
     }
     Ok(Answer {

@@ -395,6 +395,7 @@ fn outgoing<'a>(
         caller: None,
         mcp_name: None,
         bridged: None,
+        in_session: None,
     }
 }
 

@@ -1,8 +1,10 @@
 //! The threads a request runs on (`workers`), the timers its deadlines use (`deadline`),
 //! the state behind rate limits and concurrency caps (`limiter`, with its shared Redis
-//! counters in `store`) and the open streams a reload may have to end (`streams`).
+//! counters in `store`), the open streams a reload may have to end (`streams`), and what
+//! the bridge between MCP's generations keeps between requests (`waits`, `held`).
 
 pub mod deadline;
+pub mod held;
 pub mod limiter;
 pub mod store;
 pub mod streams;

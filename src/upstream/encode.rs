@@ -83,6 +83,21 @@ pub struct Outgoing<'a> {
     /// the client's session and version headers stay here, and the request gets the
     /// 2026-07-28 ones (`MCP-Protocol-Version`, `Mcp-Method`; `Mcp-Name` from `mcp_name`).
     pub bridged: Option<&'a str>,
+    /// A 2026-07-28 client's request bridged to a legacy server: sent in the session
+    /// mcpgate holds for the caller there (`upstream::bridged`).
+    pub in_session: Option<InSession<'a>>,
+}
+
+/// Where a request bridged to a legacy server goes: the endpoint its session is on (none
+/// yet for the `initialize` that opens it), the server's session id (none for a server
+/// without sessions) and the revision it chose. The client's 2026-07-28 header fields
+/// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) stay here; the request gets the
+/// revision's.
+#[derive(Clone, Copy)]
+pub struct InSession<'a> {
+    pub endpoint: Option<crate::upstream::session::EndpointId>,
+    pub session: Option<&'a [u8]>,
+    pub version: &'a str,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -121,6 +136,14 @@ pub fn encode(
         if stays_here(kind)
             || (post && kind == FieldKind::Accept)
             || (session.is_some() && kind == FieldKind::McpSessionId)
+            || (out.in_session.is_some()
+                && matches!(
+                    kind,
+                    FieldKind::McpSessionId
+                        | FieldKind::McpProtocolVersion
+                        | FieldKind::McpMethod
+                        | FieldKind::McpName
+                ))
             || (out.bridged.is_some()
                 && (matches!(
                     kind,
@@ -174,6 +197,9 @@ pub fn encode(
         if !out.fields.has(FieldKind::ContentType) {
             line(b"content-type", b"application/json");
         }
+    }
+    if let Some(to) = &out.in_session {
+        line(b"mcp-protocol-version", to.version.as_bytes());
     }
     if post {
         // SDK servers answer 406 unless both are acceptable; the gateway converts later.
@@ -397,6 +423,7 @@ auth = "none"
             caller: None,
             mcp_name: None,
             bridged: None,
+            in_session: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();

@@ -144,6 +144,8 @@ pub struct EndpointState {
     /// Which generation of MCP it answered in: 0 not known yet, 1 legacy, 2 modern, 3
     /// modern and it refused a legacy `initialize` (so its legacy clients are bridged).
     era: std::sync::atomic::AtomicU8,
+    /// The sessions mcpgate holds here for 2026-07-28 clients of a legacy server.
+    pub bridged: super::bridged::Sessions,
 }
 
 impl EndpointState {
@@ -195,6 +197,7 @@ impl EndpointState {
             order: Order::default(),
             healthy: AtomicBool::new(true),
             era: std::sync::atomic::AtomicU8::new(0),
+            bridged: Default::default(),
             failures: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),
             metrics,

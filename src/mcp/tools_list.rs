@@ -590,6 +590,8 @@ pub struct ListRewrite {
     pub rounds: Option<crate::mcp::rounds::Issue>,
     /// Task ids of the answers to show as the client's sealed ones.
     pub tasks: Option<crate::mcp::task_ids::Shown>,
+    /// A legacy server's answer to a 2026-07-28 client: made a 2026-07-28 result first.
+    pub completes: Option<crate::mcp::to_legacy::Completes>,
     pub filter: ToolFilter,
 }
 
@@ -597,6 +599,11 @@ impl ListRewrite {
     /// Rewrites a JSON message or batch if it answers one of `ids` (or the discover
     /// request). `Ok(None)`: unchanged.
     pub fn apply(&self, text: &str) -> Result<Option<String>, String> {
+        let completed = match &self.completes {
+            Some(c) => c.apply(text)?,
+            None => None,
+        };
+        let text = completed.as_deref().unwrap_or(text);
         let mut out = match self.ids.is_empty() {
             true => None,
             false => rewrite(text, &self.ids, &self.filter)?,
@@ -619,7 +626,7 @@ impl ListRewrite {
             let base = out.as_deref().unwrap_or(text);
             out = shown.apply(base)?.or(out);
         }
-        Ok(out)
+        Ok(out.or(completed))
     }
 }
 

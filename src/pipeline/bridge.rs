@@ -342,7 +342,7 @@ async fn initialize(
 }
 
 /// The one JSON-RPC message answering `id` in an upstream's answer, JSON or SSE.
-async fn one_message(answer: Answer, id: &str) -> Result<String, GateError> {
+pub(super) async fn one_message(answer: Answer, id: &str) -> Result<String, GateError> {
     let (parts, body) = answer.response.into_parts();
     if parts.status != StatusCode::OK {
         return Err(GateError::UpstreamBadResponse(format!(
@@ -441,7 +441,7 @@ async fn asked(
 }
 
 /// The client's header fields, owned, for the retries of a call.
-fn copy_fields(fields: &Fields) -> Fields {
+pub(super) fn copy_fields(fields: &Fields) -> Fields {
     let mut map = HeaderMap::new();
     for (_, name, value) in fields.iter() {
         if let (Ok(n), Ok(v)) = (
@@ -740,9 +740,9 @@ fn result_of(answer: &[u8], method: &str) -> Result<Box<RawValue>, Ending> {
 
 /// A body written by a task that runs as it is polled: dropped with it, when the client
 /// leaves, so nothing of a call outlives its client.
-struct Driven {
-    task: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
+pub(super) struct Driven {
+    pub task: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    pub rx: tokio::sync::mpsc::Receiver<Bytes>,
 }
 
 impl http_body::Body for Driven {

@@ -23,6 +23,7 @@ pub mod policy;
 pub mod respond;
 pub mod rounds;
 pub mod route;
+pub mod to_legacy;
 
 use crate::config::generation::encode_header;
 use crate::config::{Auth, Profile, Route};
@@ -230,6 +231,11 @@ async fn post<'s>(
         Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
         Era::Modern => None,
     };
+    // A 2026-07-28 request to a server of the legacy protocol only (the bridge, SPEC §15).
+    let to_legacy = match ctx.era {
+        Era::Modern => to_legacy::open(live, profile, &payload, &bytes, ctx).await?,
+        Era::Legacy => None,
+    };
     // A legacy initialize to a server nobody has probed: its answer may show it speaks
     // only 2026-07-28, and the initialize is then bridged.
     let may_refuse = bridged.is_none()
@@ -336,6 +342,13 @@ async fn post<'s>(
             drop(out);
             let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
             return bridge::post(gw, bridged, sending, ctx).await;
+        }
+        if let Some(down) = to_legacy {
+            let timeout = out.timeout;
+            let body = std::mem::take(&mut out.body);
+            drop(out);
+            let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+            return to_legacy::post(gw, down, sending, ctx).await;
         }
         out.pinned = pinned;
         out.era = ctx.era;

@@ -215,6 +215,7 @@ impl Shaping {
                 discover,
                 rounds: None,
                 tasks: None,
+                completes: None,
                 filter: if live.judges_hints(&profile.upstream) {
                     filter.learning(live.upstream(&profile.upstream).hints.clone())
                 } else {
@@ -271,8 +272,19 @@ impl Shaping {
             discover: None,
             rounds: None,
             tasks: None,
+            completes: None,
             filter: ToolFilter::new(live.config.clone(), profile.clone()),
         })
+    }
+
+    /// Makes a legacy server's answer a 2026-07-28 result (the bridge).
+    pub(super) fn complete(
+        &mut self,
+        live: &Live,
+        profile: &Arc<Profile>,
+        completes: crate::mcp::to_legacy::Completes,
+    ) {
+        self.rewrite(live, profile).completes = Some(completes);
     }
 
     /// Notes which endpoint answered, whose the sealed state says it is.
@@ -391,28 +403,47 @@ pub async fn upstream(
             }
             _ => {
                 set_sse_headers(&mut parts.headers);
-                let token = shaping.token;
-                let guard = gw.streams.register(
-                    token.filter(|t| t.configured).map(|t| t.key),
-                    shaping.notices,
-                );
-                let watch = StreamWatch::new(guard, token.and_then(|t| t.not_after));
-                let relay = SseRelay::new(
-                    body,
-                    shaping.list,
-                    shaping.pending,
-                    request_id.to_string(),
-                    shaping.timing,
-                    Some(watch),
-                )
-                .marking_stale(shaping.hints)
-                .listening(shaping.listening)
-                .for_legacy(shaping.legacy_stream);
-                GateBody::Boxed(BodyExt::boxed_unsync(relay))
+                relayed(gw, body, shaping, request_id)
             }
         }
     };
     let mut response = Response::from_parts(parts, body);
     set_request_id(&mut response, request_id);
     Ok(response)
+}
+
+/// An event stream relayed to the client as `shaping` says: rewritten, kept alive, ended
+/// with the caller's credential, carrying mcpgate's own notices.
+fn relayed(gw: &Gateway, body: GateBody, shaping: Shaping, request_id: &str) -> GateBody {
+    let token = shaping.token;
+    let guard = gw.streams.register(
+        token.filter(|t| t.configured).map(|t| t.key),
+        shaping.notices,
+    );
+    let watch = StreamWatch::new(guard, token.and_then(|t| t.not_after));
+    let relay = SseRelay::new(
+        body,
+        shaping.list,
+        shaping.pending,
+        request_id.to_string(),
+        shaping.timing,
+        Some(watch),
+    )
+    .marking_stale(shaping.hints)
+    .listening(shaping.listening)
+    .for_legacy(shaping.legacy_stream);
+    GateBody::Boxed(BodyExt::boxed_unsync(relay))
+}
+
+/// A 200 event stream of `body` (events mcpgate made), relayed as `shaping` says.
+pub(super) fn event_stream(
+    gw: &Gateway,
+    body: GateBody,
+    shaping: Shaping,
+    request_id: &str,
+) -> Response<GateBody> {
+    let mut response = Response::new(relayed(gw, body, shaping, request_id));
+    set_sse_headers(response.headers_mut());
+    set_request_id(&mut response, request_id);
+    response
 }

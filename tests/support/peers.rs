@@ -111,3 +111,18 @@ pub fn ts2_server(record: &std::path::Path) -> (Peer, u16) {
     );
     (peer, port)
 }
+
+/// The SDK v1 fixture server (`ts1_server.mjs`): legacy sessions only, asking its client
+/// for input on the call's stream, recording every request it receives into `record`.
+pub fn ts1_server(record: &std::path::Path) -> (Peer, u16) {
+    let port = super::free_port();
+    let peer = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("ts1_server.mjs")
+            .args(["--port", &port.to_string(), "--record"])
+            .arg(record),
+        port,
+    );
+    (peer, port)
+}

@@ -1,0 +1,774 @@
+//! The bridge stage for a 2026-07-28 client in front of a legacy server (SPEC §15, "The
+//! bridge between generations"). Its request has been routed, authenticated, read, checked
+//! by policy and limits like any other modern one (its `requestState` opened by the rounds
+//! stage); here it is served in a session mcpgate holds on the server for the caller and
+//! client (`upstream::bridged`), opened with the first request that needs it:
+//!
+//! - `server/discover` is answered from that session's `initialize`;
+//! - every other request goes in the session, in the revision the server chose; its
+//!   result gets `resultType` (and, on lists and reads, `ttlMs` and `cacheScope`);
+//! - a request the server sends during a call (elicitation, sampling, roots) ends the
+//!   client's answer with `input_required`; the call is held (`runtime::held`) for at most
+//!   `[transport] input_timeout`, and the client's retry hands the server its answer and
+//!   gets the rest of the call. A call whose client left, or whose time is up, is
+//!   cancelled upstream;
+//! - `subscriptions/listen` is the session's GET stream, with `resources/subscribe` for
+//!   each resource it names.
+//!
+//! `mcp::to_legacy` writes the messages.
+
+use super::Ctx;
+use super::bridge::{Driven, Sending, copy_fields, one_message};
+use super::forward::{self, Answer};
+use super::respond;
+use crate::config::generation::Era;
+use crate::config::{Profile, Protocol, Upstream};
+use crate::error::GateError;
+use crate::gateway::{Gateway, Live};
+use crate::http::body::{BoxError, GateBody};
+use crate::mcp::jsonrpc::{MessageKind, Payload};
+use crate::mcp::rounds::may_ask;
+use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, ServerRequest};
+use crate::mcp::transport::accept::Want;
+use crate::mcp::transport::sse;
+use crate::upstream::bridged::{Key, Opened};
+use crate::upstream::encode::{InSession, Outgoing};
+use crate::upstream::session::EndpointId;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use wire::fields::Fields;
+
+/// The key of the one input request an `input_required` made here holds.
+const INPUT: &str = "input";
+
+/// A 2026-07-28 request on its way to a legacy server.
+pub(super) struct ToLegacy {
+    key: Key,
+    meta: ClientMeta,
+    kind: MessageKind,
+    method: Box<str>,
+    /// The request's id, as JSON text.
+    id: Box<str>,
+}
+
+/// Whether a modern request must be bridged: its upstream speaks only the legacy
+/// protocol, as configured (`protocol = "legacy"`) or as it showed (`auto`: its answer to
+/// a `server/discover`, asked now if no one has yet).
+pub(super) async fn open(
+    live: &Live,
+    profile: &Profile,
+    payload: &Payload<'_>,
+    body: &[u8],
+    ctx: &Ctx<'_>,
+) -> Result<Option<ToLegacy>, GateError> {
+    let upstream = &profile.upstream;
+    if !speaks_legacy(live, upstream).await {
+        return Ok(None);
+    }
+    let Payload::Single(m) = payload else {
+        return Err(GateError::InvalidRequest(
+            "a batch cannot be bridged to a legacy server: send its messages one by one".into(),
+        ));
+    };
+    let meta = ClientMeta::of(body);
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(&super::rounds::caller(ctx));
+    key[16..].copy_from_slice(&meta.digest());
+    Ok(Some(ToLegacy {
+        key,
+        meta,
+        kind: m.kind,
+        method: m.method().unwrap_or("").into(),
+        id: m.id_text().unwrap_or("null").into(),
+    }))
+}
+
+/// Whether an HTTP upstream speaks only the legacy protocol.
+async fn speaks_legacy(live: &Live, upstream: &Upstream) -> bool {
+    let state = live.upstream(upstream);
+    if state.stdio.is_some() {
+        return false;
+    }
+    match upstream.protocol {
+        Protocol::Legacy => true,
+        Protocol::Modern => false,
+        Protocol::Auto => match state.era(upstream) {
+            Some(era) => era == Era::Legacy,
+            None => {
+                let Some(i) = state.pick(upstream, &[]) else {
+                    return false;
+                };
+                let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
+                let era =
+                    crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
+                if let Some(era) = era {
+                    state.endpoints[i].set_era(era);
+                }
+                era == Some(Era::Legacy)
+            }
+        },
+    }
+}
+
+impl Sending<'_> {
+    /// A request in mcpgate's session `to`.
+    fn in_session<'s>(&'s self, to: InSession<'s>, method: Method, body: Bytes) -> Outgoing<'s> {
+        Outgoing {
+            body_deadline: method != Method::GET && !self.shaping.long_lived(),
+            method,
+            timeout: self.timeout,
+            query: self.query,
+            fields: self.fields,
+            body,
+            forwarded_for: self.forwarded_for,
+            proto: self.proto,
+            request_id: &self.request_id,
+            underscores: self.live.server.underscores_in_headers,
+            trace: self.trace.as_ref(),
+            pinned: None,
+            era: Era::Legacy,
+            caller: None,
+            mcp_name: None,
+            bridged: None,
+            in_session: Some(to),
+        }
+    }
+}
+
+/// A session of the caller's on the server: where it is and what it is.
+#[derive(Clone)]
+struct Session {
+    endpoint: EndpointId,
+    at: usize,
+    opened: Arc<Opened>,
+}
+
+impl Session {
+    fn to(&self) -> InSession<'_> {
+        InSession {
+            endpoint: Some(self.endpoint),
+            session: self.opened.id.as_deref(),
+            version: &self.opened.init.version,
+        }
+    }
+}
+
+/// The caller's session on an endpoint the balancer picks, opened if it has none there.
+async fn session(s: &Sending<'_>, b: &ToLegacy) -> Result<Session, GateError> {
+    let upstream = &s.profile.upstream;
+    let state = s.live.upstream(upstream);
+    let at = state
+        .pick(upstream, &[])
+        .ok_or(GateError::NoHealthyEndpoint)?;
+    let endpoint = &state.endpoints[at];
+    let (slot, evicted) = endpoint.bridged.slot(&b.key);
+    if let Some(gone) = evicted {
+        end_session(s.live.clone(), s.profile.clone(), endpoint.id, gone);
+    }
+    let opened = slot
+        .get_or_try_init(|| initialize(s, endpoint.id, &b.meta))
+        .await?
+        .clone();
+    Ok(Session {
+        endpoint: endpoint.id,
+        at,
+        opened,
+    })
+}
+
+/// Opens a session on `endpoint` for a client of `meta`: `initialize`, then
+/// `notifications/initialized`.
+async fn initialize(
+    s: &Sending<'_>,
+    endpoint: EndpointId,
+    meta: &ClientMeta,
+) -> Result<Arc<Opened>, GateError> {
+    let upstream = &s.profile.upstream;
+    let to = InSession {
+        endpoint: Some(endpoint),
+        session: None,
+        version: msg::LEGACY_VERSION,
+    };
+    let body = Bytes::from(msg::initialize_request(meta));
+    let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+    let id = answer
+        .response
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| Box::<[u8]>::from(v.as_bytes()));
+    let text = one_message(answer, "\"mcpgate-bridge-init\"").await?;
+    let init = msg::initialized(&text).map_err(GateError::UpstreamBadResponse)?;
+    let opened = Opened { id, init };
+    let to = InSession {
+        endpoint: Some(endpoint),
+        session: opened.id.as_deref(),
+        version: &opened.init.version,
+    };
+    let body = Bytes::from_static(msg::INITIALIZED.as_bytes());
+    let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+    drain(answer).await;
+    Ok(Arc::new(opened))
+}
+
+/// Reads an answer nobody needs to its end, so its connection goes back to the pool.
+async fn drain(answer: Answer) {
+    let mut body = answer.response.into_body();
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
+/// Ends a session let go to make room (best effort: the server forgets it either way).
+fn end_session(live: Arc<Live>, profile: Arc<Profile>, endpoint: EndpointId, gone: Arc<Opened>) {
+    let Some(id) = gone.id.clone() else { return };
+    tokio::spawn(async move {
+        let fields = Fields::default();
+        let forwarded_for = HeaderValue::from_static("-");
+        let out = own_request(
+            &live,
+            &fields,
+            &forwarded_for,
+            InSession {
+                endpoint: Some(endpoint),
+                session: Some(&id),
+                version: &gone.init.version,
+            },
+            Method::DELETE,
+            Bytes::new(),
+        );
+        if let Ok(answer) = forward::send(&live, &profile.upstream, out).await {
+            drain(answer).await;
+        }
+    });
+}
+
+/// A request of mcpgate's own in a session (ending it, cancelling a call).
+fn own_request<'a>(
+    live: &'a Live,
+    fields: &'a Fields,
+    forwarded_for: &'a HeaderValue,
+    to: InSession<'a>,
+    method: Method,
+    body: Bytes,
+) -> Outgoing<'a> {
+    Outgoing {
+        method,
+        body_deadline: true,
+        query: None,
+        fields,
+        body,
+        forwarded_for,
+        timeout: std::time::Duration::from_secs(10),
+        proto: "http",
+        request_id: "mcpgate",
+        underscores: live.server.underscores_in_headers,
+        trace: None,
+        pinned: None,
+        era: Era::Legacy,
+        caller: None,
+        mcp_name: None,
+        bridged: None,
+        in_session: Some(to),
+    }
+}
+
+/// Sends `body` in the caller's session; a session the server no longer knows (404) is
+/// opened anew and the request sent again, once (a 404 means it did not act on it).
+async fn send(
+    s: &Sending<'_>,
+    b: &ToLegacy,
+    method: Method,
+    body: Bytes,
+) -> Result<(Answer, Session), GateError> {
+    let upstream = &s.profile.upstream;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let session = session(s, b).await?;
+        let sent = forward::send(
+            s.live,
+            upstream,
+            s.in_session(session.to(), method.clone(), body.clone()),
+        )
+        .await;
+        let gone = match &sent {
+            Err(GateError::SessionNotFound) => true,
+            Ok(a) => a.response.status() == StatusCode::NOT_FOUND && session.opened.id.is_some(),
+            Err(_) => false,
+        };
+        if gone {
+            let state = s.live.upstream(upstream);
+            state.endpoints[session.at]
+                .bridged
+                .forget(&b.key, &session.opened);
+            if tries < 2 {
+                continue;
+            }
+        }
+        return sent.map(|a| (a, session));
+    }
+}
+
+/// Serves a bridged POST.
+pub(super) async fn post(
+    gw: &Gateway,
+    b: ToLegacy,
+    mut s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    match b.kind {
+        MessageKind::Response => {
+            return Err(GateError::InvalidRequest(
+                "a 2026-07-28 client answers a server's request in its retry, not in a response"
+                    .into(),
+            ));
+        }
+        MessageKind::Notification => {
+            let body = std::mem::take(&mut s.body);
+            let (answer, _) = send(&s, &b, Method::POST, body).await?;
+            drain(answer).await;
+            return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+        }
+        MessageKind::Request => {}
+    }
+    match &*b.method {
+        "server/discover" => return discover(b, s, ctx).await,
+        "subscriptions/listen" => return listen(gw, b, s, ctx).await,
+        _ => {}
+    }
+    let held = match may_ask(&b.method) {
+        true => msg::retry(&s.body).map_err(GateError::InvalidRequest)?,
+        false => None,
+    };
+    let fresh = crate::mcp::tools_list::ToolFilter::new(s.live.config.clone(), s.profile.clone())
+        .fresh_for();
+    let completes = Completes {
+        id: b.id.clone(),
+        ttl_ms: msg::cacheable(&b.method).then(|| fresh.as_millis() as u64),
+    };
+    s.shaping.complete(s.live, s.profile, completes);
+    if let Some(retry) = held {
+        return resume(gw, b, s, retry, ctx).await;
+    }
+    let body = s.body.clone();
+    let (answer, session) = send(&s, &b, Method::POST, body).await?;
+    let upstream = &s.profile.upstream;
+    let streams = answer.response.status() == StatusCode::OK
+        && wire::headval::body_format(answer.response.headers()) == wire::headval::BodyFormat::Sse;
+    if !may_ask(&b.method) || !streams {
+        s.shaping.answered_by(Some(session.endpoint));
+        return respond::answer(gw, answer, s.shaping, upstream, ctx).await;
+    }
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    s.shaping.answered_by(Some(session.endpoint));
+    let (_, body) = answer.response.into_parts();
+    let call = Call {
+        live: s.live.clone(),
+        profile: s.profile.clone(),
+        fields: copy_fields(s.fields),
+        forwarded_for: s.forwarded_for.clone(),
+        key: b.key,
+        session,
+        up_id: b.id.clone(),
+        digest: msg::call_digest(&s.body).map_err(GateError::InvalidRequest)?,
+        body: Some(GateBody::Upstream {
+            body,
+            deadline: answer.deadline,
+        }),
+        decoder: sse::Decoder::new(),
+    };
+    Ok(drive(gw, call, b.id, s, &ctx.request_id).await)
+}
+
+/// `server/discover`, answered from the session's `initialize`.
+async fn discover(
+    b: ToLegacy,
+    s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let session = session(&s, &b).await?;
+    let fresh = crate::mcp::tools_list::ToolFilter::new(s.live.config.clone(), s.profile.clone())
+        .fresh_for();
+    let json = msg::discover_answer(&b.id, &session.opened.init, fresh.as_millis() as u64)
+        .map_err(GateError::UpstreamBadResponse)?;
+    let narrowed = crate::mcp::discover::narrow(&json, &b.id, s.profile, fresh)
+        .map_err(GateError::UpstreamBadResponse)?
+        .unwrap_or(json);
+    Ok(respond::own(narrowed, s.shaping.want, &ctx.request_id))
+}
+
+/// `subscriptions/listen`: the resources it names subscribed to, then the session's GET
+/// stream, of which the client gets what it opted in to.
+async fn listen(
+    gw: &Gateway,
+    b: ToLegacy,
+    s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let mut listen = Listen::of(&s.body).map_err(GateError::InvalidRequest)?;
+    let mut kept = Vec::with_capacity(listen.uris.len());
+    for (n, uri) in listen.uris.iter().enumerate() {
+        let body = Bytes::from(msg::subscribe_request(uri, n));
+        let (answer, _) = send(&s, &b, Method::POST, body).await?;
+        let id = format!("\"mcpgate-subscribe-{n}\"");
+        let text = one_message(answer, &id).await?;
+        if text.contains("\"result\"") && !text.contains("\"error\"") {
+            kept.push(uri.clone());
+        } else {
+            tracing::info!(%uri, "the legacy server refused a resource subscription");
+        }
+    }
+    listen.uris = kept;
+    let (answer, _) = send(&s, &b, Method::GET, Bytes::new()).await?;
+    let streams = answer.response.status() == StatusCode::OK
+        && wire::headval::body_format(answer.response.headers()) == wire::headval::BodyFormat::Sse;
+    let inner = match streams {
+        true => {
+            let deadline = answer.deadline;
+            let (_, body) = answer.response.into_parts();
+            Some(GateBody::Upstream { body, deadline })
+        }
+        // A server without a GET stream sends nothing about no call: the client's stream
+        // carries only mcpgate's own notices.
+        false => {
+            drain(answer).await;
+            None
+        }
+    };
+    let body = ListenBody {
+        ack: Some(sse::encode_json(&listen.acknowledged(), None)),
+        inner,
+        decoder: sse::Decoder::new(),
+        listen,
+    };
+    Ok(respond::event_stream(
+        gw,
+        GateBody::Boxed(BodyExt::boxed_unsync(body)),
+        s.shaping,
+        &ctx.request_id,
+    ))
+}
+
+/// A listen stream made of a session's GET stream.
+struct ListenBody {
+    ack: Option<Bytes>,
+    inner: Option<GateBody>,
+    decoder: sse::Decoder,
+    listen: Listen,
+}
+
+impl http_body::Body for ListenBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(ack) = this.ack.take() {
+            return Poll::Ready(Some(Ok(Frame::data(ack))));
+        }
+        loop {
+            while let Some(ev) = this.decoder.next_event() {
+                if let Some(carried) = ev.data.as_deref().and_then(|d| this.listen.carry(d)) {
+                    return Poll::Ready(Some(Ok(Frame::data(sse::encode_json(&carried, None)))));
+                }
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Pending;
+            };
+            match std::task::ready!(Pin::new(inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.decoder.feed(&data);
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+/// A call at the server, answered on an event stream that may ask the client something.
+/// Dropped before its answer (the client left, or its retry did not come in time), it is
+/// cancelled upstream.
+struct Call {
+    live: Arc<Live>,
+    profile: Arc<Profile>,
+    fields: Fields,
+    forwarded_for: HeaderValue,
+    key: Key,
+    session: Session,
+    /// The call's id at the server, as JSON text.
+    up_id: Box<str>,
+    /// What a retry must be (`to_legacy::call_digest`).
+    digest: [u8; 16],
+    /// The server's answer, until it is read to the call's end.
+    body: Option<GateBody>,
+    decoder: sse::Decoder,
+}
+
+/// A call held for its retry, and the server's request the retry answers.
+struct Holding {
+    call: Call,
+    asked: ServerRequest,
+}
+
+/// How far a call got.
+enum Step {
+    /// Its answer (JSON text, with the server's id).
+    Answered(String),
+    /// The server asks the client something.
+    Asks(ServerRequest),
+}
+
+impl Call {
+    /// Reads the server's stream until the call's answer or a request for the client,
+    /// passing what comes before (progress, logs) to `tx`. The server's `ping` is answered
+    /// here; a request the bridge does not carry gets an error.
+    async fn step(&mut self, tx: Option<&tokio::sync::mpsc::Sender<Bytes>>) -> Result<Step, GateError> {
+        loop {
+            while let Some(ev) = self.decoder.next_event() {
+                let Some(data) = ev.data else { continue };
+                if msg::answers(&data, &self.up_id) {
+                    self.body = None;
+                    return Ok(Step::Answered(data));
+                }
+                if let Some(asked) = msg::server_request(&data) {
+                    match asked.method.as_str() {
+                        "elicitation/create" | "sampling/createMessage" | "roots/list" => {
+                            return Ok(Step::Asks(asked));
+                        }
+                        "ping" => self.tell(&msg::answer_to_server(&asked.id, "{}")).await?,
+                        _ => {
+                            let refusal = format!(
+                                r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"mcpgate does not carry this request to a 2026-07-28 client"}}}}"#,
+                                asked.id
+                            );
+                            self.tell(&refusal).await?;
+                        }
+                    }
+                    continue;
+                }
+                if let Some(tx) = tx {
+                    // The client may have left; the call ends when its body is dropped.
+                    let _ = tx.send(ev.raw).await;
+                }
+            }
+            let body = self.body.as_mut().ok_or_else(broke)?;
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.decoder.feed(&data);
+                    }
+                    if self.decoder.pending() > crate::mcp::tools_list::MAX_REWRITE_BYTES {
+                        return Err(GateError::UpstreamBadResponse("SSE event too large".into()));
+                    }
+                }
+                Some(Err(e)) if e.is::<crate::http::body::DeadlineExceeded>() => {
+                    return Err(GateError::UpstreamTimeout);
+                }
+                _ => return Err(broke()),
+            }
+        }
+    }
+
+    /// Sends the server `json` (an answer to its request) in the call's session.
+    async fn tell(&mut self, json: &str) -> Result<(), GateError> {
+        // Borrowed field by field: the body is not `Sync`, and this future is sent.
+        tell(
+            &self.live,
+            &self.profile.upstream,
+            &self.fields,
+            &self.forwarded_for,
+            &self.session,
+            json,
+        )
+        .await
+    }
+}
+
+async fn tell(
+    live: &Live,
+    upstream: &Upstream,
+    fields: &Fields,
+    forwarded_for: &HeaderValue,
+    session: &Session,
+    json: &str,
+) -> Result<(), GateError> {
+    let out = own_request(
+        live,
+        fields,
+        forwarded_for,
+        session.to(),
+        Method::POST,
+        Bytes::from(json.to_string()),
+    );
+    let answer = forward::send(live, upstream, out).await?;
+    let status = answer.response.status();
+    drain(answer).await;
+    if !status.is_success() {
+        return Err(GateError::UpstreamBadResponse(format!(
+            "the server answered {status} to the client's input"
+        )));
+    }
+    Ok(())
+}
+
+fn broke() -> GateError {
+    GateError::UpstreamBadResponse("the stream broke off before the answer".into())
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if self.body.is_none() {
+            return;
+        }
+        // Unanswered: the server is told the call is no longer wanted.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (live, profile) = (self.live.clone(), self.profile.clone());
+        let (fields, forwarded_for) = (
+            std::mem::take(&mut self.fields),
+            self.forwarded_for.clone(),
+        );
+        let session = self.session.clone();
+        let cancel = Bytes::from(msg::cancelled(
+            &self.up_id,
+            "the 2026-07-28 client left, or did not retry in time",
+        ));
+        rt.spawn(async move {
+            let out = own_request(
+                &live,
+                &fields,
+                &forwarded_for,
+                session.to(),
+                Method::POST,
+                cancel,
+            );
+            if let Ok(answer) = forward::send(&live, &profile.upstream, out).await {
+                drain(answer).await;
+            }
+        });
+    }
+}
+
+/// A retry of a held call: the client's answer goes to the server, and the rest of the
+/// call is this request's answer.
+async fn resume(
+    gw: &Gateway,
+    b: ToLegacy,
+    s: Sending<'_>,
+    retry: msg::Retry,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let held = gw.held.take(retry.held).ok_or(GateError::BadRequestState)?;
+    let holding = match held.downcast::<Holding>() {
+        Ok(h) => h,
+        Err(other) => {
+            gw.held.give_back(retry.held, other);
+            return Err(GateError::BadRequestState);
+        }
+    };
+    let refuse = |holding: Box<Holding>, why: &str| {
+        gw.held.give_back(retry.held, holding);
+        Err(GateError::InvalidRequest(why.into()))
+    };
+    if holding.call.key != b.key {
+        gw.held.give_back(retry.held, holding);
+        return Err(GateError::BadRequestState);
+    }
+    let digest = msg::call_digest(&s.body).map_err(GateError::InvalidRequest)?;
+    if digest != retry.digest || digest != holding.call.digest {
+        return refuse(
+            holding,
+            "the retry is not the call that was asked: its method or arguments differ",
+        );
+    }
+    let Some((_, response)) = retry.responses.iter().find(|(k, _)| k == INPUT) else {
+        return refuse(holding, "the retry's inputResponses has no \"input\"");
+    };
+    let Holding { mut call, asked } = *holding;
+    call.tell(&msg::answer_to_server(&asked.id, response))
+        .await?;
+    Ok(drive(gw, call, b.id, s, &ctx.request_id).await)
+}
+
+/// Plays `call` to its client as the answer to request `id`: as an event stream as it
+/// comes (an SSE client), or once its answer is in (JSON).
+async fn drive(
+    gw: &Gateway,
+    call: Call,
+    id: Box<str>,
+    s: Sending<'_>,
+    request_id: &str,
+) -> Response<GateBody> {
+    let list = s.shaping.list.clone();
+    let life = s.live.config.input_timeout;
+    let held = gw.held.clone();
+    let rid = request_id.to_string();
+    let finish = move |call: Call, step: Result<Step, GateError>| -> String {
+        let text = match step {
+            Ok(Step::Answered(answer)) => {
+                let answer = match *call.up_id == *id {
+                    true => Ok(answer),
+                    false => msg::renumbered(&answer, &id),
+                };
+                answer.map_err(GateError::UpstreamBadResponse)
+            }
+            Ok(Step::Asks(asked)) => {
+                let digest = call.digest;
+                let shown = ServerRequest {
+                    id: String::new(),
+                    method: String::new(),
+                    request: asked.request.clone(),
+                };
+                let n = held.hold(Box::new(Holding { call, asked }), life);
+                Ok(msg::input_required(&id, INPUT, &shown, &msg::held_state(n, &digest)))
+            }
+            Err(e) => Err(e),
+        };
+        let text = text.and_then(|t| match &list {
+            Some(l) => l
+                .apply(&t)
+                .map(|o| o.unwrap_or(t))
+                .map_err(GateError::UpstreamBadResponse),
+            None => Ok(t),
+        });
+        text.unwrap_or_else(|e| {
+            let rpc = serde_json::value::RawValue::from_string(id.to_string()).ok();
+            crate::mcp::transport::relay::error_json(rpc.as_deref(), e.rpc_code(), &e.to_string(), &rid)
+        })
+    };
+    let mut call = call;
+    if s.shaping.want == Want::Json {
+        let step = call.step(None).await;
+        return respond::own(finish(call, step), Want::Json, request_id);
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let task = async move {
+        let step = call.step(Some(&tx)).await;
+        let text = finish(call, step);
+        let _ = tx.send(sse::encode_json(&text, None)).await;
+    };
+    let driven = Driven {
+        task: Some(Box::pin(task)),
+        rx,
+    };
+    let mut r = Response::new(GateBody::Boxed(BodyExt::boxed_unsync(driven)));
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    respond::set_request_id(&mut r, request_id);
+    r
+}

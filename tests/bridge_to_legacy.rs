@@ -28,7 +28,11 @@ fn record(path: &Path) -> Vec<Value> {
 fn bodies(path: &Path) -> Vec<Value> {
     record(path)
         .iter()
-        .filter_map(|r| r["body"].as_str().and_then(|b| serde_json::from_str(b).ok()))
+        .filter_map(|r| {
+            r["body"]
+                .as_str()
+                .and_then(|b| serde_json::from_str(b).ok())
+        })
         .collect()
 }
 
@@ -118,7 +122,10 @@ fn ts2_client(url: &str, bearer: Option<&str>, scenario: &str) -> Value {
 /// What every full scenario sees, whatever the client.
 fn assert_full(out: &Value) {
     assert_eq!(out["echo"], "echo: hi", "{out}");
-    assert_eq!(out["read"], "contents of file:///public/readme.txt", "{out}");
+    assert_eq!(
+        out["read"], "contents of file:///public/readme.txt",
+        "{out}"
+    );
     assert_eq!(out["prompt"], "Say hello to Ada", "{out}");
     assert_eq!(out["delete"], "deleted n1", "{out}");
     assert_eq!(out["summary"], "summary: short (22)", "{out}");
@@ -132,10 +139,22 @@ async fn the_sdk_v2_client_is_served_by_a_legacy_server() {
     assert_full(&out);
     assert_eq!(out["discover"]["versions"], json!(["2026-07-28"]), "{out}");
     assert_eq!(out["discover"]["server"], "ts1-fixture", "{out}");
-    assert_eq!(out["discover"]["instructions"], "A legacy fixture.", "{out}");
+    assert_eq!(
+        out["discover"]["instructions"], "A legacy fixture.",
+        "{out}"
+    );
     assert_eq!(
         out["tools"],
-        json!(["ask_twice", "delete_note", "echo", "hang", "roots", "slow", "summarize", "touch"]),
+        json!([
+            "ask_twice",
+            "delete_note",
+            "echo",
+            "hang",
+            "roots",
+            "slow",
+            "summarize",
+            "touch"
+        ]),
         "{out}"
     );
     assert_eq!(out["slow"]["text"], "slept 150", "{out}");
@@ -159,15 +178,23 @@ async fn the_sdk_v2_client_is_served_by_a_legacy_server() {
     // The server saw legacy requests only, in one session (mcpgate's initialize first),
     // and each tool that asked ran once.
     let bodies = bodies(&s.record);
-    let inits: Vec<&Value> = bodies.iter().filter(|b| b["method"] == "initialize").collect();
+    let inits: Vec<&Value> = bodies
+        .iter()
+        .filter(|b| b["method"] == "initialize")
+        .collect();
     assert_eq!(inits.len(), 1, "{bodies:?}");
     assert_eq!(inits[0]["params"]["clientInfo"]["name"], "ts2-bridge");
     assert!(inits[0]["params"]["capabilities"]["elicitation"].is_object());
-    for r in record(&s.record).iter().filter(|r| r.get("headers").is_some()) {
+    for r in record(&s.record)
+        .iter()
+        .filter(|r| r.get("headers").is_some())
+    {
         let h = &r["headers"];
         // The era probe (a server/discover, refused) and the initialize have no session.
         if h["user-agent"] == "mcpgate-health"
-            || r["body"].as_str().is_some_and(|b| b.contains("\"initialize\""))
+            || r["body"]
+                .as_str()
+                .is_some_and(|b| b.contains("\"initialize\""))
         {
             continue;
         }
@@ -176,6 +203,183 @@ async fn the_sdk_v2_client_is_served_by_a_legacy_server() {
         assert!(h.get("mcp-method").is_none(), "{r}");
         assert!(h.get("authorization").is_none(), "{r}");
     }
-    let ran: Vec<Value> = notes(&s.record).into_iter().map(|n| n["ran"].clone()).collect();
-    assert_eq!(ran.iter().filter(|r| **r == "delete_note").count(), 1, "{ran:?}");
+    let ran: Vec<Value> = notes(&s.record)
+        .into_iter()
+        .map(|n| n["ran"].clone())
+        .collect();
+    assert_eq!(
+        ran.iter().filter(|r| **r == "delete_note").count(),
+        1,
+        "{ran:?}"
+    );
+}
+
+#[test]
+fn the_python_client_in_auto_mode_is_served_by_a_legacy_server() {
+    let s = setup("legacy", "30s");
+    let out = run_client(
+        Command::new(support::python())
+            .current_dir(peers())
+            .arg("py_bridge_client.py")
+            .args([&s.gw.url("/all"), "auto", "-"]),
+    );
+    let out: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    // It asked server/discover, got 2026-07-28, and spoke it.
+    assert_eq!(out["version"], "2026-07-28", "{out}");
+    assert_full(&out);
+    assert_eq!(out["slow"], "slept 150", "{out}");
+    assert_eq!(out["progress"], json!([1.0, 2.0, 3.0]), "{out}");
+    assert_eq!(out["roots"], "roots: file:///py", "{out}");
+    let inits = bodies(&s.record)
+        .into_iter()
+        .filter(|b| b["method"] == "initialize")
+        .count();
+    assert_eq!(inits, 1);
+}
+
+/// The 2026-07-28 fields of a request by a client that declares elicitation.
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}"#;
+
+fn delete(id: u64, note: &str, retry: Option<(&str, &str)>) -> String {
+    let retry = retry.map_or(String::new(), |(state, confirm)| {
+        format!(
+            r#","requestState":{},"inputResponses":{{"input":{{"action":"accept","content":{{"confirm":{confirm}}}}}}}"#,
+            serde_json::to_string(state).unwrap()
+        )
+    });
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"delete_note","arguments":{{"id":"{note}"}}{retry},{META}}}}}"#
+    )
+}
+
+async fn call(gw: &Gateway, token: &str, body: &str) -> Value {
+    let auth = format!("Bearer {token}");
+    let r = support::send(
+        http::Method::POST,
+        &gw.url("/team"),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "delete_note"),
+            ("accept", "application/json"),
+        ],
+        body.to_string(),
+    )
+    .await;
+    // mcpgate's refusals of a malformed request are 400s, the rest 200.
+    assert!(r.status == 200 || r.status == 400, "{}", r.body);
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.body))
+}
+
+fn ran(record: &Path, note: &str) -> usize {
+    notes(record)
+        .iter()
+        .filter(|n| n["ran"] == "delete_note" && n["id"] == note)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_is_resumed_only_by_its_own_retry() {
+    let s = setup("legacy", "30s");
+    let first = call(&s.gw, ALICE, &delete(1, "n1", None)).await;
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    assert_eq!(
+        result["inputRequests"]["input"]["method"], "elicitation/create",
+        "{first}"
+    );
+    assert_eq!(
+        result["inputRequests"]["input"]["params"]["message"],
+        "Delete note n1?"
+    );
+    let state = result["requestState"].as_str().unwrap().to_string();
+    // The client sees mcpgate's seal, not which call is held.
+    assert!(!state.contains("mcpgate-held"), "{state}");
+
+    // A retry with another argument, a forged state, another token's retry: refused, and
+    // the call still waits.
+    let changed = call(&s.gw, ALICE, &delete(2, "n9", Some((&state, "true")))).await;
+    assert_eq!(changed["error"]["code"], -32600, "{changed}");
+    assert!(
+        changed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("arguments differ"),
+        "{changed}"
+    );
+    let mut forged = state.clone().into_bytes();
+    let last = forged.len() - 3;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    let bad = call(&s.gw, ALICE, &delete(3, "n1", Some((&forged, "true")))).await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let bobs = call(&s.gw, BOB, &delete(4, "n1", Some((&state, "true")))).await;
+    assert_eq!(bobs["error"]["code"], -32602, "{bobs}");
+    assert_eq!(ran(&s.record, "n1"), 0);
+
+    // The right retry: the server gets the answer, the call ends, once.
+    let done = call(&s.gw, ALICE, &delete(5, "n1", Some((&state, "true")))).await;
+    assert_eq!(done["id"], 5, "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "deleted n1", "{done}");
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let again = call(&s.gw, ALICE, &delete(6, "n1", Some((&state, "true")))).await;
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+    assert_eq!(ran(&s.record, "n1"), 1);
+
+    // A batch cannot be bridged; a response is no way to answer.
+    let batch = post(
+        &s.gw.url("/all"),
+        &[("mcp-protocol-version", "2026-07-28")],
+        &format!("[{}]", delete(7, "n3", None)),
+    )
+    .await;
+    assert_eq!(batch.status, 400, "{}", batch.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_call_and_a_client_that_left_are_cancelled_upstream() {
+    let s = setup("legacy", "1s");
+    let first = call(&s.gw, ALICE, &delete(1, "n1", None)).await;
+    let state = first["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    // Its time is up: the server was told, and a late retry is refused.
+    assert!(
+        notes(&s.record)
+            .iter()
+            .any(|n| n["cancelled"] == "delete_note" && n["id"] == "n1"),
+        "{:?}",
+        notes(&s.record)
+    );
+    let late = call(&s.gw, ALICE, &delete(2, "n1", Some((&state, "true")))).await;
+    assert_eq!(late["error"]["code"], -32602, "{late}");
+    assert_eq!(ran(&s.record, "n1"), 0);
+
+    // A client that leaves mid-call: the server is told to stop.
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"hang","arguments":{{}},{META}}}}}"#
+    );
+    let headers =
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: hang\r\n";
+    support::post_and_hang_up(
+        s.gw.listeners["main"],
+        "/all",
+        headers,
+        &body,
+        Duration::from_millis(500),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    while !notes(&s.record).iter().any(|n| n["cancelled"] == "hang") {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            notes(&s.record)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

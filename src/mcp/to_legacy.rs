@@ -19,6 +19,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+pub use crate::upstream::bridged::Initialized;
+
 /// The revision mcpgate initializes a legacy server in: the newest legacy one.
 pub const LEGACY_VERSION: &str = "2025-11-25";
 
@@ -99,14 +101,6 @@ pub fn initialize_request(meta: &ClientMeta) -> String {
 /// The `notifications/initialized` that follows it.
 pub const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
-/// What a legacy server's `initialize` answer says: the revision it chose and its
-/// result, as JSON text.
-#[derive(Debug, Clone)]
-pub struct Initialized {
-    pub version: String,
-    pub result: String,
-}
-
 /// Reads the answer to [`initialize_request`] (one JSON-RPC message).
 pub fn initialized(text: &str) -> Result<Initialized, String> {
     #[derive(Deserialize)]
@@ -127,9 +121,11 @@ pub fn initialized(text: &str) -> Result<Initialized, String> {
             e["message"].as_str().unwrap_or("no message")
         ));
     }
-    let result = answer.result.ok_or("an initialize answer without a result")?;
-    let init: Init = serde_json::from_str(result.get())
-        .map_err(|e| format!("the initialize result: {e}"))?;
+    let result = answer
+        .result
+        .ok_or("an initialize answer without a result")?;
+    let init: Init =
+        serde_json::from_str(result.get()).map_err(|e| format!("the initialize result: {e}"))?;
     if crate::config::generation::is_modern(&init.version) {
         return Err("the server chose a 2026-07-28 revision in a legacy initialize".into());
     }
@@ -356,8 +352,12 @@ pub fn retry(body: &[u8]) -> Result<Option<Retry>, String> {
     let Some(state) = p.state.as_deref().and_then(|s| s.strip_prefix(HELD)) else {
         return Ok(None);
     };
-    let (held, digest) = state.split_once(':').ok_or("a held call's state is malformed")?;
-    let held = held.parse().map_err(|_| "a held call's state is malformed")?;
+    let (held, digest) = state
+        .split_once(':')
+        .ok_or("a held call's state is malformed")?;
+    let held = held
+        .parse()
+        .map_err(|_| "a held call's state is malformed")?;
     let mut d = [0u8; 16];
     if digest.len() != 32 {
         return Err("a held call's state is malformed".into());
@@ -405,11 +405,6 @@ pub fn cancelled(id: &str, reason: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":{reason}}}}}"#
     )
-}
-
-/// Whether `data` (one message) answers the request `id` (JSON text).
-pub fn answers(data: &str, id: &str) -> bool {
-    crate::mcp::transport::relay::response_ids(data).contains(&id)
 }
 
 /// A `subscriptions/listen` request as a legacy session serves it.
@@ -461,7 +456,10 @@ impl Listen {
             }
         }
         if !self.uris.is_empty() {
-            n.insert("resourceSubscriptions".into(), Value::from(self.uris.clone()));
+            n.insert(
+                "resourceSubscriptions".into(),
+                Value::from(self.uris.clone()),
+            );
         }
         format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"_meta":{{"io.modelcontextprotocol/subscriptionId":{}}},"notifications":{}}}}}"#,
@@ -543,9 +541,15 @@ mod tests {
         assert_eq!(r["supportedVersions"][0], "2026-07-28");
         assert_eq!(r["capabilities"]["tools"]["listChanged"], true);
         assert_eq!(r["instructions"], "be kind");
-        assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "old");
+        assert_eq!(
+            r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "old"
+        );
         assert_eq!(r["ttlMs"], 60_000);
-        assert!(initialized(r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32600,"message":"no"}}"#).is_err());
+        assert!(
+            initialized(r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32600,"message":"no"}}"#)
+                .is_err()
+        );
         assert!(initialized(r#"{"jsonrpc":"2.0","id":"x","result":{"protocolVersion":"2026-07-28","capabilities":{}}}"#).is_err());
     }
 
@@ -568,9 +572,21 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":3,"result":{"resultType":"complete" }}"#
         );
         // Another id, an error, a notification: untouched.
-        assert!(c.apply(r#"{"jsonrpc":"2.0","id":4,"result":{}}"#).unwrap().is_none());
-        assert!(c.apply(r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"}}"#).unwrap().is_none());
-        assert!(c.apply(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#).unwrap().is_none());
+        assert!(
+            c.apply(r#"{"jsonrpc":"2.0","id":4,"result":{}}"#)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            c.apply(r#"{"jsonrpc":"2.0","id":3,"error":{"code":1,"message":"m"}}"#)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            c.apply(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#)
+                .unwrap()
+                .is_none()
+        );
         let list = Completes {
             id: "\"a\"".into(),
             ttl_ms: Some(5000),
@@ -596,7 +612,10 @@ mod tests {
         let v: Value =
             serde_json::from_str(&input_required("\"c1\"", "k0", &asked, &state)).unwrap();
         assert_eq!(v["result"]["resultType"], "input_required");
-        assert_eq!(v["result"]["inputRequests"]["k0"]["params"]["message"], "Sure?");
+        assert_eq!(
+            v["result"]["inputRequests"]["k0"]["params"]["message"],
+            "Sure?"
+        );
         assert!(server_request(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#).is_none());
         assert!(server_request(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_none());
         let body = format!(
@@ -604,8 +623,15 @@ mod tests {
         );
         let r = retry(body.as_bytes()).unwrap().unwrap();
         assert_eq!((r.held, r.digest), (42, [0xab; 16]));
-        assert_eq!(r.responses, vec![("k0".into(), r#"{"action":"accept"}"#.into())]);
-        assert!(retry(br#"{"params":{"requestState":"upstream's own"}}"#).unwrap().is_none());
+        assert_eq!(
+            r.responses,
+            vec![("k0".into(), r#"{"action":"accept"}"#.into())]
+        );
+        assert!(
+            retry(br#"{"params":{"requestState":"upstream's own"}}"#)
+                .unwrap()
+                .is_none()
+        );
         assert!(retry(br#"{"params":{"requestState":"mcpgate-held:x:y"}}"#).is_err());
         assert_eq!(
             answer_to_server("0", r#"{"action":"accept"}"#),
@@ -631,19 +657,37 @@ mod tests {
     fn a_listen_stream_carries_what_it_asked_for() {
         let l = Listen::of(br#"{"jsonrpc":"2.0","id":"L","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["file:///a"]}}}"#).unwrap();
         let ack: Value = serde_json::from_str(&l.acknowledged()).unwrap();
-        assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L");
+        assert_eq!(
+            ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            "L"
+        );
         assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true);
-        assert_eq!(ack["params"]["notifications"]["resourceSubscriptions"][0], "file:///a");
+        assert_eq!(
+            ack["params"]["notifications"]["resourceSubscriptions"][0],
+            "file:///a"
+        );
         let tools: Value = serde_json::from_str(
             &l.carry(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#)
                 .unwrap(),
         )
         .unwrap();
-        assert_eq!(tools["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L");
-        assert!(l.carry(r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#).is_none());
+        assert_eq!(
+            tools["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            "L"
+        );
+        assert!(
+            l.carry(r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#)
+                .is_none()
+        );
         assert!(l.carry(r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#).is_some());
         assert!(l.carry(r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b"}}"#).is_none());
-        assert!(l.carry(r#"{"jsonrpc":"2.0","id":5,"method":"roots/list"}"#).is_none());
-        assert!(Listen::of(br#"{"id":1,"params":{"notifications":{"resourceSubscriptions":"x"}}}"#).is_err());
+        assert!(
+            l.carry(r#"{"jsonrpc":"2.0","id":5,"method":"roots/list"}"#)
+                .is_none()
+        );
+        assert!(
+            Listen::of(br#"{"id":1,"params":{"notifications":{"resourceSubscriptions":"x"}}}"#)
+                .is_err()
+        );
     }
 }

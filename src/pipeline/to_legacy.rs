@@ -104,8 +104,7 @@ async fn speaks_legacy(live: &Live, upstream: &Upstream) -> bool {
                     return false;
                 };
                 let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
-                let era =
-                    crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
+                let era = crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
                 if let Some(era) = era {
                     state.endpoints[i].set_era(era);
                 }
@@ -347,7 +346,7 @@ pub(super) async fn post(
         .fresh_for();
     let completes = Completes {
         id: b.id.clone(),
-        ttl_ms: msg::cacheable(&b.method).then(|| fresh.as_millis() as u64),
+        ttl_ms: msg::cacheable(&b.method).then_some(fresh.as_millis() as u64),
     };
     s.shaping.complete(s.live, s.profile, completes);
     if let Some(retry) = held {
@@ -532,11 +531,14 @@ impl Call {
     /// Reads the server's stream until the call's answer or a request for the client,
     /// passing what comes before (progress, logs) to `tx`. The server's `ping` is answered
     /// here; a request the bridge does not carry gets an error.
-    async fn step(&mut self, tx: Option<&tokio::sync::mpsc::Sender<Bytes>>) -> Result<Step, GateError> {
+    async fn step(
+        &mut self,
+        tx: Option<&tokio::sync::mpsc::Sender<Bytes>>,
+    ) -> Result<Step, GateError> {
         loop {
             while let Some(ev) = self.decoder.next_event() {
                 let Some(data) = ev.data else { continue };
-                if msg::answers(&data, &self.up_id) {
+                if crate::mcp::transport::relay::response_ids(&data).contains(&&*self.up_id) {
                     self.body = None;
                     return Ok(Step::Answered(data));
                 }
@@ -635,10 +637,8 @@ impl Drop for Call {
             return;
         };
         let (live, profile) = (self.live.clone(), self.profile.clone());
-        let (fields, forwarded_for) = (
-            std::mem::take(&mut self.fields),
-            self.forwarded_for.clone(),
-        );
+        let (fields, forwarded_for) =
+            (std::mem::take(&mut self.fields), self.forwarded_for.clone());
         let session = self.session.clone();
         let cancel = Bytes::from(msg::cancelled(
             &self.up_id,
@@ -731,7 +731,12 @@ async fn drive(
                     request: asked.request.clone(),
                 };
                 let n = held.hold(Box::new(Holding { call, asked }), life);
-                Ok(msg::input_required(&id, INPUT, &shown, &msg::held_state(n, &digest)))
+                Ok(msg::input_required(
+                    &id,
+                    INPUT,
+                    &shown,
+                    &msg::held_state(n, &digest),
+                ))
             }
             Err(e) => Err(e),
         };
@@ -744,7 +749,12 @@ async fn drive(
         });
         text.unwrap_or_else(|e| {
             let rpc = serde_json::value::RawValue::from_string(id.to_string()).ok();
-            crate::mcp::transport::relay::error_json(rpc.as_deref(), e.rpc_code(), &e.to_string(), &rid)
+            crate::mcp::transport::relay::error_json(
+                rpc.as_deref(),
+                e.rpc_code(),
+                &e.to_string(),
+                &rid,
+            )
         })
     };
     let mut call = call;
@@ -768,7 +778,10 @@ async fn drive(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
-    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
     respond::set_request_id(&mut r, request_id);
     r
 }

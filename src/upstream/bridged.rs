@@ -7,7 +7,6 @@
 //! go (the caller's next request opens it anew). Two requests of one caller at once open
 //! one session: the second waits for the first's `initialize`.
 
-use crate::mcp::to_legacy::Initialized;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -18,6 +17,14 @@ pub const MAX_SESSIONS: usize = 4_096;
 /// Which session a request is served in: its caller key, then its client's digest
 /// (`ClientMeta::digest`).
 pub type Key = [u8; 32];
+
+/// What a legacy server's answer to mcpgate's `initialize` says: the revision it chose
+/// and its result, as JSON text.
+#[derive(Debug, Clone)]
+pub struct Initialized {
+    pub version: String,
+    pub result: String,
+}
 
 /// An opened session.
 #[derive(Debug)]
@@ -48,9 +55,14 @@ impl Sessions {
         }
         let mut evicted = None;
         if map.len() >= MAX_SESSIONS
-            && let Some(oldest) = map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k)
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
         {
-            evicted = map.remove(&oldest).and_then(|(slot, _)| slot.get().cloned());
+            evicted = map
+                .remove(&oldest)
+                .and_then(|(slot, _)| slot.get().cloned());
         }
         let slot = Slot::default();
         map.insert(*key, (slot.clone(), now));

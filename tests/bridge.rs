@@ -515,13 +515,15 @@ auth = "none"
     assert_eq!(ts["changed"], 1, "{ts}");
     let py = py_client(&gw.url("/all"), "legacy", None);
     full_scenario_holds(&py, "file:///py");
-    // And `legacy` is refused on a stdio upstream, for now, with its reason.
+    // A value that names no generation is refused with the three that do.
     let refused =
-        Gateway::try_start(&text.replace(r#"protocol = "modern""#, r#"protocol = "legacy""#))
+        Gateway::try_start(&text.replace(r#"protocol = "modern""#, r#"protocol = "old""#))
             .err()
             .expect("refused");
     assert!(
-        refused.1.contains("not supported on a stdio upstream yet"),
+        refused
+            .1
+            .contains(r#"protocol is "auto", "modern" or "legacy" on a stdio upstream"#),
         "{}",
         refused.1
     );

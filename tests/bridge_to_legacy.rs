@@ -383,3 +383,64 @@ async fn an_unanswered_call_and_a_client_that_left_are_cancelled_upstream() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The same clients in front of the SDK v1 server run as a stdio child that speaks only
+/// the legacy protocol (`protocol = "legacy"`): mcpgate initializes it for each caller and
+/// client, and bridges the rest as over HTTP.
+#[test]
+fn modern_sdk_clients_are_served_by_a_legacy_stdio_child() {
+    let node = node22();
+    let server = peers().join("ts1_server.mjs");
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.kid]
+command = [{node:?}, {server:?}, "--stdio"]
+protocol = "legacy"
+timeout = "10s"
+
+[profiles.all]
+upstream = "kid"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/all"
+profile = "all"
+auth = "none"
+"#
+    );
+    let gw = Gateway::start(&text);
+    let check = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["check", "--config"])
+        .arg(gw.config_path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        printed.contains("protocol: legacy (sessions only; 2026-07-28 clients bridged)"),
+        "{printed}"
+    );
+    let ts = ts2_client(&gw.url("/all"), None, "full");
+    assert_full(&ts);
+    assert_eq!(ts["slow"]["progress"], json!([1, 2, 3]), "{ts}");
+    assert_eq!(ts["roots"], "roots: file:///modern", "{ts}");
+    assert_eq!(
+        ts["listen"],
+        json!(["tools", "updated file:///public/readme.txt"]),
+        "{ts}"
+    );
+    let out = run_client(
+        Command::new(support::python())
+            .current_dir(peers())
+            .arg("py_bridge_client.py")
+            .args([&gw.url("/all"), "auto", "-"]),
+    );
+    let py: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(py["version"], "2026-07-28", "{py}");
+    assert_full(&py);
+    assert_eq!(py["roots"], "roots: file:///py", "{py}");
+}

@@ -31,8 +31,9 @@ use crate::mcp::rounds::may_ask;
 use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, ServerRequest};
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::sse;
-use crate::upstream::bridged::{Key, Opened};
+use crate::upstream::bridged::{Key, Opened, Sessions};
 use crate::upstream::encode::{InSession, Outgoing};
+use crate::upstream::registry::UpstreamState;
 use crate::upstream::session::EndpointId;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Response, StatusCode};
@@ -88,15 +89,14 @@ pub(super) async fn open(
     }))
 }
 
-/// Whether an HTTP upstream speaks only the legacy protocol.
+/// Whether an upstream speaks only the legacy protocol.
 async fn speaks_legacy(live: &Live, upstream: &Upstream) -> bool {
     let state = live.upstream(upstream);
-    if state.stdio.is_some() {
-        return false;
-    }
     match upstream.protocol {
         Protocol::Legacy => true,
         Protocol::Modern => false,
+        // A stdio child runs in each request's generation.
+        Protocol::Auto if state.stdio.is_some() => false,
         Protocol::Auto => match state.era(upstream) {
             Some(era) => era == Era::Legacy,
             None => {
@@ -139,42 +139,58 @@ impl Sending<'_> {
     }
 }
 
-/// A session of the caller's on the server: where it is and what it is.
+/// A session of the caller's on the server: where it is (the endpoint and its place; none
+/// for a stdio child) and what it is.
 #[derive(Clone)]
 struct Session {
-    endpoint: EndpointId,
-    at: usize,
+    endpoint: Option<EndpointId>,
+    at: Option<usize>,
     opened: Arc<Opened>,
 }
 
 impl Session {
     fn to(&self) -> InSession<'_> {
         InSession {
-            endpoint: Some(self.endpoint),
+            endpoint: self.endpoint,
             session: self.opened.id.as_deref(),
             version: &self.opened.init.version,
         }
     }
 }
 
-/// The caller's session on an endpoint the balancer picks, opened if it has none there.
+/// Where the sessions of endpoint `at` (none: the stdio child's) are kept.
+fn sessions(state: &UpstreamState, at: Option<usize>) -> Option<&Sessions> {
+    match at {
+        Some(i) => Some(&state.endpoints[i].bridged),
+        None => state.stdio.as_ref().map(|s| &s.bridged),
+    }
+}
+
+/// The caller's session on an endpoint the balancer picks (or the stdio child), opened if
+/// it has none there.
 async fn session(s: &Sending<'_>, b: &ToLegacy) -> Result<Session, GateError> {
     let upstream = &s.profile.upstream;
     let state = s.live.upstream(upstream);
-    let at = state
-        .pick(upstream, &[])
-        .ok_or(GateError::NoHealthyEndpoint)?;
-    let endpoint = &state.endpoints[at];
-    let (slot, evicted) = endpoint.bridged.slot(&b.key);
+    let at = match state.stdio {
+        Some(_) => None,
+        None => Some(
+            state
+                .pick(upstream, &[])
+                .ok_or(GateError::NoHealthyEndpoint)?,
+        ),
+    };
+    let endpoint = at.map(|i| state.endpoints[i].id);
+    let table = sessions(state, at).ok_or(GateError::NoHealthyEndpoint)?;
+    let (slot, evicted) = table.slot(&b.key);
     if let Some(gone) = evicted {
-        end_session(s.live.clone(), s.profile.clone(), endpoint.id, gone);
+        end_session(s.live.clone(), s.profile.clone(), endpoint, gone);
     }
     let opened = slot
-        .get_or_try_init(|| initialize(s, endpoint.id, &b.meta))
+        .get_or_try_init(|| initialize(s, endpoint, &b.meta))
         .await?
         .clone();
     Ok(Session {
-        endpoint: endpoint.id,
+        endpoint,
         at,
         opened,
     })
@@ -184,12 +200,12 @@ async fn session(s: &Sending<'_>, b: &ToLegacy) -> Result<Session, GateError> {
 /// `notifications/initialized`.
 async fn initialize(
     s: &Sending<'_>,
-    endpoint: EndpointId,
+    endpoint: Option<EndpointId>,
     meta: &ClientMeta,
 ) -> Result<Arc<Opened>, GateError> {
     let upstream = &s.profile.upstream;
     let to = InSession {
-        endpoint: Some(endpoint),
+        endpoint,
         session: None,
         version: msg::LEGACY_VERSION,
     };
@@ -204,7 +220,7 @@ async fn initialize(
     let init = msg::initialized(&text).map_err(GateError::UpstreamBadResponse)?;
     let opened = Opened { id, init };
     let to = InSession {
-        endpoint: Some(endpoint),
+        endpoint,
         session: opened.id.as_deref(),
         version: &opened.init.version,
     };
@@ -221,7 +237,12 @@ async fn drain(answer: Answer) {
 }
 
 /// Ends a session let go to make room (best effort: the server forgets it either way).
-fn end_session(live: Arc<Live>, profile: Arc<Profile>, endpoint: EndpointId, gone: Arc<Opened>) {
+fn end_session(
+    live: Arc<Live>,
+    profile: Arc<Profile>,
+    endpoint: Option<EndpointId>,
+    gone: Arc<Opened>,
+) {
     let Some(id) = gone.id.clone() else { return };
     tokio::spawn(async move {
         let fields = Fields::default();
@@ -231,7 +252,7 @@ fn end_session(live: Arc<Live>, profile: Arc<Profile>, endpoint: EndpointId, gon
             &fields,
             &forwarded_for,
             InSession {
-                endpoint: Some(endpoint),
+                endpoint,
                 session: Some(&id),
                 version: &gone.init.version,
             },
@@ -299,10 +320,9 @@ async fn send(
             Err(_) => false,
         };
         if gone {
-            let state = s.live.upstream(upstream);
-            state.endpoints[session.at]
-                .bridged
-                .forget(&b.key, &session.opened);
+            if let Some(table) = sessions(s.live.upstream(upstream), session.at) {
+                table.forget(&b.key, &session.opened);
+            }
             if tries < 2 {
                 continue;
             }
@@ -358,12 +378,12 @@ pub(super) async fn post(
     let streams = answer.response.status() == StatusCode::OK
         && wire::headval::body_format(answer.response.headers()) == wire::headval::BodyFormat::Sse;
     if !may_ask(&b.method) || !streams {
-        s.shaping.answered_by(Some(session.endpoint));
+        s.shaping.answered_by(session.endpoint);
         return respond::answer(gw, answer, s.shaping, upstream, ctx).await;
     }
     gw.metrics.observe_upstream(&upstream.name, answer.took);
     ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
-    s.shaping.answered_by(Some(session.endpoint));
+    s.shaping.answered_by(session.endpoint);
     let (_, body) = answer.response.into_parts();
     let call = Call {
         live: s.live.clone(),

@@ -80,10 +80,14 @@ impl UpstreamState {
 
     /// The generation the upstream speaks, as configured or as its endpoints showed when
     /// probed (the first that has answered); `None` while unknown. A stdio upstream runs
-    /// its processes in the generation of each request, unless it is `modern`.
+    /// its processes in the generation of each request, unless it is `modern` or `legacy`.
     pub fn era(&self, upstream: &Upstream) -> Option<Era> {
         if self.stdio.is_some() {
-            return (upstream.protocol == Protocol::Modern).then_some(Era::Modern);
+            return match upstream.protocol {
+                Protocol::Modern => Some(Era::Modern),
+                Protocol::Legacy => Some(Era::Legacy),
+                Protocol::Auto => None,
+            };
         }
         match upstream.protocol {
             Protocol::Modern => Some(Era::Modern),

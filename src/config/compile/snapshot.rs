@@ -263,8 +263,11 @@ impl Snapshot {
                 out,
                 "    protocol: {}",
                 match u.protocol {
-                    super::upstreams::Protocol::Legacy if u.stdio.is_some() => {
+                    super::upstreams::Protocol::Auto if u.stdio.is_some() => {
                         "auto (each request's own generation: a process for each)"
+                    }
+                    super::upstreams::Protocol::Legacy if u.stdio.is_some() => {
+                        "legacy (sessions only; 2026-07-28 clients bridged)"
                     }
                     super::upstreams::Protocol::Modern if u.stdio.is_some() => {
                         "modern (2026-07-28; legacy clients bridged)"
@@ -273,7 +276,9 @@ impl Snapshot {
                         "auto (probed with server/discover: 2026-07-28 if it answers, else legacy)"
                     }
                     super::upstreams::Protocol::Modern => "modern (2026-07-28)",
-                    super::upstreams::Protocol::Legacy => "legacy (sessions)",
+                    super::upstreams::Protocol::Legacy => {
+                        "legacy (sessions; 2026-07-28 clients bridged)"
+                    }
                 }
             );
             if let Some(c) = &u.stdio {

@@ -565,22 +565,18 @@ impl Compiler<'_> {
             },
         };
         // A child runs in the generation of each request (`auto`), or speaks only 2026-07-28
-        // (`modern`: legacy clients are bridged to it, SPEC §15).
+        // (`modern`: legacy clients are bridged to it), or only the legacy protocol
+        // (`legacy`: 2026-07-28 clients are bridged to it), SPEC §15.
         let protocol = match u.protocol.as_ref() {
-            None => Protocol::Legacy,
+            None => Protocol::Auto,
             Some(v) => match v.get_ref().as_str() {
-                "auto" => Protocol::Legacy,
+                "auto" => Protocol::Auto,
                 "modern" => Protocol::Modern,
-                "legacy" => {
-                    return fail(
-                        v.span(),
-                        "protocol = \"legacy\" is not supported on a stdio upstream yet: mcpgate runs each request's generation (\"auto\") or bridges legacy clients to a 2026-07-28 child (\"modern\")",
-                    );
-                }
+                "legacy" => Protocol::Legacy,
                 _ => {
                     return fail(
                         v.span(),
-                        "protocol is \"auto\" or \"modern\" on a stdio upstream",
+                        "protocol is \"auto\", \"modern\" or \"legacy\" on a stdio upstream",
                     );
                 }
             },

@@ -79,6 +79,8 @@ pub struct StdioUpstream {
     command: Arc<StdioCommand>,
     started: Instant,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The sessions mcpgate opened for 2026-07-28 clients of a legacy child (the bridge).
+    pub bridged: crate::upstream::bridged::Sessions,
     /// Shared mode: the process, and the answer to its `initialize` (the `result`).
     shared: tokio::sync::Mutex<Option<(Arc<Child>, Option<Value>)>>,
     /// Modern callers, each with its process (`per_client`) or the modern one (`shared`).
@@ -109,6 +111,7 @@ impl StdioUpstream {
             command,
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
+            bridged: Default::default(),
             shared: tokio::sync::Mutex::new(None),
             callers: Mutex::new(HashMap::new()),
             modern: tokio::sync::Mutex::new(None),
@@ -134,8 +137,13 @@ impl StdioUpstream {
         era: Era,
         caller: Option<CallerKey>,
         bridged: bool,
+        in_session: Option<&crate::upstream::encode::InSession<'_>>,
     ) -> Result<Response<UpstreamBody>, GateError> {
-        let session = fields.get(FieldKind::McpSessionId);
+        // A 2026-07-28 client bridged to a legacy child is served in mcpgate's session.
+        let (session, era) = match in_session {
+            Some(to) => (to.session, Era::Legacy),
+            None => (fields.get(FieldKind::McpSessionId), era),
+        };
         match *method {
             Method::POST if era == Era::Modern => {
                 self.post_modern(caller.unwrap_or_default(), fields, body, bridged)

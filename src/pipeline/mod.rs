@@ -232,9 +232,13 @@ async fn post<'s>(
         Era::Modern => None,
     };
     // A 2026-07-28 request to a server of the legacy protocol only (the bridge, SPEC §15).
-    let to_legacy = match ctx.era {
-        Era::Modern => to_legacy::open(live, profile, &payload, &bytes, ctx).await?,
-        Era::Legacy => None,
+    let (to_legacy, maybe_legacy) = match ctx.era {
+        Era::Modern => match to_legacy::open(live, profile, &payload, &bytes, ctx)? {
+            to_legacy::Bridging::Now(b) => (Some(b), None),
+            to_legacy::Bridging::IfRefused(b) => (None, Some(b)),
+            to_legacy::Bridging::No => (None, None),
+        },
+        Era::Legacy => (None, None),
     };
     // A legacy initialize to a server nobody has probed: its answer may show it speaks
     // only 2026-07-28, and the initialize is then bridged.
@@ -357,9 +361,25 @@ async fn post<'s>(
         if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
             out.caller = Some(rounds::caller(ctx));
         }
-        let again = may_refuse.then(|| (out.body.clone(), out.timeout));
+        let again = (may_refuse || maybe_legacy.is_some()).then(|| (out.body.clone(), out.timeout));
         let answer = forward::send(live, upstream, out).await?;
-        let answer = match again {
+        if let (Some(down), Some((body, timeout))) = (maybe_legacy, &again)
+            && to_legacy::refused_as_modern(live, upstream, &answer).await
+        {
+            drop(answer);
+            let sending = sending(
+                live,
+                profile,
+                peer,
+                ctx,
+                &req,
+                shaping,
+                body.clone(),
+                *timeout,
+            );
+            return to_legacy::post(gw, down, sending, ctx).await;
+        }
+        let answer = match again.filter(|_| may_refuse) {
             None => answer,
             Some((body, timeout)) => match bridge::refused_as_legacy(live, upstream, answer).await?
             {

@@ -57,61 +57,81 @@ pub(super) struct ToLegacy {
     id: Box<str>,
 }
 
-/// Whether a modern request must be bridged: its upstream speaks only the legacy
-/// protocol, as configured (`protocol = "legacy"`) or as it showed (`auto`: its answer to
-/// a `server/discover`, asked now if no one has yet).
-pub(super) async fn open(
+/// Whether a modern request is bridged: `Now` when its upstream speaks only the legacy
+/// protocol, as configured (`protocol = "legacy"`) or as it showed; `IfRefused` when no one
+/// knows yet (`auto`): the request goes as it came, and if the server refuses it, a
+/// `server/discover` shows whether it is legacy (mcpgate sends a server nothing before it
+/// has refused a client's request).
+pub(super) enum Bridging {
+    No,
+    Now(ToLegacy),
+    IfRefused(ToLegacy),
+}
+
+pub(super) fn open(
     live: &Live,
     profile: &Profile,
     payload: &Payload<'_>,
     body: &[u8],
     ctx: &Ctx<'_>,
-) -> Result<Option<ToLegacy>, GateError> {
+) -> Result<Bridging, GateError> {
     let upstream = &profile.upstream;
-    if !speaks_legacy(live, upstream).await {
-        return Ok(None);
+    let state = live.upstream(upstream);
+    let now = match (upstream.protocol, state.era(upstream)) {
+        (Protocol::Legacy, _) => true,
+        (Protocol::Modern, _) => false,
+        // A stdio child left at `auto` runs each request's generation.
+        (Protocol::Auto, _) if state.stdio.is_some() => return Ok(Bridging::No),
+        (Protocol::Auto, Some(era)) => era == Era::Legacy,
+        (Protocol::Auto, None) => false,
+    };
+    let unknown = upstream.protocol == Protocol::Auto && state.era(upstream).is_none();
+    if !now && !unknown {
+        return Ok(Bridging::No);
     }
     let Payload::Single(m) = payload else {
-        return Err(GateError::InvalidRequest(
-            "a batch cannot be bridged to a legacy server: send its messages one by one".into(),
-        ));
+        return match now {
+            true => Err(GateError::InvalidRequest(
+                "a batch cannot be bridged to a legacy server: send its messages one by one".into(),
+            )),
+            false => Ok(Bridging::No),
+        };
     };
     let meta = ClientMeta::of(body);
     let mut key = [0u8; 32];
     key[..16].copy_from_slice(&super::rounds::caller(ctx));
     key[16..].copy_from_slice(&meta.digest());
-    Ok(Some(ToLegacy {
+    let b = ToLegacy {
         key,
         meta,
         kind: m.kind,
         method: m.method().unwrap_or("").into(),
         id: m.id_text().unwrap_or("null").into(),
-    }))
+    };
+    Ok(if now {
+        Bridging::Now(b)
+    } else {
+        Bridging::IfRefused(b)
+    })
 }
 
-/// Whether an upstream speaks only the legacy protocol.
-async fn speaks_legacy(live: &Live, upstream: &Upstream) -> bool {
-    let state = live.upstream(upstream);
-    match upstream.protocol {
-        Protocol::Legacy => true,
-        Protocol::Modern => false,
-        // A stdio child runs in each request's generation.
-        Protocol::Auto if state.stdio.is_some() => false,
-        Protocol::Auto => match state.era(upstream) {
-            Some(era) => era == Era::Legacy,
-            None => {
-                let Some(i) = state.pick(upstream, &[]) else {
-                    return false;
-                };
-                let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
-                let era = crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
-                if let Some(era) = era {
-                    state.endpoints[i].set_era(era);
-                }
-                era == Some(Era::Legacy)
-            }
-        },
+/// After an `auto` upstream of unknown era refused a modern request (a 4xx): whether the
+/// endpoint that refused it speaks only the legacy protocol, as its answer to a
+/// `server/discover` shows (which also settles its era for the next requests).
+pub(super) async fn refused_as_modern(live: &Live, upstream: &Upstream, answer: &Answer) -> bool {
+    if !answer.response.status().is_client_error() {
+        return false;
     }
+    let state = live.upstream(upstream);
+    let Some(i) = answer.endpoint.and_then(|e| state.named(&e)) else {
+        return false;
+    };
+    let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
+    let era = crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
+    if let Some(era) = era {
+        state.endpoints[i].set_era(era);
+    }
+    era == Some(Era::Legacy)
 }
 
 impl Sending<'_> {

@@ -18,6 +18,18 @@ pub const MAX_SESSIONS: usize = 4_096;
 /// (`ClientMeta::digest`).
 pub type Key = [u8; 32];
 
+/// Where a request bridged to a legacy server goes: the endpoint its session is on (none
+/// yet for the `initialize` that opens it), the server's session id (none for a server
+/// without sessions) and the revision it chose. The client's 2026-07-28 header fields
+/// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) stay here; the request gets the
+/// revision's.
+#[derive(Clone, Copy)]
+pub struct InSession<'a> {
+    pub endpoint: Option<super::session::EndpointId>,
+    pub session: Option<&'a [u8]>,
+    pub version: &'a str,
+}
+
 /// What a legacy server's answer to mcpgate's `initialize` says: the revision it chose
 /// and its result, as JSON text.
 #[derive(Debug, Clone)]

@@ -50,6 +50,8 @@ fn listed_by_connection(fields: &Fields) -> smallvec::SmallVec<[&str; 2]> {
         .collect()
 }
 
+pub use super::bridged::InSession;
+
 pub struct Outgoing<'a> {
     pub method: Method,
     /// Whether the request deadline also bounds the answer's body. Not for long-lived
@@ -86,18 +88,6 @@ pub struct Outgoing<'a> {
     /// A 2026-07-28 client's request bridged to a legacy server: sent in the session
     /// mcpgate holds for the caller there (`upstream::bridged`).
     pub in_session: Option<InSession<'a>>,
-}
-
-/// Where a request bridged to a legacy server goes: the endpoint its session is on (none
-/// yet for the `initialize` that opens it), the server's session id (none for a server
-/// without sessions) and the revision it chose. The client's 2026-07-28 header fields
-/// (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) stay here; the request gets the
-/// revision's.
-#[derive(Clone, Copy)]
-pub struct InSession<'a> {
-    pub endpoint: Option<crate::upstream::session::EndpointId>,
-    pub session: Option<&'a [u8]>,
-    pub version: &'a str,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from

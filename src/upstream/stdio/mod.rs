@@ -128,7 +128,8 @@ impl StdioUpstream {
     }
 
     /// Answers one request as the process's Streamable HTTP server would. A modern one
-    /// comes with its caller.
+    /// comes with its caller; a bridged one with mcpgate's session (`in_session`).
+    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         method: &Method,
@@ -137,7 +138,7 @@ impl StdioUpstream {
         era: Era,
         caller: Option<CallerKey>,
         bridged: bool,
-        in_session: Option<&crate::upstream::encode::InSession<'_>>,
+        in_session: Option<&crate::upstream::bridged::InSession<'_>>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         // A 2026-07-28 client bridged to a legacy child is served in mcpgate's session.
         let (session, era) = match in_session {

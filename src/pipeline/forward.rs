@@ -7,6 +7,8 @@
 //!   endpoint the id names, carrying the upstream's own id. An id that does not open, an
 //!   endpoint that left the set, is out (unhealthy, ejected) or cannot be reached: 404,
 //!   the MCP signal to initialize anew.
+//! - A 2026-07-28 client's request bridged to a legacy server goes likewise to the
+//!   endpoint of the session mcpgate holds for it there (`upstream::bridged`).
 //! - Any other request goes to the endpoint the balancer picks; if no connection could
 //!   be made or the request could not be written, to another one (each at most once).
 //!   A request that may have reached an endpoint is never sent again. None available:
@@ -75,39 +77,26 @@ pub async fn send(
     let trying = AtomicUsize::new(usize::MAX);
     // Waiting for the session's earlier requests counts in the deadline.
     let sent = async {
-        if let Some(to) = out.in_session.as_ref().filter(|to| to.endpoint.is_some()) {
-            // mcpgate's own session is on one endpoint: there or nowhere (404, and the
-            // bridge opens another).
-            let i = to
+        // A request in a known session goes to the endpoint that holds it or nowhere (404,
+        // the signal to open another): the client's sealed session, or the one mcpgate
+        // holds there for a 2026-07-28 client of a legacy server (the bridge).
+        let held = match (&out.in_session, &state.sealer, session) {
+            (Some(to), _, _) => to
                 .endpoint
-                .and_then(|id| state.named(&id))
-                .filter(|&i| state.endpoints[i].available(outlier))
-                .ok_or(GateError::SessionNotFound)?;
-            trying.store(i, Ordering::Relaxed);
-            let request = encode(upstream, &upstream.endpoints[i], &out, to.session)?;
-            let endpoint = &state.endpoints[i];
-            return match exchange(endpoint, &out, &request, session).await {
-                Ok(r) => Ok((r, i)),
-                Err(e) => {
-                    endpoint.failed(outlier);
-                    let unsent = unsent(&e);
-                    let error = upstream_error(upstream, endpoint, e);
-                    Err(if unsent {
-                        GateError::SessionNotFound
-                    } else {
-                        error
-                    })
-                }
-            };
-        }
-        if let (Some(sealer), Some(sealed), None) = (&state.sealer, session, &out.in_session) {
-            let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
+                .map(|e| (e, to.session.map(std::borrow::Cow::Borrowed))),
+            (None, Some(sealer), Some(sealed)) => {
+                let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
+                Some((id, Some(std::borrow::Cow::Owned(inner))))
+            }
+            _ => None,
+        };
+        if let Some((id, inner)) = held {
             let i = state
                 .named(&id)
                 .filter(|&i| state.endpoints[i].available(outlier))
                 .ok_or(GateError::SessionNotFound)?;
             trying.store(i, Ordering::Relaxed);
-            let request = encode(upstream, &upstream.endpoints[i], &out, Some(&inner))?;
+            let request = encode(upstream, &upstream.endpoints[i], &out, inner.as_deref())?;
             let endpoint = &state.endpoints[i];
             return match exchange(endpoint, &out, &request, session).await {
                 Ok(r) => Ok((r, i)),

@@ -82,12 +82,6 @@ impl ClientMeta {
         h.update(self.info.as_bytes());
         h.finalize()[..16].try_into().expect("16 of 32 bytes")
     }
-
-    /// Whether the client declared `capability` (`elicitation`, `sampling`, `roots`).
-    pub fn declares(&self, capability: &str) -> bool {
-        serde_json::from_str::<serde_json::Map<String, Value>>(&self.capabilities)
-            .is_ok_and(|m| m.get(capability).is_some_and(Value::is_object))
-    }
 }
 
 /// The `initialize` mcpgate sends a legacy server for a modern client.
@@ -286,14 +280,13 @@ pub fn server_request(data: &str) -> Option<ServerRequest> {
     })
 }
 
-/// The `input_required` answer to request `id` (JSON text): the server's request, under
-/// `key`, and the state naming the held call `held` of digest `digest`.
-pub fn input_required(id: &str, key: &str, asked: &ServerRequest, state: &str) -> String {
+/// The `input_required` answer to request `id` (JSON text): the server's `request`
+/// (`ServerRequest::request`) under `key`, and `state` ([`held_state`]).
+pub fn input_required(id: &str, key: &str, request: &str, state: &str) -> String {
     let key = serde_json::to_string(key).expect("a string serializes");
     let state = serde_json::to_string(state).expect("a string serializes");
     format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{{key}:{}}},"requestState":{state}}}}}"#,
-        asked.request
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"input_required","inputRequests":{{{key}:{request}}},"requestState":{state}}}}}"#
     )
 }
 
@@ -520,8 +513,6 @@ mod tests {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}}"#;
         let m = ClientMeta::of(body);
         assert_eq!(m.capabilities, r#"{"elicitation":{"form":{}}}"#);
-        assert!(m.declares("elicitation"));
-        assert!(!m.declares("sampling"));
         let bare = ClientMeta::of(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
         assert_eq!(bare.capabilities, "{}");
         assert_ne!(m.digest(), bare.digest());
@@ -610,7 +601,7 @@ mod tests {
         assert_eq!(asked.method, "elicitation/create");
         let state = held_state(42, &[0xab; 16]);
         let v: Value =
-            serde_json::from_str(&input_required("\"c1\"", "k0", &asked, &state)).unwrap();
+            serde_json::from_str(&input_required("\"c1\"", "k0", &asked.request, &state)).unwrap();
         assert_eq!(v["result"]["resultType"], "input_required");
         assert_eq!(
             v["result"]["inputRequests"]["k0"]["params"]["message"],

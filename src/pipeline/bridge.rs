@@ -200,9 +200,22 @@ impl Sending<'_> {
         name: Option<String>,
     ) -> Outgoing<'s> {
         Outgoing {
-            method: Method::POST,
+            era: Era::Modern,
+            // A 2026-07-28 stdio child: a process per caller, as for modern clients.
+            caller: Some(caller),
+            mcp_name: name,
+            bridged: Some(method),
+            ..self.outgoing(Method::POST, body)
+        }
+    }
+
+    /// The request's own parts as they go upstream, with `method` and `body`; the bridge
+    /// of each direction fills in the rest.
+    pub(super) fn outgoing(&self, method: Method, body: Bytes) -> Outgoing<'_> {
+        Outgoing {
+            body_deadline: method != Method::GET && !self.shaping.long_lived(),
+            method,
             timeout: self.timeout,
-            body_deadline: !self.shaping.long_lived(),
             query: self.query,
             fields: self.fields,
             body,
@@ -212,11 +225,10 @@ impl Sending<'_> {
             underscores: self.live.server.underscores_in_headers,
             trace: self.trace.as_ref(),
             pinned: None,
-            era: Era::Modern,
-            // A 2026-07-28 stdio child: a process per caller, as for modern clients.
-            caller: Some(caller),
-            mcp_name: name,
-            bridged: Some(method),
+            era: Era::Legacy,
+            caller: None,
+            mcp_name: None,
+            bridged: None,
             in_session: None,
         }
     }

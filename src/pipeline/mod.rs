@@ -367,6 +367,7 @@ async fn post<'s>(
             && to_legacy::refused_as_modern(live, upstream, &answer).await
         {
             drop(answer);
+            let down = to_legacy::ToLegacy::of(down, body, ctx);
             let sending = sending(
                 live,
                 profile,

@@ -65,7 +65,9 @@ pub(super) struct ToLegacy {
 pub(super) enum Bridging {
     No,
     Now(ToLegacy),
-    IfRefused(ToLegacy),
+    /// The request's kind, to make it a [`ToLegacy`] ([`ToLegacy::of`]) only if it is
+    /// refused: what the client's `_meta` says is not read for requests that pass.
+    IfRefused(MessageKind),
 }
 
 pub(super) fn open(
@@ -79,40 +81,45 @@ pub(super) fn open(
     let state = live.upstream(upstream);
     let now = match (upstream.protocol, state.era(upstream)) {
         (Protocol::Legacy, _) => true,
-        (Protocol::Modern, _) => false,
+        (Protocol::Auto, None) if state.stdio.is_none() => false,
         // A stdio child left at `auto` runs each request's generation.
-        (Protocol::Auto, _) if state.stdio.is_some() => return Ok(Bridging::No),
-        (Protocol::Auto, Some(era)) => era == Era::Legacy,
-        (Protocol::Auto, None) => false,
+        (Protocol::Auto, Some(Era::Legacy)) if state.stdio.is_none() => true,
+        _ => return Ok(Bridging::No),
     };
-    let unknown = upstream.protocol == Protocol::Auto && state.era(upstream).is_none();
-    if !now && !unknown {
-        return Ok(Bridging::No);
-    }
-    let Payload::Single(m) = payload else {
-        return match now {
-            true => Err(GateError::InvalidRequest(
+    let kind = match payload {
+        Payload::Single(m) => m.kind,
+        Payload::Batch(_) if now => {
+            return Err(GateError::InvalidRequest(
                 "a batch cannot be bridged to a legacy server: send its messages one by one".into(),
-            )),
-            false => Ok(Bridging::No),
-        };
+            ));
+        }
+        Payload::Batch(_) => return Ok(Bridging::No),
     };
-    let meta = ClientMeta::of(body);
-    let mut key = [0u8; 32];
-    key[..16].copy_from_slice(&super::rounds::caller(ctx));
-    key[16..].copy_from_slice(&meta.digest());
-    let b = ToLegacy {
-        key,
-        meta,
-        kind: m.kind,
-        method: m.method().unwrap_or("").into(),
-        id: m.id_text().unwrap_or("null").into(),
-    };
-    Ok(if now {
-        Bridging::Now(b)
-    } else {
-        Bridging::IfRefused(b)
+    Ok(match now {
+        true => Bridging::Now(ToLegacy::of(kind, body, ctx)),
+        false => Bridging::IfRefused(kind),
     })
+}
+
+impl ToLegacy {
+    /// The single message `body` of `kind`, whose method and id `ctx` noted.
+    pub(super) fn of(kind: MessageKind, body: &[u8], ctx: &Ctx<'_>) -> ToLegacy {
+        let meta = ClientMeta::of(body);
+        let mut key = [0u8; 32];
+        key[..16].copy_from_slice(&super::rounds::caller(ctx));
+        key[16..].copy_from_slice(&meta.digest());
+        ToLegacy {
+            key,
+            meta,
+            kind,
+            method: ctx.rpc_method.as_deref().unwrap_or("").into(),
+            id: ctx
+                .rpc_id
+                .as_deref()
+                .map_or("null", |i| i.get().trim())
+                .into(),
+        }
+    }
 }
 
 /// After an `auto` upstream of unknown era refused a modern request (a 4xx): whether the
@@ -138,23 +145,8 @@ impl Sending<'_> {
     /// A request in mcpgate's session `to`.
     fn in_session<'s>(&'s self, to: InSession<'s>, method: Method, body: Bytes) -> Outgoing<'s> {
         Outgoing {
-            body_deadline: method != Method::GET && !self.shaping.long_lived(),
-            method,
-            timeout: self.timeout,
-            query: self.query,
-            fields: self.fields,
-            body,
-            forwarded_for: self.forwarded_for,
-            proto: self.proto,
-            request_id: &self.request_id,
-            underscores: self.live.server.underscores_in_headers,
-            trace: self.trace.as_ref(),
-            pinned: None,
-            era: Era::Legacy,
-            caller: None,
-            mcp_name: None,
-            bridged: None,
             in_session: Some(to),
+            ..self.outgoing(method, body)
         }
     }
 }
@@ -413,7 +405,7 @@ pub(super) async fn post(
         key: b.key,
         session,
         up_id: b.id.clone(),
-        digest: msg::call_digest(&s.body).map_err(GateError::InvalidRequest)?,
+        request: s.body.clone(),
         body: Some(GateBody::Upstream {
             body,
             deadline: answer.deadline,
@@ -455,7 +447,9 @@ async fn listen(
         let (answer, _) = send(&s, &b, Method::POST, body).await?;
         let id = format!("\"mcpgate-subscribe-{n}\"");
         let text = one_message(answer, &id).await?;
-        if text.contains("\"result\"") && !text.contains("\"error\"") {
+        let accepted = serde_json::from_str::<serde_json::Value>(&text)
+            .is_ok_and(|v| v.get("result").is_some_and(serde_json::Value::is_object));
+        if accepted {
             kept.push(uri.clone());
         } else {
             tracing::info!(%uri, "the legacy server refused a resource subscription");
@@ -546,8 +540,8 @@ struct Call {
     session: Session,
     /// The call's id at the server, as JSON text.
     up_id: Box<str>,
-    /// What a retry must be (`to_legacy::call_digest`).
-    digest: [u8; 16],
+    /// The call as it was sent, which its retries must repeat.
+    request: Bytes,
     /// The server's answer, until it is read to the call's end.
     body: Option<GateBody>,
     decoder: sse::Decoder,
@@ -556,7 +550,10 @@ struct Call {
 /// A call held for its retry, and the server's request the retry answers.
 struct Holding {
     call: Call,
+    /// The server's request; what the client was shown of it is gone.
     asked: ServerRequest,
+    /// What a retry must be (`to_legacy::call_digest`).
+    digest: [u8; 16],
 }
 
 /// How far a call got.
@@ -726,7 +723,7 @@ async fn resume(
         return Err(GateError::BadRequestState);
     }
     let digest = msg::call_digest(&s.body).map_err(GateError::InvalidRequest)?;
-    if digest != retry.digest || digest != holding.call.digest {
+    if digest != retry.digest || digest != holding.digest {
         return refuse(
             holding,
             "the retry is not the call that was asked: its method or arguments differ",
@@ -735,7 +732,9 @@ async fn resume(
     let Some((_, response)) = retry.responses.iter().find(|(k, _)| k == INPUT) else {
         return refuse(holding, "the retry's inputResponses has no \"input\"");
     };
-    let Holding { mut call, asked } = *holding;
+    let Holding {
+        mut call, asked, ..
+    } = *holding;
     call.tell(&msg::answer_to_server(&asked.id, response))
         .await?;
     Ok(drive(gw, call, b.id, s, &ctx.request_id).await)
@@ -763,20 +762,22 @@ async fn drive(
                 };
                 answer.map_err(GateError::UpstreamBadResponse)
             }
-            Ok(Step::Asks(asked)) => {
-                let digest = call.digest;
-                let shown = ServerRequest {
-                    id: String::new(),
-                    method: String::new(),
-                    request: asked.request.clone(),
-                };
-                let n = held.hold(Box::new(Holding { call, asked }), life);
-                Ok(msg::input_required(
-                    &id,
-                    INPUT,
-                    &shown,
-                    &msg::held_state(n, &digest),
-                ))
+            Ok(Step::Asks(mut asked)) => {
+                // Read only now that a retry must match it: most calls ask nothing.
+                msg::call_digest(&call.request)
+                    .map_err(GateError::InvalidRequest)
+                    .map(|digest| {
+                        let shown = std::mem::take(&mut asked.request);
+                        let n = held.hold(
+                            Box::new(Holding {
+                                call,
+                                asked,
+                                digest,
+                            }),
+                            life,
+                        );
+                        msg::input_required(&id, INPUT, &shown, &msg::held_state(n, &digest))
+                    })
             }
             Err(e) => Err(e),
         };

@@ -296,10 +296,6 @@ pub enum GateError {
     /// `[limits.store]` could not answer and `on_error = "deny"`.
     #[error("Service unavailable: the rate-limit store cannot be reached; retry later")]
     LimitStoreUnavailable,
-    /// A legacy client's request that has no counterpart on the 2026-07-28 server it is
-    /// bridged to (SPEC §15, docs/protocol.md says which).
-    #[error("Method not found: {0}")]
-    NotBridged(&'static str),
     /// A bridged call whose server needs input the client cannot be asked for (it accepts
     /// only JSON, or did not declare the capability), or did not give.
     #[error("Input required: {0}")]
@@ -340,9 +336,7 @@ impl GateError {
             | InvalidMeta(_)
             | UnsupportedVersion { .. }
             | MissingTasksCapability => StatusCode::BAD_REQUEST,
-            Refused { .. } | BadRequestState | UnknownTask | NotBridged(_) | InputNotBridged(_) => {
-                StatusCode::OK
-            }
+            Refused { .. } | BadRequestState | UnknownTask | InputNotBridged(_) => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
@@ -373,7 +367,6 @@ impl GateError {
             | UnsupportedMediaType(_)
             | InvalidRequest(_) => code::INVALID_REQUEST,
             Refused { .. } => code::INVALID_REQUEST,
-            NotBridged(_) => code::METHOD_NOT_FOUND,
             InputNotBridged(_) => code::INVALID_REQUEST,
             RateLimited { .. } | ConcurrencyLimited { .. } => code::RATE_LIMITED,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => code::UPSTREAM,
@@ -448,7 +441,6 @@ impl GateError {
             InvalidMeta(_) => "invalid_meta",
             UnsupportedVersion { .. } => "unsupported_version",
             Refused { .. } => "policy",
-            NotBridged(_) => "not_bridged",
             InputNotBridged(_) => "input_not_bridged",
             RateLimited { .. } => "rate_limited",
             ConcurrencyLimited { .. } => "concurrency_limited",

@@ -118,6 +118,8 @@ pub struct Gateway {
     pub waits: Arc<crate::runtime::waits::Waits>,
     /// Calls of 2026-07-28 clients held at legacy servers until their retry.
     pub held: Arc<crate::runtime::held::Held>,
+    /// The log levels and subscriptions of bridged legacy sessions.
+    pub legacy_sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -190,6 +192,7 @@ impl Gateway {
             streams,
             waits: Default::default(),
             held: Default::default(),
+            legacy_sessions: Default::default(),
             certs,
             config_path,
             audit,

@@ -146,6 +146,19 @@ fn full_scenario_holds(out: &Value, roots: &str) {
     assert!(tools.contains(&json!("delete_note")), "{out}");
 }
 
+/// What the TypeScript SDK v1 client must see of what a session keeps at mcpgate: its log
+/// level (none set: no log messages; `info`: from there up) and its subscription to a
+/// resource (updates only while subscribed, on the GET stream).
+fn session_state_holds(ts: &Value) {
+    assert_eq!(ts["quiet"], "chatted", "{ts}");
+    assert_eq!(ts["quiet_logs"], json!([]), "{ts}");
+    assert_eq!(ts["chatty"], "chatted", "{ts}");
+    assert_eq!(ts["logs"], json!(["info", "warning"]), "{ts}");
+    assert_eq!(ts["updated_unsubscribed"], json!([]), "{ts}");
+    assert_eq!(ts["updated"], json!(["file:///public/readme.txt"]), "{ts}");
+    assert_eq!(ts["updated_after"], json!([]), "{ts}");
+}
+
 #[test]
 fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
     let s = setup("30s");
@@ -154,14 +167,16 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
     full_scenario_holds(&ts, "file:///work");
     assert_eq!(ts["server"]["name"], "ts2-fixture");
     assert_eq!(ts["session"], true);
-    // What the client was told it may use: no subscriptions or log level (not carried).
+    // What the client was told it may use: what the server declared, subscriptions and
+    // log levels included (mcpgate keeps them for the session).
     assert_eq!(
         ts["capabilities"]["resources"],
-        json!({"listChanged": true})
+        json!({"subscribe": true, "listChanged": true})
     );
-    assert!(ts["capabilities"].get("logging").is_none(), "{ts}");
+    assert!(ts["capabilities"]["logging"].is_object(), "{ts}");
     // The list change reached its GET stream, served by a subscriptions/listen.
     assert_eq!(ts["changed"], 1, "{ts}");
+    session_state_holds(&ts);
 
     // The Python SDK 2.3 client in legacy mode, with a token.
     let py = py_client(&s.gw.url("/team"), "legacy", Some(ALICE));
@@ -357,7 +372,7 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     assert_eq!(m["error"]["code"], -32600, "{m}");
     assert_eq!(m["error"]["data"]["reason"], "input_not_bridged", "{m}");
 
-    // A batch, a subscription, a log level: clear errors, nothing forwarded.
+    // A batch: a clear error, nothing forwarded.
     let batch = post(
         &gw.url("/team"),
         &as_alice,
@@ -365,14 +380,47 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     )
     .await;
     assert_eq!(batch.status, 400, "{}", batch.body);
-    let sub = post(
+    // A subscription and a log level are kept by mcpgate for the session; wrong ones get
+    // the errors a server would give; without a session there is nothing to keep them in.
+    let sub = |params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{params}}}"#)
+    };
+    let ok = post(
         &gw.url("/team"),
         &as_alice,
-        r#"{"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"file:///public/readme.txt"}}"#,
+        &sub(r#"{"uri":"file:///public/readme.txt"}"#),
     )
     .await;
-    assert_eq!(sub.json()["error"]["code"], -32601, "{}", sub.body);
-    assert_eq!(sub.json()["error"]["data"]["reason"], "not_bridged");
+    assert_eq!(ok.json()["result"], json!({}), "{}", ok.body);
+    let no_uri = post(&gw.url("/team"), &as_alice, &sub(r#"{"uri":7}"#)).await;
+    assert_eq!(no_uri.json()["error"]["code"], -32602, "{}", no_uri.body);
+    let loud = post(
+        &gw.url("/team"),
+        &as_alice,
+        r#"{"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+    )
+    .await;
+    let m = loud.json();
+    assert_eq!(m["error"]["code"], -32602, "{m}");
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("debug, info"),
+        "{m}"
+    );
+    let sessionless = post(
+        &gw.url("/team"),
+        &as_alice[..1],
+        &sub(r#"{"uri":"file:///public/readme.txt"}"#),
+    )
+    .await;
+    assert_eq!(sessionless.status, 400, "{}", sessionless.body);
+    assert!(
+        sessionless.body.contains("needs the session"),
+        "{}",
+        sessionless.body
+    );
 
     // A call asked for input: the question arrives on the call's stream.
     let headers = [
@@ -468,6 +516,12 @@ async fn questions_are_answered_only_by_their_session_and_in_time() {
     let bye = support::send(Method::DELETE, &gw.url("/team"), &as_alice, "").await;
     assert_eq!(bye.status, 200);
     assert!(!bodies(&s.record).iter().any(|b| b["method"] == "ping"));
+    // Nor the session's subscription or level: a 2026-07-28 server has no such methods.
+    assert!(
+        !bodies(&s.record)
+            .iter()
+            .any(|b| b["method"] == "resources/subscribe" || b["method"] == "logging/setLevel")
+    );
 }
 
 /// The same clients in front of the SDK v2 server run as a stdio child that speaks only
@@ -513,6 +567,7 @@ auth = "none"
     let ts = ts1_client(&gw.url("/all"), None, "full");
     full_scenario_holds(&ts, "file:///work");
     assert_eq!(ts["changed"], 1, "{ts}");
+    session_state_holds(&ts);
     let py = py_client(&gw.url("/all"), "legacy", None);
     full_scenario_holds(&py, "file:///py");
     // A value that names no generation is refused with the three that do.

@@ -455,21 +455,11 @@ auth = "none"
     );
 }
 
-/// What the bridge does not carry yet (docs/protocol.md): a session's log level and resource
-/// subscriptions. The 2025-11-25 suite's scenarios of those features fail through it; all
-/// others pass.
-const NOT_BRIDGED: [&str; 4] = [
-    "logging-set-level",
-    "tools-call-with-logging",
-    "resources-subscribe",
-    "resources-unsubscribe",
-];
-
 /// The 2025-11-25 suite (0.1.16) through mcpgate to our 2026-07-28 fixture
 /// (`conformance2_server.mjs`, which speaks nothing older): mcpgate learns from the first
 /// initialize that the server refuses legacy clients, and bridges every scenario. Each one
-/// whose feature the bridge carries passes whole; the table goes to
-/// target/conformance-bridge-table.md for docs/conformance.md.
+/// passes whole (the session's log level and subscriptions included, which mcpgate keeps);
+/// the table goes to target/conformance-bridge-table.md for docs/conformance.md.
 #[test]
 fn the_legacy_suite_passes_through_the_bridge_to_a_modern_only_server() {
     let port = free_port();
@@ -501,16 +491,12 @@ auth = "none"
     let dirs = tempfile::tempdir().unwrap();
     let results = conformance_run(&gw.url("/mcp"), dirs.path(), None);
     assert!(results.len() >= 30, "the suite ran: {results:?}");
-    let mut table = String::from("| scenario | passed/failed | carried |\n|---|---|---|\n");
+    let mut table = String::from("| scenario | passed/failed |\n|---|---|\n");
     let mut wrong = Vec::new();
     for (scenario, (pass, fail)) in &results {
-        let carried = !NOT_BRIDGED.contains(&scenario.as_str());
         let whole = *fail == 0 && (*pass > 0 || REPORTS_ONLY.contains(&scenario.as_str()));
-        table.push_str(&format!(
-            "| {scenario} | {pass}/{fail} | {} |\n",
-            if carried { "yes" } else { "no" }
-        ));
-        if whole != carried {
+        table.push_str(&format!("| {scenario} | {pass}/{fail} |\n"));
+        if !whole {
             wrong.push(scenario.clone());
         }
     }
@@ -518,7 +504,7 @@ auth = "none"
     let _ = std::fs::write(&target, &table);
     assert!(
         wrong.is_empty(),
-        "not as the bridge's table says: {wrong:?}\n{table}"
+        "not whole through the bridge: {wrong:?}\n{table}"
     );
     // And mcpgate logged no error doing it.
     assert!(!gw.log().contains("\"level\":\"ERROR\""), "{}", gw.log());

@@ -149,12 +149,11 @@ pub fn discover_request(session: &Session) -> String {
 }
 
 /// The `subscriptions/listen` a bridged GET stream is: every list change, and the
-/// resources the session's client subscribed to.
-pub fn listen_request(session: &Session, resources: &[String]) -> String {
+/// resources the session's client subscribed to; `meta` is the `_meta` members' text.
+pub fn listen_request(meta: &str, resources: &[Box<str>]) -> String {
     let uris = serde_json::to_string(resources).expect("strings serialize");
     format!(
-        r#"{{"jsonrpc":"2.0","id":"mcpgate-get","method":"subscriptions/listen","params":{{"_meta":{{{}}},"notifications":{{"toolsListChanged":true,"promptsListChanged":true,"resourcesListChanged":true,"resourceSubscriptions":{uris}}}}}}}"#,
-        session.meta
+        r#"{{"jsonrpc":"2.0","id":"mcpgate-get","method":"subscriptions/listen","params":{{"_meta":{{{meta}}},"notifications":{{"toolsListChanged":true,"promptsListChanged":true,"resourcesListChanged":true,"resourceSubscriptions":{uris}}}}}}}"#
     )
 }
 
@@ -196,14 +195,6 @@ pub fn initialize_answer(id: &str, session: &Session, discover: &str) -> Result<
     // What a 2025-11-25 client may be told: the server's kinds, not its extensions (which
     // name 2026-07-28 methods).
     capabilities.remove("extensions");
-    // Not carried yet (docs/protocol.md): resource subscriptions and a session's log level.
-    if let Some(r) = capabilities
-        .get_mut("resources")
-        .and_then(|r| r.as_object_mut())
-    {
-        r.remove("subscribe");
-    }
-    capabilities.remove("logging");
     let info = result
         .meta
         .and_then(|mut m| m.remove("io.modelcontextprotocol/serverInfo"))
@@ -466,6 +457,13 @@ pub fn refuses_legacy(text: &[u8]) -> bool {
                 .iter()
                 .any(|v| v.as_str().is_some_and(crate::config::generation::is_modern))
         })
+}
+
+/// Whether `data` (one message of a listen stream) is the server's acknowledgement of it.
+pub fn is_acknowledgement(data: &str) -> bool {
+    data.contains("notifications/subscriptions/acknowledged")
+        && serde_json::from_str::<serde_json::Value>(data)
+            .is_ok_and(|m| m["method"] == "notifications/subscriptions/acknowledged")
 }
 
 /// Whether a message of a bridged GET stream is for the legacy client: the listen

@@ -271,20 +271,15 @@ pub(super) async fn post(
             let json = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
             return Ok(respond::own(json, want, &ctx.request_id));
         }
-        "resources/subscribe" | "resources/unsubscribe" => {
-            return Err(GateError::NotBridged(
-                "resource subscriptions are not carried to a 2026-07-28 server yet",
-            ));
-        }
-        "logging/setLevel" => {
-            return Err(GateError::NotBridged(
-                "a 2026-07-28 server takes the log level per request, not per session",
-            ));
+        "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => {
+            let json = kept(gw, &bridge, method, &s.body, s.timeout, &ctx.request_id).await?;
+            return Ok(respond::own(json, want, &ctx.request_id));
         }
         _ => {}
     }
     let text = std::str::from_utf8(&s.body).map_err(|_| GateError::Parse("not UTF-8".into()))?;
-    let modern = bridge::modernize(text, &bridge.session.meta).ok_or_else(|| {
+    let meta = with_level(&bridge.session, gw.legacy_sessions.level(&bridge.owner));
+    let modern = bridge::modernize(text, &meta).ok_or_else(|| {
         GateError::InvalidRequest("a request bridged to 2026-07-28 needs object params".into())
     })?;
     let modern = Bytes::from(modern);
@@ -304,6 +299,88 @@ pub(super) async fn post(
     }
     let method: Box<str> = method.into();
     asked(gw, bridge, s, (method, modern, name), answer, ctx).await
+}
+
+/// What a bridged request's `_meta` gets: the session's members, and the log level its
+/// client set, if it did.
+fn with_level<'a>(session: &'a Session, level: Option<&str>) -> std::borrow::Cow<'a, str> {
+    match level {
+        None => session.meta.as_str().into(),
+        Some(l) => format!(
+            r#"{},"io.modelcontextprotocol/logLevel":"{l}""#,
+            session.meta
+        )
+        .into(),
+    }
+}
+
+/// A session's `resources/subscribe`, `resources/unsubscribe` or `logging/setLevel`,
+/// kept by mcpgate (`runtime::legacy_sessions`): a 2026-07-28 server takes these with each
+/// request and each listen stream, not once per session. A change of subscriptions is
+/// answered once the session's GET stream (if open) listens with it, at most `timeout`
+/// later. The answer's JSON text.
+async fn kept(
+    gw: &Gateway,
+    bridge: &Bridge,
+    method: &str,
+    body: &[u8],
+    timeout: std::time::Duration,
+    request_id: &str,
+) -> Result<String, GateError> {
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+        #[serde(default)]
+        params: serde_json::Map<String, serde_json::Value>,
+    }
+    if bridge.owner == [0; 32] {
+        return Err(GateError::InvalidRequest(format!(
+            "`{method}` needs the session its initialize opened (Mcp-Session-Id)"
+        )));
+    }
+    let request: Request = serde_json::from_slice(body)
+        .map_err(|e| GateError::InvalidRequest(format!("{method}: {e}")))?;
+    let sessions = &gw.legacy_sessions;
+    let field = if method == "logging/setLevel" {
+        "level"
+    } else {
+        "uri"
+    };
+    let value = request.params.get(field).and_then(|v| v.as_str());
+    let mut done = match (method, value) {
+        (_, None) => Err(format!("params.{field} must be a string")),
+        ("logging/setLevel", Some(level)) => {
+            sessions.set_level(&bridge.owner, level).map(|()| None)
+        }
+        ("resources/subscribe", Some(uri)) => sessions.subscribe(&bridge.owner, uri),
+        (_, Some(uri)) => Ok(sessions.unsubscribe(&bridge.owner, uri)),
+    };
+    if let Ok(Some(mut change)) = done {
+        let followed = change.followed.wait_for(|v| *v >= change.version);
+        done = match tokio::time::timeout(timeout, followed).await {
+            Ok(Ok(_)) => Ok(None),
+            _ => {
+                // The stream still listens with the subscriptions it had: so do they stay.
+                if method == "resources/subscribe"
+                    && let Some(uri) = value
+                {
+                    sessions.unsubscribe(&bridge.owner, uri);
+                }
+                Err("the server's listen stream did not take the change in time".into())
+            }
+        };
+    }
+    let id = request.id.get();
+    Ok(match done {
+        Ok(_) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#),
+        Err(why) => error_json(
+            Some(request.id),
+            code::INVALID_PARAMS,
+            &format!("Invalid params: {why}"),
+            request_id,
+        ),
+    })
 }
 
 /// `initialize`, answered from the server's `server/discover` with a new sealed session.
@@ -774,8 +851,11 @@ impl http_body::Body for Driven {
     }
 }
 
-/// A bridged GET: the session's `subscriptions/listen`, whose acknowledgement and closing
-/// answer the legacy client does not get.
+/// A bridged GET: the session's `subscriptions/listen` (to every list change and the
+/// resources its client subscribed to), whose acknowledgement and closing answer the
+/// legacy client does not get. When the client subscribes or unsubscribes, a listen with
+/// the new set is opened, and the old one closed once the new one answers: a notification
+/// may come twice across the change, none is lost.
 pub(super) async fn stream(
     gw: &Gateway,
     bridge: Bridge,
@@ -783,18 +863,219 @@ pub(super) async fn stream(
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
     s.shaping.legacy_stream = true;
-    let body = Bytes::from(bridge::listen_request(&bridge.session, &[]));
     let upstream = &s.profile.upstream;
+    let sessionless = bridge.owner == [0; 32];
+    let mut subscribed = (!sessionless).then(|| gw.legacy_sessions.watch(&bridge.owner));
+    let wanted = subscribed
+        .as_mut()
+        .map(|w| w.borrow_and_update().clone())
+        .unwrap_or_default();
+    let level = gw.legacy_sessions.level(&bridge.owner);
+    let body = Bytes::from(bridge::listen_request(
+        &with_level(&bridge.session, level),
+        &wanted.uris,
+    ));
     let answer = forward::send(
         s.live,
         upstream,
         s.out(bridge.session.caller, "subscriptions/listen", body, None),
     )
     .await?;
-    respond::answer(gw, answer, s.shaping, upstream, ctx).await
+    let listening = answer.response.status() == StatusCode::OK
+        && wire::headval::body_format(answer.response.headers()) == wire::headval::BodyFormat::Sse;
+    let Some(subscribed) = subscribed.filter(|_| listening) else {
+        return respond::answer(gw, answer, s.shaping, upstream, ctx).await;
+    };
+    gw.metrics.observe_upstream(&upstream.name, answer.took);
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    gw.legacy_sessions.followed(&bridge.owner, wanted.version);
+    let (_, first) = answer.response.into_parts();
+    let relisten = Relisten {
+        live: s.live.clone(),
+        profile: s.profile.clone(),
+        fields: copy_fields(s.fields),
+        forwarded_for: s.forwarded_for.clone(),
+        proto: s.proto,
+        request_id: ctx.request_id.to_string(),
+        timeout: s.timeout,
+        session: bridge.session,
+        sessions: gw.legacy_sessions.clone(),
+        owner: bridge.owner,
+        subscribed,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let driven = Driven {
+        task: Some(Box::pin(relisten.run(
+            GateBody::Upstream {
+                body: first,
+                deadline: None,
+            },
+            tx,
+        ))),
+        rx,
+    };
+    let body = GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(driven));
+    Ok(respond::event_stream(gw, body, s.shaping, &ctx.request_id))
 }
 
-/// A bridged DELETE: the server holds no session, so there is nothing to end upstream.
-pub(super) fn delete(ctx: &Ctx<'_>) -> Response<GateBody> {
+/// A bridged GET stream that follows its session's subscriptions: owned, as the answer's
+/// body outlives the request's stages.
+struct Relisten {
+    live: Arc<Live>,
+    profile: Arc<Profile>,
+    fields: Fields,
+    forwarded_for: HeaderValue,
+    proto: &'static str,
+    request_id: String,
+    timeout: std::time::Duration,
+    session: Session,
+    sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
+    owner: Owner,
+    subscribed: crate::runtime::legacy_sessions::Subscribed,
+}
+
+impl Relisten {
+    /// Passes the listen stream's whole events on (a switch to a new listen never cuts
+    /// one), until the upstream ends it, the client leaves or the session ends.
+    async fn run(mut self, mut current: GateBody, tx: tokio::sync::mpsc::Sender<Bytes>) {
+        use http_body_util::BodyExt;
+        let mut decoder = sse::Decoder::new();
+        loop {
+            tokio::select! {
+                frame = current.frame() => {
+                    let Some(Ok(frame)) = frame else { return };
+                    let Ok(data) = frame.into_data() else { continue };
+                    if !pass_events(&mut decoder, &data, &tx).await {
+                        return;
+                    }
+                }
+                changed = self.subscribed.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let wanted = self.subscribed.borrow_and_update().clone();
+                    match self.listen(&wanted.uris).await {
+                        Ok((next, next_decoder, early)) => {
+                            // What the old stream had already sent goes on before it closes.
+                            while let Some(Some(Ok(frame))) =
+                                futures_util::FutureExt::now_or_never(current.frame())
+                            {
+                                if let Ok(data) = frame.into_data()
+                                    && !pass_events(&mut decoder, &data, &tx).await
+                                {
+                                    return;
+                                }
+                            }
+                            current = next;
+                            decoder = next_decoder;
+                            self.sessions.followed(&self.owner, wanted.version);
+                            for ev in early {
+                                if tx.send(ev).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a bridged GET stream could not follow its subscriptions; the previous ones stay");
+                        }
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    }
+
+    /// A new listen stream for `uris`, read up to the server's acknowledgement (at most the
+    /// upstream's timeout): from then on it sends what they name. With it, the decoder
+    /// that read it and the events before the acknowledgement.
+    async fn listen(
+        &self,
+        uris: &[Box<str>],
+    ) -> Result<(GateBody, sse::Decoder, Vec<Bytes>), GateError> {
+        let body = bridge::listen_request(
+            &with_level(&self.session, self.sessions.level(&self.owner)),
+            uris,
+        );
+        let out = Outgoing {
+            era: Era::Modern,
+            caller: Some(self.session.caller),
+            bridged: Some("subscriptions/listen"),
+            method: Method::POST,
+            timeout: self.timeout,
+            body_deadline: false,
+            query: None,
+            fields: &self.fields,
+            body: Bytes::from(body),
+            forwarded_for: &self.forwarded_for,
+            proto: self.proto,
+            request_id: &self.request_id,
+            underscores: self.live.server.underscores_in_headers,
+            trace: None,
+            pinned: None,
+            mcp_name: None,
+            in_session: None,
+        };
+        let answer = forward::send(&self.live, &self.profile.upstream, out).await?;
+        let format = wire::headval::body_format(answer.response.headers());
+        if answer.response.status() != StatusCode::OK || format != wire::headval::BodyFormat::Sse {
+            return Err(GateError::UpstreamBadResponse(format!(
+                "the upstream answered {} to a subscriptions/listen",
+                answer.response.status()
+            )));
+        }
+        let (_, body) = answer.response.into_parts();
+        let mut body = GateBody::Upstream {
+            body,
+            deadline: None,
+        };
+        let mut decoder = sse::Decoder::new();
+        let mut early = Vec::new();
+        let acknowledged = async {
+            use http_body_util::BodyExt;
+            loop {
+                let Some(Ok(frame)) = body.frame().await else {
+                    return false;
+                };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                decoder.feed(&data);
+                while let Some(ev) = decoder.next_event() {
+                    if ev.data.as_deref().is_some_and(bridge::is_acknowledgement) {
+                        return true;
+                    }
+                    early.push(ev.raw);
+                }
+            }
+        };
+        match tokio::time::timeout(self.timeout, acknowledged).await {
+            Ok(true) => Ok((body, decoder, early)),
+            Ok(false) => Err(GateError::UpstreamBadResponse(
+                "the listen stream ended before its acknowledgement".into(),
+            )),
+            Err(_) => Err(GateError::UpstreamTimeout),
+        }
+    }
+}
+
+/// Sends each whole event `data` completes; `false` when the client has left.
+async fn pass_events(
+    decoder: &mut sse::Decoder,
+    data: &[u8],
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+) -> bool {
+    decoder.feed(data);
+    while let Some(ev) = decoder.next_event() {
+        if tx.send(ev.raw).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A bridged DELETE: the server holds no session, so there is nothing to end upstream;
+/// what mcpgate kept of it is forgotten (its GET stream ends).
+pub(super) fn delete(gw: &Gateway, bridge: &Bridge, ctx: &Ctx<'_>) -> Response<GateBody> {
+    gw.legacy_sessions.end(&bridge.owner);
     respond::empty(StatusCode::OK, &ctx.request_id)
 }

@@ -181,7 +181,7 @@ async fn run<'s>(
     if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).
         if req.method == Method::DELETE {
-            return Ok(bridge::delete(ctx));
+            return Ok(bridge::delete(gw, &bridged, ctx));
         }
         let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
         shaping.notices = Some(profile.name.clone());

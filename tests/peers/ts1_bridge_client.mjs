@@ -3,7 +3,8 @@
 // sessions. Prints what it saw as one JSON line.
 // usage: node ts1_bridge_client.mjs URL BEARER|- SCENARIO
 //   full:    tools, a call, progress, a resource, a prompt, the three input kinds, two
-//            rounds, a list change on the GET stream
+//            rounds, a log level, a list change and a resource subscription on the GET
+//            stream
 //   decline: the elicitation is declined
 //   error:   the elicitation is answered with an error
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -12,6 +13,8 @@ import {
   CreateMessageRequestSchema,
   ElicitRequestSchema,
   ListRootsRequestSchema,
+  LoggingMessageNotificationSchema,
+  ResourceUpdatedNotificationSchema,
   ToolListChangedNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 
@@ -44,6 +47,16 @@ client.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
   changed += 1;
   onChange?.();
 });
+const logs = [];
+client.setNotificationHandler(LoggingMessageNotificationSchema, async (n) => {
+  logs.push(n.params.level);
+});
+const updated = [];
+let onUpdate = null;
+client.setNotificationHandler(ResourceUpdatedNotificationSchema, async (n) => {
+  updated.push(n.params.uri);
+  onUpdate?.();
+});
 const text = (r) => r.content.filter((c) => c.type === "text").map((c) => c.text).join(" ");
 const out = {};
 await client.connect(transport);
@@ -69,6 +82,12 @@ if (scenario === "full") {
   out.twice = text(await client.callTool({ name: "ask_twice", arguments: {} }));
   await client.ping();
   out.ping = true;
+  // No level set: a 2026-07-28 server logs nothing; then only from `info` up.
+  out.quiet = text(await client.callTool({ name: "chatty", arguments: {} }));
+  out.quiet_logs = logs.splice(0);
+  await client.setLoggingLevel("info");
+  out.chatty = text(await client.callTool({ name: "chatty", arguments: {} }));
+  out.logs = logs.splice(0);
   // A list change reaches the GET stream (opened after initialization).
   const seen = new Promise((resolve) => {
     onChange = resolve;
@@ -78,6 +97,21 @@ if (scenario === "full") {
   await client.callTool({ name: "touch", arguments: { uri: "file:///public/readme.txt" } });
   await seen;
   out.changed = changed;
+  out.updated_unsubscribed = updated.splice(0);
+  // Subscribed: the next touch reaches the GET stream as notifications/resources/updated.
+  await client.subscribeResource({ uri: "file:///public/readme.txt" });
+  const touched = new Promise((resolve) => {
+    onUpdate = resolve;
+    setTimeout(resolve, 5000);
+  });
+  await client.callTool({ name: "touch", arguments: { uri: "file:///public/readme.txt" } });
+  await touched;
+  out.updated = updated.splice(0);
+  // Unsubscribed: nothing more.
+  await client.unsubscribeResource({ uri: "file:///public/readme.txt" });
+  await client.callTool({ name: "touch", arguments: { uri: "file:///public/readme.txt" } });
+  await new Promise((r) => setTimeout(r, 300));
+  out.updated_after = updated.splice(0);
 } else {
   try {
     out.delete = text(await client.callTool({ name: "delete_note", arguments: { id: "n2" } }));

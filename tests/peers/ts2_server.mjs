@@ -31,7 +31,7 @@ let notify = null;
 function build() {
     const server = new McpServer(
         { name: 'ts2-fixture', version: '2.4.0' },
-        { capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, prompts: { listChanged: true } } },
+        { capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, prompts: { listChanged: true }, logging: {} } },
     );
     server.registerTool(
         'echo',
@@ -131,6 +131,14 @@ function build() {
                 }
             }
             return text(`slept ${ms}`);
+        },
+    );
+    server.registerTool(
+        'chatty',
+        { description: 'Logs at three levels on its way (sent only at or above the level asked for).', inputSchema: object({}) },
+        async (_args, ctx) => {
+            for (const level of ['debug', 'info', 'warning']) await ctx.mcpReq.log(level, `said at ${level}`);
+            return text('chatted');
         },
     );
     server.registerTool(

@@ -164,9 +164,27 @@ pub fn envelope(err: &GateError, id: Option<&RawValue>, request_id: &str) -> Vec
         })
         .required(match err {
             GateError::MissingTasksCapability => Some(tasks_capability()),
+            GateError::MissingClientCapability(name) => Some(client_capability(name)),
             _ => None,
         })
         .to_vec()
+}
+
+/// The capability object naming one of the client capabilities a server may ask of:
+/// `{"elicitation":{}}`, `{"sampling":{}}` or `{"roots":{}}`.
+fn client_capability(name: &str) -> &'static RawValue {
+    use std::sync::OnceLock;
+    static ELICITATION: OnceLock<Box<RawValue>> = OnceLock::new();
+    static SAMPLING: OnceLock<Box<RawValue>> = OnceLock::new();
+    static ROOTS: OnceLock<Box<RawValue>> = OnceLock::new();
+    let (cell, name) = match name {
+        "sampling" => (&SAMPLING, "sampling"),
+        "roots" => (&ROOTS, "roots"),
+        _ => (&ELICITATION, "elicitation"),
+    };
+    cell.get_or_init(|| {
+        RawValue::from_string(format!(r#"{{"{name}":{{}}}}"#)).expect("the capability is JSON")
+    })
 }
 
 /// The capabilities a client must declare to use tasks: the tasks extension.
@@ -281,6 +299,15 @@ pub enum GateError {
         "Missing required client capability: the tasks extension (io.modelcontextprotocol/tasks)"
     )]
     MissingTasksCapability,
+    /// A bridged call whose legacy server asked the 2026-07-28 client for something it did
+    /// not declare it can answer (`elicitation`, `sampling`, `roots`).
+    #[error("Missing required client capability: the server asks for `{0}`")]
+    MissingClientCapability(&'static str),
+    /// A method 2026-07-28 does not have (one it removed, or one the bridged legacy server
+    /// does not know), asked of mcpgate as a 2026-07-28 server: HTTP 404, as that
+    /// revision's transport says.
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
     /// A request (or a whole batch) refused by policy: HTTP 200 and one JSON-RPC error per
     /// request element, already built by the policy stage.
     #[error("refused by policy")]
@@ -335,7 +362,9 @@ impl GateError {
             | HeaderMismatch(_)
             | InvalidMeta(_)
             | UnsupportedVersion { .. }
-            | MissingTasksCapability => StatusCode::BAD_REQUEST,
+            | MissingTasksCapability
+            | MissingClientCapability(_) => StatusCode::BAD_REQUEST,
+            MethodNotFound(_) => StatusCode::NOT_FOUND,
             Refused { .. } | BadRequestState | UnknownTask | InputNotBridged(_) => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
@@ -359,7 +388,8 @@ impl GateError {
             Parse(_) => code::PARSE_ERROR,
             HeaderMismatch(_) => code::HEADER_MISMATCH,
             UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
-            MissingTasksCapability => code::MISSING_CAPABILITY,
+            MissingTasksCapability | MissingClientCapability(_) => code::MISSING_CAPABILITY,
+            MethodNotFound(_) => code::METHOD_NOT_FOUND,
             BadRequestState | UnknownTask | InvalidMeta(_) => code::INVALID_PARAMS,
             MethodNotAllowed
             | StreamConflict
@@ -437,7 +467,8 @@ impl GateError {
             HeaderMismatch(_) => "header_mismatch",
             BadRequestState => "bad_request_state",
             UnknownTask => "unknown_task",
-            MissingTasksCapability => "missing_capability",
+            MissingTasksCapability | MissingClientCapability(_) => "missing_capability",
+            MethodNotFound(_) => "method_not_found",
             InvalidMeta(_) => "invalid_meta",
             UnsupportedVersion { .. } => "unsupported_version",
             Refused { .. } => "policy",

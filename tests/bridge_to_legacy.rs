@@ -349,6 +349,121 @@ async fn a_held_call_is_resumed_only_by_its_own_retry() {
     assert_eq!(batch.status, 400, "{}", batch.body);
 }
 
+/// The messages of an answer, JSON or an event stream.
+fn messages(body: &str) -> Vec<Value> {
+    if body.trim_start().starts_with('{') {
+        return vec![serde_json::from_str(body).unwrap()];
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect()
+}
+
+/// A 2026-07-28 request of `method` with `params` (without their `_meta`) and `meta`.
+async fn modern(gw: &Gateway, method: &str, params: &str, meta: &str) -> support::Reply {
+    let sep = if params.is_empty() { "" } else { "," };
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"{method}","params":{{{params}{sep}"_meta":{{{meta}}}}}}}"#
+    );
+    let version = serde_json::from_str::<Value>(&format!("{{{meta}}}")).unwrap()
+        ["io.modelcontextprotocol/protocolVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut headers = vec![
+        ("mcp-protocol-version", version.as_str()),
+        ("mcp-method", method),
+    ];
+    let name = serde_json::from_str::<Value>(&format!("{{{params}}}")).unwrap()["name"]
+        .as_str()
+        .map(str::to_string);
+    if let Some(n) = &name {
+        headers.push(("mcp-name", n));
+    }
+    post(&gw.url("/all"), &headers, &body).await
+}
+
+/// What 2026-07-28 does not have, or a client did not declare, is refused as a server of
+/// that revision refuses it, though the legacy server behind would have served it; log
+/// messages reach a client as its request's level says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_answers_as_a_2026_07_28_server_would() {
+    let s = setup("legacy", "30s");
+    let gw = &s.gw;
+    const BARE: &str = r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}"#;
+    // Methods 2026-07-28 removed, and one the server does not know: 404, -32601.
+    for method in ["ping", "initialize", "logging/setLevel", "vendor/unknown"] {
+        let r = modern(gw, method, "", BARE).await;
+        assert_eq!(r.status, 404, "{method}: {}", r.body);
+        let m = &messages(&r.body)[0];
+        assert_eq!(m["error"]["code"], -32601, "{m}");
+        assert_eq!(m["id"], 9, "{m}");
+    }
+    // A revision the bridge does not speak: 400, -32022, naming the one it does.
+    let r = modern(
+        gw,
+        "tools/list",
+        "",
+        r#""io.modelcontextprotocol/protocolVersion":"v999.0.0","io.modelcontextprotocol/clientCapabilities":{}"#,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let m = &messages(&r.body)[0];
+    assert_eq!(m["error"]["code"], -32022, "{m}");
+    assert_eq!(
+        m["error"]["data"]["supported"],
+        json!(["2026-07-28"]),
+        "{m}"
+    );
+    assert_eq!(m["error"]["data"]["requested"], "v999.0.0", "{m}");
+    // The server asks for sampling, which the client did not declare: 400, -32021, naming
+    // it; the server's call is cancelled.
+    let r = modern(
+        gw,
+        "tools/call",
+        r#""name":"summarize","arguments":{"text":"abc"}"#,
+        BARE,
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let m = &messages(&r.body)[0];
+    assert_eq!(m["error"]["code"], -32021, "{m}");
+    assert_eq!(
+        m["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    // Log messages: none without a level, from the level up with one.
+    let levels = |body: &str| -> Vec<String> {
+        messages(body)
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .map(|m| m["params"]["level"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let quiet = modern(gw, "tools/call", r#""name":"chatty","arguments":{}"#, BARE).await;
+    assert_eq!(quiet.status, 200, "{}", quiet.body);
+    assert!(levels(&quiet.body).is_empty(), "{}", quiet.body);
+    assert!(quiet.body.contains("chatted"), "{}", quiet.body);
+    let info = format!(r#"{BARE},"io.modelcontextprotocol/logLevel":"info""#);
+    let told = modern(gw, "tools/call", r#""name":"chatty","arguments":{}"#, &info).await;
+    assert_eq!(levels(&told.body), ["info", "warning"], "{}", told.body);
+    // The removed methods never reached the server (its initialize and log level are
+    // mcpgate's own, with ids of its own); the unknown one did, and was answered there.
+    let got = bodies(&s.record);
+    let from_client = |method: &str| got.iter().any(|b| b["method"] == method && b["id"] == 9);
+    for method in ["ping", "initialize", "logging/setLevel"] {
+        assert!(!from_client(method), "{method}");
+    }
+    assert!(from_client("vendor/unknown"));
+    // mcpgate set the session's level to the lowest, once per session.
+    assert!(
+        got.iter()
+            .any(|b| b["method"] == "logging/setLevel" && b["params"]["level"] == "debug")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_call_and_a_client_that_left_are_cancelled_upstream() {
     let s = setup("legacy", "1s");

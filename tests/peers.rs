@@ -1113,8 +1113,8 @@ profiles = ["editor"]
 /// The 2026-07-28 suite (0.2.0-alpha.12) through mcpgate to our conformance server, which
 /// speaks only the legacy protocol (`conformance_server.mjs`, sessions): mcpgate bridges
 /// every scenario. The table goes to target/conformance-bridge-modern-table.md for
-/// docs/conformance.md; every scenario that passes whole is named in
-/// `MODERN_ACROSS_THE_BRIDGE`, so a regression fails here.
+/// docs/conformance.md; every scenario whose feature the bridge carries (`carried`) must
+/// pass whole.
 #[test]
 fn the_modern_suite_passes_through_the_bridge_to_a_legacy_server() {
     let port = free_port();
@@ -1154,47 +1154,25 @@ auth = "none"
     let target =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("target/conformance-bridge-modern-table.md");
     let _ = std::fs::write(&target, &table);
-    let passed: Vec<&str> = results
+    let lost: Vec<&String> = results
         .iter()
-        .filter(|(_, (pass, fail))| *fail == 0 && *pass > 0)
-        .map(|(s, _)| s.as_str())
+        .filter(|(scenario, (pass, fail))| carried(scenario) && (*fail > 0 || *pass == 0))
+        .map(|(scenario, _)| scenario)
         .collect();
-    let lost: Vec<&&str> = MODERN_ACROSS_THE_BRIDGE
-        .iter()
-        .filter(|s| !passed.contains(s))
-        .collect();
-    assert!(lost.is_empty(), "no longer passing: {lost:?}\n{table}");
+    assert!(lost.is_empty(), "carried, and not whole: {lost:?}\n{table}");
     assert!(!gw.log().contains("\"level\":\"ERROR\""), "{}", gw.log());
 }
 
-/// The scenarios of the 2026-07-28 suite that pass whole across the bridge to a legacy
-/// server (docs/conformance.md says why the others do not).
-const MODERN_ACROSS_THE_BRIDGE: [&str; 27] = [
-    "caching",
-    "completion-complete",
-    "dns-rebinding-protection",
-    "http-header-validation",
-    "input-required-result-ignore-extra-params",
-    "input-required-result-missing-input-response",
-    "input-required-result-unsupported-methods",
-    "input-required-result-validate-input",
-    "prompts-get-embedded-resource",
-    "prompts-get-simple",
-    "prompts-get-with-args",
-    "prompts-get-with-image",
-    "prompts-list",
-    "resources-list",
-    "resources-read-binary",
-    "resources-read-text",
-    "resources-templates-read",
-    "sep-2164-resource-not-found",
-    "server-sse-multiple-streams",
-    "tools-call-audio",
-    "tools-call-embedded-resource",
-    "tools-call-error",
-    "tools-call-image",
-    "tools-call-mixed-content",
-    "tools-call-simple-text",
-    "tools-call-with-progress",
-    "tools-list",
-];
+/// Whether the bridge carries what a scenario of the 2026-07-28 suite tests
+/// (docs/protocol.md's table says what is lost): all but the tasks extension, and the
+/// two scenarios that look for the server's own names of its input requests (across the
+/// bridge the key is mcpgate's, `input`) and for several in one round (a legacy server
+/// asks one question at a time).
+fn carried(scenario: &str) -> bool {
+    !scenario.starts_with("tasks-")
+        && !matches!(
+            scenario,
+            "input-required-result-basic-elicitation"
+                | "input-required-result-multiple-input-requests"
+        )
+}

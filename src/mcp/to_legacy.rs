@@ -35,6 +35,9 @@ pub struct ClientMeta {
     pub capabilities: String,
     /// `clientInfo`, as JSON text.
     pub info: String,
+    /// The log level the request asked for (`logLevel`), as its rank in
+    /// [`LEVELS`](crate::runtime::legacy_sessions::LEVELS): `None`, no log messages.
+    pub level: Option<usize>,
 }
 
 impl ClientMeta {
@@ -56,6 +59,8 @@ impl ClientMeta {
             capabilities: Option<&'a RawValue>,
             #[serde(rename = "io.modelcontextprotocol/clientInfo", borrow)]
             info: Option<&'a RawValue>,
+            #[serde(rename = "io.modelcontextprotocol/logLevel")]
+            level: Option<&'a str>,
         }
         let meta = serde_json::from_slice::<Message>(body)
             .ok()
@@ -71,7 +76,14 @@ impl ClientMeta {
                 .unwrap_or_else(|| "{}".into()),
             info: object(meta.as_ref().and_then(|m| m.info))
                 .unwrap_or_else(|| r#"{"name":"mcpgate-bridged-client","version":"0"}"#.into()),
+            level: meta.and_then(|m| m.level).and_then(rank),
         }
+    }
+
+    /// Whether the client declared `capability` (`elicitation`, `sampling`, `roots`).
+    pub fn declares(&self, capability: &str) -> bool {
+        serde_json::from_str::<serde_json::Map<String, Value>>(&self.capabilities)
+            .is_ok_and(|m| m.get(capability).is_some_and(Value::is_object))
     }
 
     /// What tells apart the legacy sessions of one caller: its capabilities and info.
@@ -164,6 +176,102 @@ pub fn discover_answer(id: &str, init: &Initialized, ttl_ms: u64) -> Result<Stri
     ))
 }
 
+/// The rank of the log level `level` among MCP's eight, least severe first.
+fn rank(level: &str) -> Option<usize> {
+    crate::runtime::legacy_sessions::LEVELS
+        .iter()
+        .position(|l| *l == level)
+}
+
+/// The rank of the level of `data` (one message) when it is a log message
+/// (`notifications/message`); one of no level mcpgate knows ranks as `debug`.
+pub fn log_message(data: &str) -> Option<usize> {
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        method: Option<&'a str>,
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        level: Option<&'a str>,
+    }
+    if !data.contains("notifications/message") {
+        return None;
+    }
+    let m = serde_json::from_str::<Message>(data).ok()?;
+    (m.method == Some("notifications/message"))
+        .then(|| m.params.and_then(|p| p.level).and_then(rank).unwrap_or(0))
+}
+
+/// What a 2026-07-28 request's answer may carry of a legacy server's log messages: those at
+/// or above the level it asked for (the rank of its `logLevel`); none when it asked none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogFloor(pub Option<usize>);
+
+impl LogFloor {
+    /// Whether `data` (one message) goes on: it is no log message, or one above the floor.
+    pub fn passes(self, data: &str) -> bool {
+        log_message(data).is_none_or(|rank| self.0.is_some_and(|floor| rank >= floor))
+    }
+}
+
+/// Whether an `initialize` result (JSON text) declares the `logging` capability.
+pub fn declares_logging(result: &str) -> bool {
+    serde_json::from_str::<Value>(result).is_ok_and(|r| r["capabilities"]["logging"].is_object())
+}
+
+/// What mcpgate sets a legacy session's log level to when its server logs: everything,
+/// as each 2026-07-28 request asks its own level, which mcpgate applies to what comes.
+pub const SET_LEVEL: &str = r#"{"jsonrpc":"2.0","id":"mcpgate-bridge-level","method":"logging/setLevel","params":{"level":"debug"}}"#;
+
+/// Whether 2026-07-28 removed `method` (the session's handshake and what a session held):
+/// a server of that revision answers it 404 -32601, and so does mcpgate across the bridge.
+pub fn removed(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize"
+            | "ping"
+            | "logging/setLevel"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+    )
+}
+
+/// Whether 2026-07-28 defines the request `method` (its own and the tasks extension's).
+/// Another one is the legacy server's to know; its -32601 is then answered 404.
+pub fn defined(method: &str) -> bool {
+    matches!(
+        method,
+        "server/discover"
+            | "subscriptions/listen"
+            | "tools/list"
+            | "tools/call"
+            | "prompts/list"
+            | "prompts/get"
+            | "resources/list"
+            | "resources/read"
+            | "resources/templates/list"
+            | "completion/complete"
+    ) || method.starts_with("tasks/")
+}
+
+/// The message of `text` (one JSON-RPC message) when it is a -32601 error answer.
+pub fn method_not_found(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Answer {
+        error: Option<Error>,
+    }
+    #[derive(Deserialize)]
+    struct Error {
+        code: i64,
+        #[serde(default)]
+        message: String,
+    }
+    let error = serde_json::from_str::<Answer>(text).ok()?.error?;
+    (error.code == crate::error::code::METHOD_NOT_FOUND).then_some(error.message)
+}
+
 /// Whether the answer to `method` carries the caching hints of 2026-07-28.
 pub fn cacheable(method: &str) -> bool {
     matches!(
@@ -184,6 +292,8 @@ pub struct Completes {
     pub id: Box<str>,
     /// `ttlMs` for a cacheable answer; `None` for another.
     pub ttl_ms: Option<u64>,
+    /// For a `tools/list`: where the `x-mcp-header` marks of its tools are learnt.
+    pub learn: Option<std::sync::Arc<crate::upstream::stdio::params::ParamHeaders>>,
 }
 
 impl Completes {
@@ -217,6 +327,11 @@ impl Completes {
         };
         if id.get().trim() != &*self.id || !result.get().starts_with('{') {
             return Ok(None);
+        }
+        if let Some(marks) = &self.learn
+            && let Ok(list) = serde_json::from_str::<Value>(result.get())
+        {
+            marks.learn(&list);
         }
         let keys: Keys = serde_json::from_str(result.get()).map_err(|e| e.to_string())?;
         let mut added = String::new();
@@ -547,6 +662,7 @@ mod tests {
     #[test]
     fn results_are_completed_in_place() {
         let c = Completes {
+            learn: None,
             id: "3".into(),
             ttl_ms: None,
         };
@@ -579,6 +695,7 @@ mod tests {
                 .is_none()
         );
         let list = Completes {
+            learn: None,
             id: "\"a\"".into(),
             ttl_ms: Some(5000),
         };
@@ -679,6 +796,82 @@ mod tests {
         assert!(
             Listen::of(br#"{"id":1,"params":{"notifications":{"resourceSubscriptions":"x"}}}"#)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn what_a_client_declared_and_the_level_it_asked_for() {
+        let m = ClientMeta::of(
+            br#"{"params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"sampling":{},"roots":true},"io.modelcontextprotocol/logLevel":"warning"}}}"#,
+        );
+        assert!(m.declares("sampling"));
+        assert!(!m.declares("roots"), "a capability is an object");
+        assert!(!m.declares("elicitation"));
+        assert_eq!(m.level, Some(3));
+        let loud = ClientMeta::of(
+            br#"{"params":{"_meta":{"io.modelcontextprotocol/logLevel":"shouting"}}}"#,
+        );
+        assert_eq!(
+            loud.level, None,
+            "a level MCP does not have asks for nothing"
+        );
+    }
+
+    #[test]
+    fn log_messages_pass_from_the_level_asked_up() {
+        let log = |level: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"{level}","data":"x"}}}}"#
+            )
+        };
+        let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
+        let warning = LogFloor(Some(3));
+        assert!(!warning.passes(&log("info")));
+        assert!(warning.passes(&log("warning")));
+        assert!(warning.passes(&log("emergency")));
+        assert!(warning.passes(progress));
+        let none = LogFloor(None);
+        assert!(!none.passes(&log("emergency")));
+        assert!(none.passes(progress));
+        // A method name inside a log's data is not a log message.
+        assert!(
+            none.passes(r#"{"jsonrpc":"2.0","id":1,"result":{"text":"notifications/message"}}"#)
+        );
+        assert!(declares_logging(r#"{"capabilities":{"logging":{}}}"#));
+        assert!(!declares_logging(r#"{"capabilities":{}}"#));
+    }
+
+    #[test]
+    fn methods_2026_07_28_has_not() {
+        for m in [
+            "initialize",
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+        ] {
+            assert!(removed(m) && !defined(m), "{m}");
+        }
+        for m in [
+            "server/discover",
+            "tools/call",
+            "tasks/get",
+            "completion/complete",
+        ] {
+            assert!(defined(m) && !removed(m), "{m}");
+        }
+        assert!(!defined("vendor/thing"));
+        assert_eq!(
+            method_not_found(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#)
+                .as_deref(),
+            Some("no")
+        );
+        assert_eq!(
+            method_not_found(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}"#),
+            None
+        );
+        assert_eq!(
+            method_not_found(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            None
         );
     }
 }

@@ -227,6 +227,7 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
+    to_legacy::check_revision(live, profile, &payload, &req.fields)?;
     let bridged = match ctx.era {
         Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
         Era::Modern => None,

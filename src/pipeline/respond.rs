@@ -166,6 +166,9 @@ pub struct Shaping {
     /// A legacy client's GET stream served by a `subscriptions/listen` (the bridge): the
     /// listen's acknowledgement and closing answer are not for it.
     pub legacy_stream: bool,
+    /// A 2026-07-28 request to a legacy server (the bridge): the log messages its level
+    /// does not ask for are dropped.
+    pub logs: Option<crate::mcp::to_legacy::LogFloor>,
 }
 
 impl Shaping {
@@ -193,6 +196,7 @@ impl Shaping {
                 .judges_hints(upstream)
                 .then(|| live.upstream(upstream).hints.clone()),
             legacy_stream: false,
+            logs: None,
         }
     }
 
@@ -247,6 +251,7 @@ impl Shaping {
                 .judges_hints(&profile.upstream)
                 .then(|| live.upstream(&profile.upstream).hints.clone()),
             legacy_stream: false,
+            logs: None,
         }
     }
 
@@ -431,7 +436,8 @@ fn relayed(gw: &Gateway, body: GateBody, shaping: Shaping, request_id: &str) -> 
     )
     .marking_stale(shaping.hints)
     .listening(shaping.listening)
-    .for_legacy(shaping.legacy_stream);
+    .for_legacy(shaping.legacy_stream)
+    .with_log_floor(shaping.logs);
     GateBody::Boxed(BodyExt::boxed_unsync(relay))
 }
 

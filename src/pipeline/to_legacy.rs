@@ -21,14 +21,14 @@ use super::Ctx;
 use super::bridge::{Driven, Sending, copy_fields, one_message};
 use super::forward::{self, Answer};
 use super::respond;
-use crate::config::generation::Era;
+use crate::config::generation::{Era, MODERN};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::{BoxError, GateBody};
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::may_ask;
-use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, ServerRequest};
+use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, LogFloor, ServerRequest};
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::sse;
 use crate::upstream::bridged::{Key, Opened, Sessions};
@@ -99,6 +99,46 @@ pub(super) fn open(
         true => Bridging::Now(ToLegacy::of(kind, body, ctx)),
         false => Bridging::IfRefused(kind),
     })
+}
+
+/// A request shaped as a 2026-07-28 one (its `_meta` names a protocol version) for another
+/// revision, to an upstream the bridge serves: refused as a 2026-07-28 server refuses a
+/// revision it does not implement (400, UnsupportedProtocolVersionError naming
+/// 2026-07-28). A legacy client names no version in `_meta`, and a revision newer than
+/// 2026-07-28 is not one mcpgate can translate.
+pub(super) fn check_revision(
+    live: &Live,
+    profile: &Profile,
+    payload: &Payload<'_>,
+    fields: &Fields,
+) -> Result<(), GateError> {
+    let Payload::Single(m) = payload else {
+        return Ok(());
+    };
+    let upstream = &profile.upstream;
+    let state = live.upstream(upstream);
+    let bridged = match (upstream.protocol, state.era(upstream)) {
+        (Protocol::Legacy, _) => true,
+        (Protocol::Auto, Some(Era::Legacy)) => state.stdio.is_none(),
+        _ => false,
+    };
+    if !bridged
+        || fields.has(wire::fields::FieldKind::McpSessionId)
+        || m.method() == Some("initialize")
+    {
+        return Ok(());
+    }
+    match m
+        .meta
+        .map(crate::mcp::era::envelope)
+        .and_then(|e| e.version)
+    {
+        Some(v) if v != MODERN => Err(GateError::UnsupportedVersion {
+            requested: v,
+            supported: &[MODERN],
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl ToLegacy {
@@ -239,6 +279,19 @@ async fn initialize(
     let body = Bytes::from_static(msg::INITIALIZED.as_bytes());
     let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
     drain(answer).await;
+    if msg::declares_logging(&opened.init.result) {
+        // Each 2026-07-28 request names its own level, which mcpgate applies to what the
+        // server sends: the session's is the lowest. A server that refuses it logs as it
+        // would anyway.
+        let to = InSession {
+            endpoint,
+            session: opened.id.as_deref(),
+            version: &opened.init.version,
+        };
+        let body = Bytes::from_static(msg::SET_LEVEL.as_bytes());
+        let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+        drain(answer).await;
+    }
     Ok(Arc::new(opened))
 }
 
@@ -368,6 +421,12 @@ pub(super) async fn post(
     match &*b.method {
         "server/discover" => return discover(b, s, ctx).await,
         "subscriptions/listen" => return listen(gw, b, s, ctx).await,
+        m if msg::removed(m) => {
+            return Err(GateError::MethodNotFound(format!(
+                "`{m}` is not a method of 2026-07-28"
+            )));
+        }
+        m if !msg::defined(m) => return undefined(b, s, ctx).await,
         _ => {}
     }
     let held = match may_ask(&b.method) {
@@ -376,11 +435,19 @@ pub(super) async fn post(
     };
     let fresh = crate::mcp::tools_list::ToolFilter::new(s.live.config.clone(), s.profile.clone())
         .fresh_for();
+    let marks = &s.live.upstream(&s.profile.upstream).bridge_params;
+    if &*b.method == "tools/call" {
+        // A 2026-07-28 server checks a call's `Mcp-Param-*` headers; a legacy one never
+        // sees them, so mcpgate checks them for it (against the marks of the lists it saw).
+        check_params(marks, s.fields, &s.body)?;
+    }
     let completes = Completes {
         id: b.id.clone(),
         ttl_ms: msg::cacheable(&b.method).then_some(fresh.as_millis() as u64),
+        learn: (&*b.method == "tools/list").then(|| marks.clone()),
     };
     s.shaping.complete(s.live, s.profile, completes);
+    s.shaping.logs = Some(LogFloor(b.meta.level));
     if let Some(retry) = held {
         return resume(gw, b, s, retry, ctx).await;
     }
@@ -411,8 +478,68 @@ pub(super) async fn post(
             deadline: answer.deadline,
         }),
         decoder: sse::Decoder::new(),
+        client: b.meta,
     };
-    Ok(drive(gw, call, b.id, s, &ctx.request_id).await)
+    drive(gw, call, b.id, s, &ctx.request_id).await
+}
+
+/// Checks a bridged `tools/call`'s `Mcp-Param-*` headers against its arguments.
+fn check_params(
+    marks: &crate::upstream::stdio::params::ParamHeaders,
+    fields: &Fields,
+    body: &[u8],
+) -> Result<(), GateError> {
+    if !marks.any() {
+        return Ok(());
+    }
+    #[derive(serde::Deserialize)]
+    struct Call {
+        params: Option<Params>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: Option<String>,
+        arguments: Option<serde_json::Value>,
+    }
+    let Some(Params {
+        name: Some(name),
+        arguments,
+    }) = serde_json::from_slice::<Call>(body)
+        .ok()
+        .and_then(|c| c.params)
+    else {
+        return Ok(());
+    };
+    marks
+        .check(fields, &name, arguments.as_ref())
+        .map_err(GateError::HeaderMismatch)
+}
+
+/// A request of a method 2026-07-28 does not define, which the legacy server may know (an
+/// extension of its own): its answer whole, and when that is -32601, a 404, as a
+/// 2026-07-28 server answers a method it does not have.
+async fn undefined(
+    b: ToLegacy,
+    s: Sending<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Response<GateBody>, GateError> {
+    let body = s.body.clone();
+    let (answer, _) = send(&s, &b, Method::POST, body).await?;
+    ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
+    let text = one_message(answer, &b.id).await?;
+    if let Some(message) = msg::method_not_found(&text) {
+        return Err(GateError::MethodNotFound(message));
+    }
+    let completes = Completes {
+        id: b.id.clone(),
+        ttl_ms: None,
+        learn: None,
+    };
+    let text = completes
+        .apply(&text)
+        .map_err(GateError::UpstreamBadResponse)?
+        .unwrap_or(text);
+    Ok(respond::own(text, s.shaping.want, &ctx.request_id))
 }
 
 /// `server/discover`, answered from the session's `initialize`.
@@ -545,6 +672,9 @@ struct Call {
     /// The server's answer, until it is read to the call's end.
     body: Option<GateBody>,
     decoder: sse::Decoder,
+    /// What the request (or its latest retry) said of its client: what it can be asked,
+    /// and the log level it wants.
+    client: ClientMeta,
 }
 
 /// A call held for its retry, and the server's request the retry answers.
@@ -562,16 +692,25 @@ enum Step {
     Answered(String),
     /// The server asks the client something.
     Asks(ServerRequest),
+    /// The first message for the client (`Pass::Peek`): the call goes on.
+    Passing(Bytes),
+}
+
+/// Where a call's messages before its answer (progress, logs) go.
+enum Pass<'a> {
+    /// Nowhere: the client takes JSON.
+    Drop,
+    /// Onto the client's event stream.
+    To(&'a tokio::sync::mpsc::Sender<Bytes>),
+    /// The first one ends the step, as `Step::Passing`.
+    Peek,
 }
 
 impl Call {
     /// Reads the server's stream until the call's answer or a request for the client,
     /// passing what comes before (progress, logs) to `tx`. The server's `ping` is answered
     /// here; a request the bridge does not carry gets an error.
-    async fn step(
-        &mut self,
-        tx: Option<&tokio::sync::mpsc::Sender<Bytes>>,
-    ) -> Result<Step, GateError> {
+    async fn step(&mut self, pass: Pass<'_>) -> Result<Step, GateError> {
         loop {
             while let Some(ev) = self.decoder.next_event() {
                 let Some(data) = ev.data else { continue };
@@ -581,7 +720,16 @@ impl Call {
                 }
                 if let Some(asked) = msg::server_request(&data) {
                     match asked.method.as_str() {
-                        "elicitation/create" | "sampling/createMessage" | "roots/list" => {
+                        m @ ("elicitation/create" | "sampling/createMessage" | "roots/list") => {
+                            let capability = crate::mcp::bridge::capability_of(m);
+                            if !self.client.declares(capability) {
+                                let refusal = format!(
+                                    r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":-32601,"message":"the client did not declare {capability}"}}}}"#,
+                                    asked.id
+                                );
+                                self.tell(&refusal).await?;
+                                return Err(GateError::MissingClientCapability(capability));
+                            }
                             return Ok(Step::Asks(asked));
                         }
                         "ping" => self.tell(&msg::answer_to_server(&asked.id, "{}")).await?,
@@ -595,9 +743,18 @@ impl Call {
                     }
                     continue;
                 }
-                if let Some(tx) = tx {
+                // A priming event (an id, no message) is for resuming the legacy stream,
+                // which a 2026-07-28 client cannot do; log messages go by its level.
+                if data.trim().is_empty() || !LogFloor(self.client.level).passes(&data) {
+                    continue;
+                }
+                match pass {
+                    Pass::Drop => {}
                     // The client may have left; the call ends when its body is dropped.
-                    let _ = tx.send(ev.raw).await;
+                    Pass::To(tx) => {
+                        let _ = tx.send(ev.raw).await;
+                    }
+                    Pass::Peek => return Ok(Step::Passing(ev.raw)),
                 }
             }
             let body = self.body.as_mut().ok_or_else(broke)?;
@@ -735,9 +892,10 @@ async fn resume(
     let Holding {
         mut call, asked, ..
     } = *holding;
+    call.client = b.meta;
     call.tell(&msg::answer_to_server(&asked.id, response))
         .await?;
-    Ok(drive(gw, call, b.id, s, &ctx.request_id).await)
+    drive(gw, call, b.id, s, &ctx.request_id).await
 }
 
 /// Plays `call` to its client as the answer to request `id`: as an event stream as it
@@ -748,7 +906,7 @@ async fn drive(
     id: Box<str>,
     s: Sending<'_>,
     request_id: &str,
-) -> Response<GateBody> {
+) -> Result<Response<GateBody>, GateError> {
     let list = s.shaping.list.clone();
     let life = s.live.config.input_timeout;
     let held = gw.held.clone();
@@ -779,6 +937,10 @@ async fn drive(
                         msg::input_required(&id, INPUT, &shown, &msg::held_state(n, &digest))
                     })
             }
+            // Only a peek ends a step there.
+            Ok(Step::Passing(_)) => Err(GateError::UpstreamBadResponse(
+                "the call's stream was left mid-way".into(),
+            )),
             Err(e) => Err(e),
         };
         let text = text.and_then(|t| match &list {
@@ -790,22 +952,35 @@ async fn drive(
         });
         text.unwrap_or_else(|e| {
             let rpc = serde_json::value::RawValue::from_string(id.to_string()).ok();
-            crate::mcp::transport::relay::error_json(
-                rpc.as_deref(),
-                e.rpc_code(),
-                &e.to_string(),
-                &rid,
-            )
+            String::from_utf8(crate::error::envelope(&e, rpc.as_deref(), &rid))
+                .expect("serde_json writes UTF-8")
         })
     };
+    // A call that fails for want of a capability the client did not declare, before
+    // anything of it reached the client, is refused with a status of its own (400), as a
+    // 2026-07-28 server refuses it.
     let mut call = call;
     if s.shaping.want == Want::Json {
-        let step = call.step(None).await;
-        return respond::own(finish(call, step), Want::Json, request_id);
+        let step = call.step(Pass::Drop).await;
+        if let Err(e @ GateError::MissingClientCapability(_)) = step {
+            return Err(e);
+        }
+        return Ok(respond::own(finish(call, step), Want::Json, request_id));
+    }
+    let first = call.step(Pass::Peek).await;
+    if let Err(e @ GateError::MissingClientCapability(_)) = first {
+        return Err(e);
     }
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let task = async move {
-        let step = call.step(Some(&tx)).await;
+        let step = match first {
+            Ok(Step::Passing(message)) => {
+                // The client may have left; the call ends when its body is dropped.
+                let _ = tx.send(message).await;
+                call.step(Pass::To(&tx)).await
+            }
+            other => other,
+        };
         let text = finish(call, step);
         let _ = tx.send(sse::encode_json(&text, None)).await;
     };
@@ -824,5 +999,5 @@ async fn drive(
         HeaderValue::from_static("no-cache"),
     );
     respond::set_request_id(&mut r, request_id);
-    r
+    Ok(r)
 }

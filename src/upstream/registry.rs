@@ -68,6 +68,9 @@ pub struct UpstreamState {
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
     pub hints: Arc<HintStore>,
+    /// The `x-mcp-header` marks of a legacy server's tools, learnt from the lists bridged
+    /// to 2026-07-28 clients: mcpgate checks their `Mcp-Param-*` headers for it.
+    pub bridge_params: Arc<crate::upstream::stdio::params::ParamHeaders>,
     /// The next endpoint `round_robin` tries first.
     next: AtomicUsize,
 }
@@ -250,6 +253,7 @@ impl Registry {
                     )),
                     task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
                     bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
+                    bridge_params: Default::default(),
                     stdio,
                     next: AtomicUsize::new(0),
                 }

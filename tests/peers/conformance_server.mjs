@@ -23,6 +23,7 @@ import {
   CallToolRequestSchema,
   CompleteRequestSchema,
   CreateMessageResultSchema,
+  ListRootsResultSchema,
   ElicitResultSchema,
   GetPromptRequestSchema,
   ListPromptsRequestSchema,
@@ -148,12 +149,43 @@ const TOOLS = [
       type: 'object',
       $defs: {
         address: {
+          $anchor: 'addressAnchor',
           type: 'object',
           properties: { street: { type: 'string' }, city: { type: 'string' } }
         }
       },
-      properties: { name: { type: 'string' }, address: { $ref: '#/$defs/address' } },
+      properties: {
+        name: { type: 'string' },
+        address: { $ref: '#/$defs/address' },
+        contact: { anyOf: [{ type: 'string', format: 'email' }, { type: 'string', pattern: '^\\+[0-9]+$' }] },
+        kind: { type: 'string', enum: ['person', 'company'] }
+      },
+      allOf: [{ required: ['name'] }, { anyOf: [{ required: ['contact'] }, { required: ['address'] }] }],
+      if: { properties: { kind: { const: 'company' } } },
+      then: { required: ['address'] },
+      else: {},
       additionalProperties: false
+    }
+  },
+  // The 2026-07-28 suite's diagnostic tools, as a legacy server has them.
+  {
+    name: 'test_missing_capability',
+    description: 'Asks the model, whatever the client declared.',
+    inputSchema: noArgs
+  },
+  {
+    name: 'test_streaming_elicitation',
+    description: 'Asks the user on the call\'s stream.',
+    inputSchema: noArgs
+  },
+  { name: 'test_logging_tool', description: 'Logs at info and warning, then answers.', inputSchema: noArgs },
+  {
+    name: 'test_custom_headers',
+    description: 'Says where a query runs; the region is mirrored in Mcp-Param-Region.',
+    inputSchema: {
+      type: 'object',
+      properties: { region: { type: 'string', 'x-mcp-header': 'Region' }, query: { type: 'string' } },
+      required: ['region', 'query']
     }
   }
 ];
@@ -179,8 +211,24 @@ const RESOURCES = [
   }
 ];
 
+// The 2026-07-28 suite's input tools, asking the legacy way (a request to the client on the
+// call's stream, its answer awaited): what a legacy server does that mcpgate's bridge turns
+// into `input_required` rounds for a 2026-07-28 client.
+const ASKING = [
+  ['test_input_required_result_elicitation', 'Asks the user for a name.'],
+  ['test_input_required_result_sampling', 'Asks the model a question.'],
+  ['test_input_required_result_list_roots', 'Asks the client for its roots.'],
+  ['test_input_required_result_request_state', 'Asks for a confirmation; says state-ok after it.'],
+  ['test_input_required_result_multiple_inputs', 'Asks a name, a completion and the roots, in turn.'],
+  ['test_input_required_result_multi_round', 'Asks a name, then a colour.'],
+  ['test_input_required_result_tampered_state', 'Asks for a confirmation.'],
+  ['test_input_required_result_capabilities', 'Asks only what the client declared it can answer.']
+];
+for (const [name, description] of ASKING) TOOLS.push({ name, description, inputSchema: noArgs });
+
 const PROMPTS = [
   { name: 'test_simple_prompt', description: 'A prompt without arguments.' },
+  { name: 'test_input_required_result_prompt', description: 'Asks the user for context first.' },
   {
     name: 'test_prompt_with_arguments',
     description: 'A prompt that quotes its two arguments.',
@@ -341,6 +389,66 @@ async function callTool(name, args, extra) {
           }
         }
       });
+    case 'test_custom_headers':
+      return { content: [text(`${args.query} in ${args.region}`)] };
+    case 'test_missing_capability':
+      return { content: [text(`The model said: ${await askModel(extra)}`)] };
+    case 'test_streaming_elicitation':
+      return { content: [text(`Hello, ${await askName(extra)}!`)] };
+    case 'test_logging_tool': {
+      for (const level of ['info', 'warning']) {
+        await extra.sendNotification({ method: 'notifications/message', params: { level, data: `said at ${level}` } });
+      }
+      return { content: [text('Logged twice.')] };
+    }
+    case 'test_input_required_result_elicitation': {
+      const name = await askName(extra);
+      return { content: [text(`Hello, ${name}!`)] };
+    }
+    case 'test_input_required_result_sampling':
+      return { content: [text(`The model said: ${await askModel(extra)}`)] };
+    case 'test_input_required_result_list_roots':
+      return { content: [text(`Roots: ${await askRoots(extra)}`)] };
+    case 'test_input_required_result_request_state':
+    case 'test_input_required_result_tampered_state': {
+      const answer = await extra.ask(
+        {
+          method: 'elicitation/create',
+          params: {
+            message: 'Go on?',
+            requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }
+          }
+        },
+        ElicitResultSchema
+      );
+      return { content: [text(answer.action === 'accept' ? 'state-ok' : `declined (${answer.action})`)] };
+    }
+    case 'test_input_required_result_multiple_inputs': {
+      const name = await askName(extra);
+      const said = await askModel(extra);
+      const roots = await askRoots(extra);
+      return { content: [text(`${name}; ${said}; ${roots}`)] };
+    }
+    case 'test_input_required_result_multi_round': {
+      const name = await askName(extra);
+      const colour = await extra.ask(
+        {
+          method: 'elicitation/create',
+          params: {
+            message: `Your favourite colour, ${name}?`,
+            requestedSchema: { type: 'object', properties: { color: { type: 'string' } }, required: ['color'] }
+          }
+        },
+        ElicitResultSchema
+      );
+      return { content: [text(`${name} likes ${colour.content?.color ?? '?'}`)] };
+    }
+    case 'test_input_required_result_capabilities': {
+      const declared = extra.clientCapabilities ?? {};
+      if (declared.elicitation) return { content: [text(`Hello, ${await askName(extra)}!`)] };
+      if (declared.sampling) return { content: [text(`The model said: ${await askModel(extra)}`)] };
+      return { content: [text('Nothing could be asked.')] };
+    }
     case 'test_reconnection':
       // Cut the POST stream after its priming event; the client comes back with a GET
       // carrying Last-Event-ID, and the answer is replayed there from the event store.
@@ -352,6 +460,39 @@ async function callTool(name, args, extra) {
     default:
       throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
   }
+}
+
+async function askName(extra) {
+  const answer = await extra.ask(
+    {
+      method: 'elicitation/create',
+      params: {
+        message: 'What is your name?',
+        requestedSchema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] }
+      }
+    },
+    ElicitResultSchema
+  );
+  return answer.content?.name ?? `(${answer.action})`;
+}
+
+async function askModel(extra) {
+  const answer = await extra.ask(
+    {
+      method: 'sampling/createMessage',
+      params: {
+        messages: [{ role: 'user', content: text('What is the capital of France?') }],
+        maxTokens: 50
+      }
+    },
+    CreateMessageResultSchema
+  );
+  return answer.content?.type === 'text' ? answer.content.text : JSON.stringify(answer.content);
+}
+
+async function askRoots(extra) {
+  const answer = await extra.ask({ method: 'roots/list' }, ListRootsResultSchema);
+  return answer.roots.map((r) => r.uri).join(' ');
 }
 
 async function elicitAndReport(extra, message, properties) {
@@ -452,6 +593,7 @@ function newServer() {
     callTool(req.params.name, req.params.arguments ?? {}, {
       ...extra,
       _meta: req.params._meta,
+      clientCapabilities: server.getClientCapabilities(),
       // A request to the client: on the call's own stream, or unrelated to the call (the
       // session's GET stream) in standalone mode.
       ask: (request, schema) =>
@@ -479,9 +621,22 @@ function newServer() {
     return {};
   });
   server.setRequestHandler(ListPromptsRequestSchema, async () => ({ prompts: PROMPTS }));
-  server.setRequestHandler(GetPromptRequestSchema, async (req) =>
-    getPrompt(req.params.name, req.params.arguments ?? {})
-  );
+  server.setRequestHandler(GetPromptRequestSchema, async (req, extra) => {
+    if (req.params.name !== 'test_input_required_result_prompt') {
+      return getPrompt(req.params.name, req.params.arguments ?? {});
+    }
+    const answer = await extra.sendRequest(
+      {
+        method: 'elicitation/create',
+        params: {
+          message: 'What context should the prompt use?',
+          requestedSchema: { type: 'object', properties: { context: { type: 'string' } }, required: ['context'] }
+        }
+      },
+      ElicitResultSchema
+    );
+    return { messages: [{ role: 'user', content: text(`Use this context: ${answer.content?.context ?? ''}`) }] };
+  });
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const typed = String(req.params.argument?.value ?? '');
     const values = ['paris', 'park', 'party', 'test', 'testing'].filter((v) => v.startsWith(typed));

@@ -67,6 +67,12 @@ function build() {
             return text(`kept ${id}`);
         },
     );
+    server.registerTool('chatty', { description: 'Logs at three levels on its way.', inputSchema: {} }, async (_args, extra) => {
+        for (const level of ['debug', 'info', 'warning']) {
+            await extra.sendNotification({ method: 'notifications/message', params: { level, data: `said at ${level}` } });
+        }
+        return text('chatted');
+    });
     server.registerTool('summarize', { description: 'Asks the client to sample a summary.', inputSchema: { text: z.string() } }, async ({ text: t }, extra) => {
         const r = await ask(
             extra,

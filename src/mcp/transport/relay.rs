@@ -96,6 +96,9 @@ pub struct SseRelay {
     /// A `subscriptions/listen` serving a legacy client's GET stream (the bridge): its
     /// acknowledgement and closing answer are dropped.
     legacy: bool,
+    /// A 2026-07-28 request served by a legacy server (the bridge): the log messages its
+    /// level does not ask for are dropped.
+    logs: Option<crate::mcp::to_legacy::LogFloor>,
     done: bool,
 }
 
@@ -115,6 +118,12 @@ impl SseRelay {
     /// The same, serving a legacy client's GET stream from a `subscriptions/listen`.
     pub fn for_legacy(mut self, legacy: bool) -> Self {
         self.legacy = legacy;
+        self
+    }
+
+    /// The same, dropping the log messages `logs` does not pass.
+    pub fn with_log_floor(mut self, logs: Option<crate::mcp::to_legacy::LogFloor>) -> Self {
+        self.logs = logs;
         self
     }
 
@@ -144,6 +153,7 @@ impl SseRelay {
             listening: None,
             relayed: false,
             legacy: false,
+            logs: None,
             done: false,
         }
     }
@@ -153,6 +163,9 @@ impl SseRelay {
             return Ok(ev.raw);
         };
         if self.legacy && !crate::mcp::bridge::for_legacy_stream(data) {
+            return Ok(Bytes::new());
+        }
+        if self.logs.is_some_and(|f| !f.passes(data)) {
             return Ok(Bytes::new());
         }
         if let Some(store) = &self.tools_changed

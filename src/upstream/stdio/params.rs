@@ -1,5 +1,6 @@
 //! `Mcp-Param-*` headers (MCP 2026-07-28, "Custom Headers from Tool Parameters") when
-//! mcpgate is the HTTP server of a stdio upstream. A tool's `inputSchema` may mark
+//! mcpgate is the HTTP server of a stdio upstream, or of a legacy server bridged to
+//! 2026-07-28 clients (which never sees those headers either). A tool's `inputSchema` may mark
 //! parameters with `x-mcp-header: NAME`; a client then mirrors each given value into
 //! `Mcp-Param-NAME`, and the server must refuse a request whose headers and body disagree.
 //! The child never sees headers, so mcpgate checks them for it.
@@ -35,7 +36,7 @@ struct Mark {
 }
 
 /// The marks of one upstream's tools, by tool name.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct ParamHeaders {
     tools: Mutex<HashMap<String, Arc<[Mark]>>>,
 }
@@ -61,6 +62,15 @@ impl ParamHeaders {
                 known.insert(name.to_string(), marks.into());
             }
         }
+    }
+
+    /// Whether any tool has marks (until one does, no call needs reading).
+    pub fn any(&self) -> bool {
+        !self
+            .tools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Checks a `tools/call`'s `Mcp-Param-*` headers against its arguments.

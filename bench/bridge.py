@@ -9,6 +9,12 @@
    answers `input_required`, each waiting on its stream for the client's answer: mcpgate's
    memory per held call (VmRSS before and after, connections included) and its CPU while
    they wait.
+3. The other way: the same small tools/call of a 2026-07-28 client bridged to the sample
+   server treated as a legacy one (`/old`: in a session mcpgate opened, the answer
+   completed with `resultType`), against the legacy session's call passed through; and
+   1,000 calls of 2026-07-28 clients held at the SDK v1 fixture (sessions only) between
+   their `input_required` answer and their retry, each keeping its upstream stream open:
+   mcpgate's memory per held call and its CPU while they wait.
 Prints Markdown for docs/benchmarks.md."""
 
 import asyncio, json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
@@ -20,13 +26,18 @@ SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "5"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 HELD = 100 if SMOKE else int(os.environ.get("BENCH_HELD", "1000"))
+# The keep-alive connections the 2026-07-28 calls to be held are sent over (such a call
+# is answered at once; it holds no client connection while it waits).
+MODERN_CONNECTIONS = 50
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("MCPGATE_BIN", "target/release/mcpgate"))
 NODE = os.path.join(ROOT, "tests/peers/node_modules/node/bin/node")
-PORTS = {"UPSTREAM": 18981, "ASKING": 18982, "MCPGATE": 18983}
+PORTS = {"UPSTREAM": 18981, "ASKING": 18982, "MCPGATE": 18983, "OLD_ASKING": 18984}
 PLAIN = "legacy session, passed through"
 BRIDGED = "legacy session, bridged"
 MODERN = "2026-07-28 client, unbridged"
+TO_LEGACY = "2026-07-28 client, bridged to the server as legacy"
+HELD_META = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{}}}'
 
 
 def initialize(url):
@@ -92,6 +103,51 @@ async def hold(conns, session):
         await asyncio.gather(*(one(r, w) for r, w in conns[start:start + 100]))
 
 
+async def answer(r):
+    """One HTTP/1.1 answer with a Content-Length: its head and body."""
+    head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 30)
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, await asyncio.wait_for(r.readexactly(length), 30)
+
+
+def modern_request(method, params, name=None):
+    body = f'{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{{params}{"," if params else ""}{HELD_META}}}}}'
+    named = f"Mcp-Name: {name}\r\n" if name else ""
+    return (f"POST /old-asking HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n"
+            f"{named}Content-Length: {len(body)}\r\n\r\n{body}").encode()
+
+
+async def connect_modern(port, k):
+    """`k` keep-alive connections of 2026-07-28 clients, each after a `server/discover`
+    answered (which opens mcpgate's session at the legacy server)."""
+    async def one():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(modern_request("server/discover", ""))
+        _, body = await answer(r)
+        if b'"supportedVersions"' not in body:
+            raise SystemExit(f"server/discover failed: {body[:300]!r}")
+        return r, w
+    return [await one() for _ in range(k)]
+
+
+async def hold_modern(conns, n):
+    """`n` calls of 2026-07-28 clients over `conns`, each answered `input_required` (the
+    call then held at the legacy server, its upstream stream open)."""
+    async def some(r, w, first, count):
+        for i in range(first, first + count):
+            w.write(modern_request("tools/call", f'"name":"delete_note","arguments":{{"id":"n{i}"}}', "delete_note"))
+            _, body = await answer(r)
+            if b'"input_required"' not in body:
+                raise SystemExit(f"a 2026-07-28 call was not held: {body[:300]!r}")
+
+    each = n // len(conns)
+    await asyncio.gather(*(some(r, w, k * each, each) for k, (r, w) in enumerate(conns)))
+
+
 def main():
     for name, port in PORTS.items():
         if not free(port):
@@ -108,8 +164,10 @@ def main():
     try:
         start([BIN, "sample-upstream", "--listen", f"127.0.0.1:{PORTS['UPSTREAM']}", "--tools", "500", "--result-bytes", "200"])
         start([NODE, "ts2_server.mjs", "--port", str(PORTS["ASKING"]), "--legacy", "reject"], cwd=os.path.join(ROOT, "tests/peers"))
+        start([NODE, "ts1_server.mjs", "--port", str(PORTS["OLD_ASKING"])], cwd=os.path.join(ROOT, "tests/peers"))
         wait_port(PORTS["UPSTREAM"])
         wait_port(PORTS["ASKING"])
+        wait_port(PORTS["OLD_ASKING"])
         text = open(os.path.join(ROOT, "bench", "bridge.toml.in")).read()
         for k, v in dict(PORTS, WORK=work).items():
             text = text.replace(f"@{k}@", str(v))
@@ -131,6 +189,7 @@ def main():
             measure(PLAIN, "/plain", "call.lua", {"BENCH_SESSION": plain})
             measure(BRIDGED, "/bridged", "call.lua", {"BENCH_SESSION": bridged})
             measure(MODERN, "/bridged", "modern.lua", None)
+            measure(TO_LEGACY, "/old", "modern.lua", None)
 
         # Held calls.
         asking = initialize(base + "/asking")
@@ -151,6 +210,23 @@ def main():
         time.sleep(wait)
         idle_ticks = cpu_ticks([gate.pid]) - ticks
         for _, w in held:
+            w.close()
+        # Held the other way: calls of 2026-07-28 clients waiting at a legacy server, on a
+        # fresh mcpgate (memory the calls above freed would hide what these take).
+        gate.terminate()
+        gate.wait()
+        gate = start([BIN, "run", "-c", conf])
+        wait_port(PORTS["MCPGATE"])
+        modern = loop.run_until_complete(connect_modern(PORTS["MCPGATE"], MODERN_CONNECTIONS))
+        time.sleep(1)
+        rss_modern_before = rss_kib(gate.pid)
+        loop.run_until_complete(hold_modern(modern, HELD))
+        time.sleep(1)
+        rss_modern_held = rss_kib(gate.pid)
+        ticks = cpu_ticks([gate.pid])
+        time.sleep(wait)
+        modern_ticks = cpu_ticks([gate.pid]) - ticks
+        for _, w in modern:
             w.close()
         loop.close()
     finally:
@@ -182,6 +258,16 @@ def main():
           f"(with the upstream connections opened for them). mcpgate's CPU over {wait} s: {conn_ticks * 1000 / TICK:.0f} ms with the connections idle, {cpu_ms:.0f} ms with the calls held.")
     print(f"\nGoal: a bridged call at most 1.15x the CPU of the same call passed through: {bridged_cpu / ref:.2f} {'met' if ok_cpu else 'MISSED'}.")
     print(f"Goal: a held call at most 16 KiB: {per_call:.1f} KiB {'met' if ok_mem else 'MISSED'}; no CPU while held: {cpu_ms:.0f} ms in {wait} s.")
+    to_legacy_cpu = med(TO_LEGACY, "cpu_us_per_req")
+    ok_to_legacy = to_legacy_cpu <= ref * 1.15
+    per_modern = (rss_modern_held - rss_modern_before) / HELD
+    modern_ms = modern_ticks * 1000 / TICK
+    print(f"\nHeld the other way: {HELD} calls of 2026-07-28 clients answered `input_required` and held at the SDK v1 fixture, "
+          f"each with its upstream stream open, sent over {MODERN_CONNECTIONS} keep-alive client connections opened first on a fresh mcpgate. "
+          f"mcpgate's VmRSS: {rss_modern_before} KiB before, "
+          f"{rss_modern_held} KiB with the calls held: {per_modern:.1f} KiB per held call. mcpgate's CPU over {wait} s while they wait: {modern_ms:.0f} ms.")
+    print(f"\nGoal: a 2026-07-28 call bridged to a legacy server at most 1.15x the CPU of the same call passed through: {to_legacy_cpu / ref:.2f} {'met' if ok_to_legacy else 'MISSED'}.")
+    print(f"Goal: a held 2026-07-28 call at most 16 KiB: {per_modern:.1f} KiB {'met' if per_modern <= 16 else 'MISSED'}; no CPU while held: {modern_ms:.0f} ms in {wait} s.")
     if failed:
         raise SystemExit(f"{failed} requests failed")
 

@@ -147,6 +147,7 @@ async fn the_sdk_v2_client_is_served_by_a_legacy_server() {
         out["tools"],
         json!([
             "ask_twice",
+            "chatty",
             "delete_note",
             "echo",
             "hang",

@@ -38,34 +38,25 @@ pub struct ClientMeta {
     /// The log level the request asked for (`logLevel`), as its rank in
     /// [`LEVELS`](crate::runtime::legacy_sessions::LEVELS): `None`, no log messages.
     pub level: Option<usize>,
+    /// The protocol version it names, if any.
+    pub version: Option<String>,
 }
 
 impl ClientMeta {
-    /// Reads `params._meta` of the request `body`.
-    pub fn of(body: &[u8]) -> ClientMeta {
-        #[derive(Deserialize)]
-        struct Message<'a> {
-            #[serde(borrow)]
-            params: Option<Params<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Params<'a> {
-            #[serde(rename = "_meta", borrow)]
-            meta: Option<Meta<'a>>,
-        }
+    /// Reads a request's `params._meta` (its JSON text, `None` when it has none).
+    pub fn of(meta: Option<&str>) -> ClientMeta {
         #[derive(Deserialize)]
         struct Meta<'a> {
             #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
             capabilities: Option<&'a RawValue>,
             #[serde(rename = "io.modelcontextprotocol/clientInfo", borrow)]
             info: Option<&'a RawValue>,
-            #[serde(rename = "io.modelcontextprotocol/logLevel")]
-            level: Option<&'a str>,
+            #[serde(rename = "io.modelcontextprotocol/logLevel", borrow)]
+            level: Option<std::borrow::Cow<'a, str>>,
+            #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+            version: Option<std::borrow::Cow<'a, str>>,
         }
-        let meta = serde_json::from_slice::<Message>(body)
-            .ok()
-            .and_then(|m| m.params)
-            .and_then(|p| p.meta);
+        let meta = meta.and_then(|m| serde_json::from_str::<Meta>(m).ok());
         let object = |v: Option<&RawValue>| {
             v.map(|v| v.get().trim())
                 .filter(|t| t.starts_with('{'))
@@ -76,7 +67,11 @@ impl ClientMeta {
                 .unwrap_or_else(|| "{}".into()),
             info: object(meta.as_ref().and_then(|m| m.info))
                 .unwrap_or_else(|| r#"{"name":"mcpgate-bridged-client","version":"0"}"#.into()),
-            level: meta.and_then(|m| m.level).and_then(rank),
+            version: meta
+                .as_ref()
+                .and_then(|m| m.version.as_deref())
+                .map(str::to_string),
+            level: meta.and_then(|m| m.level).and_then(|l| rank(&l)),
         }
     }
 
@@ -455,6 +450,10 @@ pub fn retry(body: &[u8]) -> Result<Option<Retry>, String> {
         #[serde(rename = "inputResponses")]
         responses: Option<serde_json::Map<String, Value>>,
     }
+    // Most calls are no retry: their body is not read.
+    if memchr::memmem::find(body, HELD.as_bytes()).is_none() {
+        return Ok(None);
+    }
     let m: Message = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let Some(p) = m.params else { return Ok(None) };
     let Some(state) = p.state.as_deref().and_then(|s| s.strip_prefix(HELD)) else {
@@ -625,10 +624,11 @@ mod tests {
 
     #[test]
     fn client_meta_is_read_from_the_request() {
-        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}}}"#;
-        let m = ClientMeta::of(body);
+        let meta = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}}"#;
+        let m = ClientMeta::of(Some(meta));
+        assert_eq!(m.version.as_deref(), Some("2026-07-28"));
         assert_eq!(m.capabilities, r#"{"elicitation":{"form":{}}}"#);
-        let bare = ClientMeta::of(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        let bare = ClientMeta::of(None);
         assert_eq!(bare.capabilities, "{}");
         assert_ne!(m.digest(), bare.digest());
         let init: Value = serde_json::from_str(&initialize_request(&m)).unwrap();
@@ -801,16 +801,14 @@ mod tests {
 
     #[test]
     fn what_a_client_declared_and_the_level_it_asked_for() {
-        let m = ClientMeta::of(
-            br#"{"params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"sampling":{},"roots":true},"io.modelcontextprotocol/logLevel":"warning"}}}"#,
-        );
+        let m = ClientMeta::of(Some(
+            r#"{"io.modelcontextprotocol/clientCapabilities":{"sampling":{},"roots":true},"io.modelcontextprotocol/logLevel":"warn\u0069ng"}"#,
+        ));
         assert!(m.declares("sampling"));
         assert!(!m.declares("roots"), "a capability is an object");
         assert!(!m.declares("elicitation"));
         assert_eq!(m.level, Some(3));
-        let loud = ClientMeta::of(
-            br#"{"params":{"_meta":{"io.modelcontextprotocol/logLevel":"shouting"}}}"#,
-        );
+        let loud = ClientMeta::of(Some(r#"{"io.modelcontextprotocol/logLevel":"shouting"}"#));
         assert_eq!(
             loud.level, None,
             "a level MCP does not have asks for nothing"

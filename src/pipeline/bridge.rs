@@ -46,8 +46,8 @@ const MAX_ROUNDS: usize = 8;
 /// A legacy request on its way to a 2026-07-28 server.
 pub(super) struct Bridge {
     pub session: Session,
-    /// Who may answer the questions asked in the session: a digest of its id.
-    owner: Owner,
+    /// Whether the request came in a session (it has an id to digest: [`Bridge::owner`]).
+    in_session: bool,
     /// What the request's one message is.
     kind: MessageKind,
     method: Option<Box<str>>,
@@ -86,22 +86,19 @@ pub(super) fn open(
     };
     let caller = super::rounds::caller(ctx);
     let sealed = fields.get(FieldKind::McpSessionId);
-    let (session, owner) = match sealed {
-        Some(sealed) => {
-            let session = state
-                .bridge_sealer
-                .open(sealed)
-                .and_then(|(_, inner)| Session::from_inner(&inner))
-                .filter(|s| s.caller == caller)
-                .ok_or(GateError::SessionNotFound)?;
-            (session, Sha256::digest(sealed).into())
-        }
+    let session = match sealed {
+        Some(sealed) => state
+            .bridge_sealer
+            .open(sealed)
+            .and_then(|(_, inner)| Session::from_inner(&inner))
+            .filter(|s| s.caller == caller)
+            .ok_or(GateError::SessionNotFound)?,
         // `initialize` makes its session when it is answered.
-        None => (Session::sessionless(caller), [0; 32]),
+        None => Session::sessionless(caller),
     };
     Ok(Some(Bridge {
         session,
-        owner,
+        in_session: sealed.is_some(),
         kind: message.map_or(MessageKind::Request, |m| m.kind),
         method: message.and_then(|m| m.method()).map(Into::into),
         id: message.and_then(|m| m.id_text()).map(Into::into),
@@ -165,7 +162,7 @@ pub(super) async fn refused_as_legacy(
 pub(super) fn initializing(ctx: &Ctx<'_>, id: Option<&str>) -> Bridge {
     Bridge {
         session: Session::sessionless(super::rounds::caller(ctx)),
-        owner: [0; 32],
+        in_session: false,
         kind: MessageKind::Request,
         method: Some("initialize".into()),
         id: id.map(Into::into),
@@ -246,7 +243,7 @@ pub(super) async fn post(
         MessageKind::Response => {
             // The client's answer to a question it was asked on a call's stream.
             let id = bridge.id.as_deref().unwrap_or("null");
-            return match gw.waits.answer(id, &bridge.owner, s.body.clone()) {
+            return match gw.waits.answer(id, &bridge.owner(s.fields), s.body.clone()) {
                 Ok(()) => Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
                 Err(why) => {
                     tracing::info!(?why, "an answer no question of its session waits for");
@@ -272,13 +269,18 @@ pub(super) async fn post(
             return Ok(respond::own(json, want, &ctx.request_id));
         }
         "resources/subscribe" | "resources/unsubscribe" | "logging/setLevel" => {
-            let json = kept(gw, &bridge, method, &s.body, s.timeout, &ctx.request_id).await?;
+            let owner = bridge.owner(s.fields);
+            let json = kept(gw, owner, method, &s.body, s.timeout, &ctx.request_id).await?;
             return Ok(respond::own(json, want, &ctx.request_id));
         }
         _ => {}
     }
     let text = std::str::from_utf8(&s.body).map_err(|_| GateError::Parse("not UTF-8".into()))?;
-    let meta = with_level(&bridge.session, gw.legacy_sessions.level(&bridge.owner));
+    let level = match gw.legacy_sessions.any_level() {
+        true => gw.legacy_sessions.level(&bridge.owner(s.fields)),
+        false => None,
+    };
+    let meta = with_level(&bridge.session, level);
     let modern = bridge::modernize(text, &meta).ok_or_else(|| {
         GateError::InvalidRequest("a request bridged to 2026-07-28 needs object params".into())
     })?;
@@ -301,6 +303,18 @@ pub(super) async fn post(
     asked(gw, bridge, s, (method, modern, name), answer, ctx).await
 }
 
+impl Bridge {
+    /// Who may answer the questions asked in the request's session, and whose level and
+    /// subscriptions it uses: a digest of its id (of `fields`); zeros without one. Made
+    /// only where needed: most requests need none.
+    fn owner(&self, fields: &Fields) -> Owner {
+        match fields.get(FieldKind::McpSessionId) {
+            Some(sealed) if self.in_session => Sha256::digest(sealed).into(),
+            _ => [0; 32],
+        }
+    }
+}
+
 /// What a bridged request's `_meta` gets: the session's members, and the log level its
 /// client set, if it did.
 fn with_level<'a>(session: &'a Session, level: Option<&str>) -> std::borrow::Cow<'a, str> {
@@ -321,7 +335,7 @@ fn with_level<'a>(session: &'a Session, level: Option<&str>) -> std::borrow::Cow
 /// later. The answer's JSON text.
 async fn kept(
     gw: &Gateway,
-    bridge: &Bridge,
+    owner: Owner,
     method: &str,
     body: &[u8],
     timeout: std::time::Duration,
@@ -334,7 +348,7 @@ async fn kept(
         #[serde(default)]
         params: serde_json::Map<String, serde_json::Value>,
     }
-    if bridge.owner == [0; 32] {
+    if owner == [0; 32] {
         return Err(GateError::InvalidRequest(format!(
             "`{method}` needs the session its initialize opened (Mcp-Session-Id)"
         )));
@@ -350,11 +364,9 @@ async fn kept(
     let value = request.params.get(field).and_then(|v| v.as_str());
     let mut done = match (method, value) {
         (_, None) => Err(format!("params.{field} must be a string")),
-        ("logging/setLevel", Some(level)) => {
-            sessions.set_level(&bridge.owner, level).map(|()| None)
-        }
-        ("resources/subscribe", Some(uri)) => sessions.subscribe(&bridge.owner, uri),
-        (_, Some(uri)) => Ok(sessions.unsubscribe(&bridge.owner, uri)),
+        ("logging/setLevel", Some(level)) => sessions.set_level(&owner, level).map(|()| None),
+        ("resources/subscribe", Some(uri)) => sessions.subscribe(&owner, uri),
+        (_, Some(uri)) => Ok(sessions.unsubscribe(&owner, uri)),
     };
     if let Ok(Some(mut change)) = done {
         let followed = change.followed.wait_for(|v| *v >= change.version);
@@ -365,7 +377,7 @@ async fn kept(
                 if method == "resources/subscribe"
                     && let Some(uri) = value
                 {
-                    sessions.unsubscribe(&bridge.owner, uri);
+                    sessions.unsubscribe(&owner, uri);
                 }
                 Err("the server's listen stream did not take the change in time".into())
             }
@@ -494,6 +506,7 @@ async fn asked(
             deadline: answer.deadline,
         })
     };
+    let owner = bridge.owner(s.fields);
     let replay = Replay {
         live: s.live.clone(),
         profile: s.profile.clone(),
@@ -509,7 +522,7 @@ async fn asked(
         underscores: s.live.server.underscores_in_headers,
         id,
         session: bridge.session,
-        owner: bridge.owner,
+        owner,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let driven = Driven {
@@ -864,13 +877,14 @@ pub(super) async fn stream(
 ) -> Result<Response<GateBody>, GateError> {
     s.shaping.legacy_stream = true;
     let upstream = &s.profile.upstream;
-    let sessionless = bridge.owner == [0; 32];
-    let mut subscribed = (!sessionless).then(|| gw.legacy_sessions.watch(&bridge.owner));
+    let owner = bridge.owner(s.fields);
+    let sessionless = owner == [0; 32];
+    let mut subscribed = (!sessionless).then(|| gw.legacy_sessions.watch(&owner));
     let wanted = subscribed
         .as_mut()
         .map(|w| w.borrow_and_update().clone())
         .unwrap_or_default();
-    let level = gw.legacy_sessions.level(&bridge.owner);
+    let level = gw.legacy_sessions.level(&owner);
     let body = Bytes::from(bridge::listen_request(
         &with_level(&bridge.session, level),
         &wanted.uris,
@@ -888,7 +902,7 @@ pub(super) async fn stream(
     };
     gw.metrics.observe_upstream(&upstream.name, answer.took);
     ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
-    gw.legacy_sessions.followed(&bridge.owner, wanted.version);
+    gw.legacy_sessions.followed(&owner, wanted.version);
     let (_, first) = answer.response.into_parts();
     let relisten = Relisten {
         live: s.live.clone(),
@@ -900,7 +914,7 @@ pub(super) async fn stream(
         timeout: s.timeout,
         session: bridge.session,
         sessions: gw.legacy_sessions.clone(),
-        owner: bridge.owner,
+        owner,
         subscribed,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -1075,7 +1089,12 @@ async fn pass_events(
 
 /// A bridged DELETE: the server holds no session, so there is nothing to end upstream;
 /// what mcpgate kept of it is forgotten (its GET stream ends).
-pub(super) fn delete(gw: &Gateway, bridge: &Bridge, ctx: &Ctx<'_>) -> Response<GateBody> {
-    gw.legacy_sessions.end(&bridge.owner);
+pub(super) fn delete(
+    gw: &Gateway,
+    bridge: &Bridge,
+    fields: &Fields,
+    ctx: &Ctx<'_>,
+) -> Response<GateBody> {
+    gw.legacy_sessions.end(&bridge.owner(fields));
     respond::empty(StatusCode::OK, &ctx.request_id)
 }

@@ -98,7 +98,11 @@ pub async fn send(
             trying.store(i, Ordering::Relaxed);
             let request = encode(upstream, &upstream.endpoints[i], &out, inner.as_deref())?;
             let endpoint = &state.endpoints[i];
-            return match exchange(endpoint, &out, &request, session).await {
+            // mcpgate's own session for 2026-07-28 clients needs no order: their requests
+            // stand alone (a server's question comes on the call's own stream), and the
+            // session is shared by every request of the caller and client.
+            let ordered = session.filter(|_| out.in_session.is_none());
+            return match exchange(endpoint, &out, &request, ordered).await {
                 Ok(r) => Ok((r, i)),
                 Err(e) => {
                     endpoint.failed(outlier);

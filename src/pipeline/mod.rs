@@ -181,7 +181,7 @@ async fn run<'s>(
     if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).
         if req.method == Method::DELETE {
-            return Ok(bridge::delete(gw, &bridged, ctx));
+            return Ok(bridge::delete(gw, &bridged, &req.fields, ctx));
         }
         let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
         shaping.notices = Some(profile.name.clone());
@@ -227,14 +227,16 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
-    to_legacy::check_revision(live, profile, &payload, &req.fields)?;
+    if ctx.era == Era::Legacy {
+        to_legacy::check_revision(live, profile, &payload, &req.fields)?;
+    }
     let bridged = match ctx.era {
         Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
         Era::Modern => None,
     };
     // A 2026-07-28 request to a server of the legacy protocol only (the bridge, SPEC §15).
     let (to_legacy, maybe_legacy) = match ctx.era {
-        Era::Modern => match to_legacy::open(live, profile, &payload, &bytes, ctx)? {
+        Era::Modern => match to_legacy::open(live, profile, &payload, ctx)? {
             to_legacy::Bridging::Now(b) => (Some(b), None),
             to_legacy::Bridging::IfRefused(b) => (None, Some(b)),
             to_legacy::Bridging::No => (None, None),
@@ -368,7 +370,13 @@ async fn post<'s>(
             && to_legacy::refused_as_modern(live, upstream, &answer).await
         {
             drop(answer);
-            let down = to_legacy::ToLegacy::of(down, body, ctx);
+            // Read again: the request is bridged after all (rarely: once per endpoint).
+            let reread = jsonrpc::parse(body)?;
+            let meta = match &reread {
+                Payload::Single(m) => m.meta,
+                Payload::Batch(_) => None,
+            };
+            let down = to_legacy::ToLegacy::of(down, meta, ctx)?;
             let sending = sending(
                 live,
                 profile,

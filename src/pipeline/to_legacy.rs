@@ -74,7 +74,6 @@ pub(super) fn open(
     live: &Live,
     profile: &Profile,
     payload: &Payload<'_>,
-    body: &[u8],
     ctx: &Ctx<'_>,
 ) -> Result<Bridging, GateError> {
     let upstream = &profile.upstream;
@@ -86,8 +85,8 @@ pub(super) fn open(
         (Protocol::Auto, Some(Era::Legacy)) if state.stdio.is_none() => true,
         _ => return Ok(Bridging::No),
     };
-    let kind = match payload {
-        Payload::Single(m) => m.kind,
+    let m = match payload {
+        Payload::Single(m) => m,
         Payload::Batch(_) if now => {
             return Err(GateError::InvalidRequest(
                 "a batch cannot be bridged to a legacy server: send its messages one by one".into(),
@@ -96,8 +95,8 @@ pub(super) fn open(
         Payload::Batch(_) => return Ok(Bridging::No),
     };
     Ok(match now {
-        true => Bridging::Now(ToLegacy::of(kind, body, ctx)),
-        false => Bridging::IfRefused(kind),
+        true => Bridging::Now(ToLegacy::of(m.kind, m.meta, ctx)?),
+        false => Bridging::IfRefused(m.kind),
     })
 }
 
@@ -142,13 +141,25 @@ pub(super) fn check_revision(
 }
 
 impl ToLegacy {
-    /// The single message `body` of `kind`, whose method and id `ctx` noted.
-    pub(super) fn of(kind: MessageKind, body: &[u8], ctx: &Ctx<'_>) -> ToLegacy {
-        let meta = ClientMeta::of(body);
+    /// The single message of `kind` whose `params._meta` is `meta` and whose method and id
+    /// `ctx` noted. A revision other than 2026-07-28 is refused as a 2026-07-28 server
+    /// refuses one it does not implement (400, UnsupportedProtocolVersionError).
+    pub(super) fn of(
+        kind: MessageKind,
+        meta: Option<&str>,
+        ctx: &Ctx<'_>,
+    ) -> Result<ToLegacy, GateError> {
+        let meta = ClientMeta::of(meta);
+        if let Some(v) = meta.version.as_deref().filter(|v| *v != MODERN) {
+            return Err(GateError::UnsupportedVersion {
+                requested: v.to_string(),
+                supported: &[MODERN],
+            });
+        }
         let mut key = [0u8; 32];
         key[..16].copy_from_slice(&super::rounds::caller(ctx));
         key[16..].copy_from_slice(&meta.digest());
-        ToLegacy {
+        Ok(ToLegacy {
             key,
             meta,
             kind,
@@ -158,7 +169,7 @@ impl ToLegacy {
                 .as_deref()
                 .map_or("null", |i| i.get().trim())
                 .into(),
-        }
+        })
     }
 }
 

@@ -129,6 +129,11 @@ impl LegacySessions {
         Ok(())
     }
 
+    /// Whether any session ever set a level (until then, none has one).
+    pub fn any_level(&self) -> bool {
+        self.levels.load(Ordering::Relaxed)
+    }
+
     /// `owner`'s log level, if it set one.
     pub fn level(&self, owner: &Owner) -> Option<&'static str> {
         if !self.levels.load(Ordering::Relaxed) {

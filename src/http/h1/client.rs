@@ -143,6 +143,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Conn<IO> {
                     keep: head.keep,
                     home,
                     open: true,
+                    unknown_want: READ_CHUNK,
                 };
                 body.finish_if_done();
                 return Ok(response.map(|()| body));
@@ -181,6 +182,11 @@ pub struct UpBody<IO> {
     home: Weak<dyn Home<IO>>,
     /// Until its home has been told it is done with (`Home::finished`).
     open: bool,
+    /// How much the next read of a body of unknown length asks room for: from
+    /// [`READ_CHUNK`], doubled up to [`READ_BUFFER`] each time a read fills it, so a large
+    /// answer soon takes few reads and a stream that waits (an SSE call held for its
+    /// client's answer, a GET stream) keeps a small buffer.
+    unknown_want: usize,
 }
 
 /// The upstream broke off its answer, or sent one this client cannot read.
@@ -272,14 +278,19 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> UpBody<IO> {
                 }
             }
             // Nothing usable buffered: read more, in reads as large as the body needs up
-            // to READ_BUFFER (a large answer then takes few reads).
+            // to READ_BUFFER (a large answer then takes few reads); of a body of unknown
+            // length, as large as the last reads showed it needs.
             let want = match self.framing {
                 Framing::Length(left) => (left as usize).min(READ_BUFFER),
-                _ => READ_BUFFER,
+                _ => self.unknown_want,
             };
             let conn = self.conn.as_mut().expect("checked above");
             match ready!(conn.poll_fill(cx, want)) {
-                Ok(n) if n > 0 => {}
+                Ok(n) if n > 0 => {
+                    if n >= self.unknown_want {
+                        self.unknown_want = (self.unknown_want * 2).min(READ_BUFFER);
+                    }
+                }
                 Ok(_) if self.framing == Framing::Close => {
                     self.end();
                     return Poll::Ready(None);

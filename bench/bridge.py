@@ -148,6 +148,15 @@ async def hold_modern(conns, n):
     await asyncio.gather(*(some(r, w, k * each, each) for k, (r, w) in enumerate(conns)))
 
 
+def settle(pid, wait):
+    """A second to settle, then `pid`'s VmRSS and its CPU ticks over `wait` seconds."""
+    time.sleep(1)
+    rss = rss_kib(pid)
+    ticks = cpu_ticks([pid])
+    time.sleep(wait)
+    return rss, cpu_ticks([pid]) - ticks
+
+
 def main():
     for name, port in PORTS.items():
         if not free(port):
@@ -204,11 +213,7 @@ def main():
         time.sleep(wait)
         conn_ticks = cpu_ticks([gate.pid]) - ticks
         loop.run_until_complete(hold(held, asking))
-        time.sleep(1)
-        rss_held = rss_kib(gate.pid)
-        ticks = cpu_ticks([gate.pid])
-        time.sleep(wait)
-        idle_ticks = cpu_ticks([gate.pid]) - ticks
+        rss_held, idle_ticks = settle(gate.pid, wait)
         for _, w in held:
             w.close()
         # Held the other way: calls of 2026-07-28 clients waiting at a legacy server, on a
@@ -221,11 +226,7 @@ def main():
         time.sleep(1)
         rss_modern_before = rss_kib(gate.pid)
         loop.run_until_complete(hold_modern(modern, HELD))
-        time.sleep(1)
-        rss_modern_held = rss_kib(gate.pid)
-        ticks = cpu_ticks([gate.pid])
-        time.sleep(wait)
-        modern_ticks = cpu_ticks([gate.pid]) - ticks
+        rss_modern_held, modern_ticks = settle(gate.pid, wait)
         for _, w in modern:
             w.close()
         loop.close()

@@ -411,16 +411,7 @@ async function callTool(name, args, extra) {
       return { content: [text(`Roots: ${await askRoots(extra)}`)] };
     case 'test_input_required_result_request_state':
     case 'test_input_required_result_tampered_state': {
-      const answer = await extra.ask(
-        {
-          method: 'elicitation/create',
-          params: {
-            message: 'Go on?',
-            requestedSchema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }
-          }
-        },
-        ElicitResultSchema
-      );
+      const answer = await elicit(extra, 'Go on?', { ok: { type: 'boolean' } });
       return { content: [text(answer.action === 'accept' ? 'state-ok' : `declined (${answer.action})`)] };
     }
     case 'test_input_required_result_multiple_inputs': {
@@ -431,16 +422,7 @@ async function callTool(name, args, extra) {
     }
     case 'test_input_required_result_multi_round': {
       const name = await askName(extra);
-      const colour = await extra.ask(
-        {
-          method: 'elicitation/create',
-          params: {
-            message: `Your favourite colour, ${name}?`,
-            requestedSchema: { type: 'object', properties: { color: { type: 'string' } }, required: ['color'] }
-          }
-        },
-        ElicitResultSchema
-      );
+      const colour = await elicit(extra, `Your favourite colour, ${name}?`, { color: { type: 'string' } });
       return { content: [text(`${name} likes ${colour.content?.color ?? '?'}`)] };
     }
     case 'test_input_required_result_capabilities': {
@@ -462,17 +444,19 @@ async function callTool(name, args, extra) {
   }
 }
 
-async function askName(extra) {
-  const answer = await extra.ask(
+// Asks the user `message` for a form of `properties`, all required.
+function elicit(extra, message, properties) {
+  return extra.ask(
     {
       method: 'elicitation/create',
-      params: {
-        message: 'What is your name?',
-        requestedSchema: { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] }
-      }
+      params: { message, requestedSchema: { type: 'object', properties, required: Object.keys(properties) } }
     },
     ElicitResultSchema
   );
+}
+
+async function askName(extra) {
+  const answer = await elicit(extra, 'What is your name?', { name: { type: 'string' } });
   return answer.content?.name ?? `(${answer.action})`;
 }
 

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+use wire::json::read::Reader;
 
 pub use crate::upstream::bridged::Initialized;
 
@@ -169,6 +170,68 @@ pub fn discover_answer(id: &str, init: &Initialized, ttl_ms: u64) -> Result<Stri
         r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#,
         Value::Object(out)
     ))
+}
+
+/// The `_meta` members of the 2026-07-28 envelope, which a legacy session already says.
+const ENVELOPE: [&str; 4] = [
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+    "io.modelcontextprotocol/logLevel",
+];
+
+/// `body` (one JSON-RPC message) without the 2026-07-28 envelope in its `params._meta`
+/// (the rest of `_meta`, a progress token, a trace context, stays): what a legacy session
+/// carries already, and what a server that knows both generations refuses inside one.
+/// Borrowed when there is nothing to take out, or the body is not one this can edit.
+pub fn without_envelope(body: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    if !body.contains("\"io.modelcontextprotocol/") {
+        return Cow::Borrowed(body);
+    }
+    /// The members of the object `text`, keys without escapes.
+    fn members(text: &str) -> Option<Vec<(&str, &str)>> {
+        let mut found = Vec::new();
+        let mut r = Reader::new(text);
+        r.skip_ws();
+        r.object(0, |r, key| {
+            let value = r.value(1)?;
+            found.push((key.plain()?, value));
+            Some(())
+        })?;
+        Some(found)
+    }
+    let Some(meta) = members(body)
+        .and_then(|m| m.into_iter().find(|(k, _)| *k == "params"))
+        .and_then(|(_, params)| members(params))
+        .and_then(|m| m.into_iter().find(|(k, _)| *k == "_meta"))
+        .map(|(_, meta)| meta)
+    else {
+        return Cow::Borrowed(body);
+    };
+    let Some(kept) = members(meta) else {
+        return Cow::Borrowed(body);
+    };
+    if kept.iter().all(|(k, _)| !ENVELOPE.contains(k)) {
+        return Cow::Borrowed(body);
+    }
+    let mut out = String::with_capacity(body.len());
+    let at = meta.as_ptr() as usize - body.as_ptr() as usize;
+    out.push_str(&body[..at]);
+    out.push('{');
+    let mut first = true;
+    for (key, value) in kept.iter().filter(|(k, _)| !ENVELOPE.contains(k)) {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        out.push(':');
+        out.push_str(value);
+    }
+    out.push('}');
+    out.push_str(&body[at + meta.len()..]);
+    Cow::Owned(out)
 }
 
 /// The rank of the log level `level` among MCP's eight, least severe first.
@@ -870,6 +933,36 @@ mod tests {
         assert_eq!(
             method_not_found(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
             None
+        );
+    }
+
+    #[test]
+    fn the_envelope_stays_at_the_bridge_the_rest_of_meta_goes_on() {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":7,"io.modelcontextprotocol/clientCapabilities":{"x":{}},"traceparent":"00-ab"},"arguments":{"q":"io.modelcontextprotocol/clientInfo"}}}"#;
+        let out = without_envelope(body);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            v["params"]["_meta"],
+            serde_json::json!({"progressToken": 7, "traceparent": "00-ab"})
+        );
+        assert_eq!(
+            v["params"]["arguments"]["q"],
+            "io.modelcontextprotocol/clientInfo"
+        );
+        assert_eq!(v["params"]["name"], "t");
+        // Nothing to take out: the same text.
+        let plain = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"progressToken":1}}}"#;
+        assert!(matches!(
+            without_envelope(plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let only = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let v: Value = serde_json::from_str(&without_envelope(only)).unwrap();
+        assert_eq!(v["params"]["_meta"], serde_json::json!({}));
+        // Not an object this can read: left as it is.
+        assert_eq!(
+            without_envelope("[1, \"io.modelcontextprotocol/x\"]"),
+            "[1, \"io.modelcontextprotocol/x\"]"
         );
     }
 }

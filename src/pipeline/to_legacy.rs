@@ -380,6 +380,12 @@ async fn send(
     body: Bytes,
 ) -> Result<(Answer, Session), GateError> {
     let upstream = &s.profile.upstream;
+    // What the 2026-07-28 envelope told is the session's now; a server that knows both
+    // generations refuses it inside a legacy session.
+    let body = match std::str::from_utf8(&body).map(msg::without_envelope) {
+        Ok(std::borrow::Cow::Owned(stripped)) => Bytes::from(stripped),
+        _ => body,
+    };
     let mut tries = 0;
     loop {
         tries += 1;

@@ -79,10 +79,8 @@ pub(super) fn open(
     let upstream = &profile.upstream;
     let state = live.upstream(upstream);
     let now = match (upstream.protocol, state.era(upstream)) {
-        (Protocol::Legacy, _) => true,
+        _ if legacy_only(state, upstream) => true,
         (Protocol::Auto, None) if state.stdio.is_none() => false,
-        // A stdio child left at `auto` runs each request's generation.
-        (Protocol::Auto, Some(Era::Legacy)) if state.stdio.is_none() => true,
         _ => return Ok(Bridging::No),
     };
     let m = match payload {
@@ -100,11 +98,21 @@ pub(super) fn open(
     })
 }
 
-/// A request shaped as a 2026-07-28 one (its `_meta` names a protocol version) for another
-/// revision, to an upstream the bridge serves: refused as a 2026-07-28 server refuses a
-/// revision it does not implement (400, UnsupportedProtocolVersionError naming
-/// 2026-07-28). A legacy client names no version in `_meta`, and a revision newer than
-/// 2026-07-28 is not one mcpgate can translate.
+/// Whether `upstream` speaks only the legacy protocol, as configured or as it showed: its
+/// 2026-07-28 clients are bridged. (A stdio child left at `auto` runs each request's
+/// generation.)
+fn legacy_only(state: &UpstreamState, upstream: &Upstream) -> bool {
+    match (upstream.protocol, state.era(upstream)) {
+        (Protocol::Legacy, _) => true,
+        (Protocol::Auto, Some(Era::Legacy)) => state.stdio.is_none(),
+        _ => false,
+    }
+}
+
+/// A request taken for a legacy one whose `_meta` names a protocol version, as only a
+/// 2026-07-28 client's does, but one that is not 2026-07-28, to an upstream the bridge
+/// serves: refused as a 2026-07-28 server refuses a revision it does not implement (400,
+/// UnsupportedProtocolVersionError naming 2026-07-28), not sent into a session.
 pub(super) fn check_revision(
     live: &Live,
     profile: &Profile,
@@ -115,13 +123,7 @@ pub(super) fn check_revision(
         return Ok(());
     };
     let upstream = &profile.upstream;
-    let state = live.upstream(upstream);
-    let bridged = match (upstream.protocol, state.era(upstream)) {
-        (Protocol::Legacy, _) => true,
-        (Protocol::Auto, Some(Era::Legacy)) => state.stdio.is_none(),
-        _ => false,
-    };
-    if !bridged
+    if !legacy_only(live.upstream(upstream), upstream)
         || fields.has(wire::fields::FieldKind::McpSessionId)
         || m.method() == Some("initialize")
     {

@@ -2,6 +2,7 @@
 //! (`glob`) and the compiled, immutable `Snapshot` the request path reads (`compile`).
 
 pub mod compile;
+pub mod federation;
 pub mod generation;
 pub mod glob;
 pub mod raw;

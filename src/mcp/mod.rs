@@ -6,6 +6,7 @@
 pub mod bridge;
 pub mod discover;
 pub mod era;
+pub mod federation;
 pub mod jsonrpc;
 pub mod list_changes;
 pub mod listen;

@@ -420,7 +420,7 @@ async fn the_bridge_answers_as_a_2026_07_28_server_would() {
     );
     assert_eq!(m["error"]["data"]["requested"], "v999.0.0", "{m}");
     // The server asks for sampling, which the client did not declare: 400, -32021, naming
-    // it; the server's call is cancelled.
+    // it.
     let r = modern(
         gw,
         "tools/call",
@@ -435,6 +435,26 @@ async fn the_bridge_answers_as_a_2026_07_28_server_would() {
         m["error"]["data"]["requiredCapabilities"],
         json!({"sampling": {}})
     );
+    // The server was told no, and that the call is no longer wanted.
+    let got = bodies(&s.record);
+    assert!(
+        got.iter().any(|b| b["error"]["code"] == -32601
+            && b["error"]["message"] == "the client did not declare sampling"),
+        "{got:?}"
+    );
+    // (The cancel goes as the call is let go, after the client's answer.)
+    let started = std::time::Instant::now();
+    while !bodies(&s.record)
+        .iter()
+        .any(|b| b["method"] == "notifications/cancelled" && b["params"]["requestId"] == 9)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            bodies(&s.record)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Log messages: none without a level, from the level up with one.
     let levels = |body: &str| -> Vec<String> {
         messages(body)

@@ -477,7 +477,7 @@ async fn asked(
     answer: Answer,
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
-    let shaping = s.shaping;
+    let want = s.shaping.want;
     let upstream = &s.profile.upstream;
     gw.metrics.observe_upstream(&upstream.name, answer.took);
     ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
@@ -485,13 +485,13 @@ async fn asked(
     let format = wire::headval::body_format(answer.response.headers());
     let status = answer.response.status();
     if status != StatusCode::OK || format == wire::headval::BodyFormat::Other {
-        return respond::upstream(gw, answer, shaping, &ctx.request_id).await;
+        return respond::upstream(gw, answer, s.shaping, &ctx.request_id).await;
     }
-    let sse_client = matches!(shaping.want, Want::Sse | Want::Either);
+    let sse_client = matches!(want, Want::Sse | Want::Either);
     let first = if format == wire::headval::BodyFormat::Json || !sse_client {
         let text = one_message(answer, &id).await?;
         match bridge::asks(&text, &id).map_err(GateError::UpstreamBadResponse)? {
-            None => return Ok(respond::own(text, shaping.want, &ctx.request_id)),
+            None => return Ok(respond::own(text, want, &ctx.request_id)),
             Some(_) if !sse_client => {
                 return Err(GateError::InputNotBridged(
                     "the server needs input from the client, which can only be asked on an event stream (Accept: text/event-stream)".into(),
@@ -508,20 +508,12 @@ async fn asked(
     };
     let owner = bridge.owner(s.fields);
     let replay = Replay {
-        live: s.live.clone(),
-        profile: s.profile.clone(),
+        parts: Parts::of(&s, &ctx.request_id, bridge.session),
         waits: gw.waits.clone(),
-        fields: copy_fields(s.fields),
-        forwarded_for: s.forwarded_for.clone(),
-        proto: s.proto,
-        request_id: ctx.request_id.to_string(),
         method,
         name,
         body,
-        timeout: s.timeout,
-        underscores: s.live.server.underscores_in_headers,
         id,
-        session: bridge.session,
         owner,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -567,23 +559,74 @@ enum Round {
 /// A call being played to its client between rounds: owned, as the answer's body outlives
 /// the request's stages.
 struct Replay {
-    live: Arc<Live>,
-    profile: Arc<Profile>,
+    parts: Parts,
     waits: Arc<Waits>,
-    fields: Fields,
-    forwarded_for: HeaderValue,
-    proto: &'static str,
-    request_id: String,
     method: Box<str>,
     name: Option<String>,
     /// The 2026-07-28 request, as last sent.
     body: Bytes,
-    timeout: std::time::Duration,
-    underscores: bool,
     /// The call's id, as JSON text.
     id: Box<str>,
-    session: Session,
     owner: Owner,
+}
+
+/// A bridged request's parts, owned, for what mcpgate sends upstream once the request's
+/// stages are over: a call's retries, a GET stream's new listens.
+struct Parts {
+    live: Arc<Live>,
+    profile: Arc<Profile>,
+    fields: Fields,
+    forwarded_for: HeaderValue,
+    proto: &'static str,
+    request_id: String,
+    timeout: std::time::Duration,
+    session: Session,
+}
+
+impl Parts {
+    fn of(s: &Sending<'_>, request_id: &str, session: Session) -> Parts {
+        Parts {
+            live: s.live.clone(),
+            profile: s.profile.clone(),
+            fields: copy_fields(s.fields),
+            forwarded_for: s.forwarded_for.clone(),
+            proto: s.proto,
+            request_id: request_id.to_string(),
+            timeout: s.timeout,
+            session,
+        }
+    }
+
+    /// Sends a 2026-07-28 POST of `method` with `body` upstream; `long_lived` for a listen
+    /// stream, whose body no deadline bounds.
+    async fn send(
+        &self,
+        method: &str,
+        body: Bytes,
+        name: Option<String>,
+        long_lived: bool,
+    ) -> Result<Answer, GateError> {
+        let out = Outgoing {
+            method: Method::POST,
+            timeout: self.timeout,
+            body_deadline: !long_lived,
+            query: None,
+            fields: &self.fields,
+            body,
+            forwarded_for: &self.forwarded_for,
+            proto: self.proto,
+            request_id: &self.request_id,
+            underscores: self.live.server.underscores_in_headers,
+            trace: None,
+            pinned: None,
+            era: Era::Modern,
+            caller: Some(self.session.caller),
+            mcp_name: name,
+            bridged: Some(method),
+            in_session: None,
+        };
+        forward::send(&self.live, &self.profile.upstream, out).await
+    }
 }
 
 /// How a round ended for the client.
@@ -643,34 +686,17 @@ impl Replay {
         };
         if let Ending::Failed(code, message) = ending {
             let id = RawValue::from_string(self.id.to_string()).ok();
-            let json = error_json(id.as_deref(), code, &message, &self.request_id);
+            let json = error_json(id.as_deref(), code, &message, &self.parts.request_id);
             let _ = tx.send(sse::encode_json(&json, None)).await;
         }
     }
 
     /// Sends the call's retry upstream: the next round.
     async fn send(&self) -> Result<Round, Ending> {
-        let out = Outgoing {
-            method: Method::POST,
-            timeout: self.timeout,
-            body_deadline: true,
-            query: None,
-            fields: &self.fields,
-            body: self.body.clone(),
-            forwarded_for: &self.forwarded_for,
-            proto: self.proto,
-            request_id: &self.request_id,
-            underscores: self.underscores,
-            trace: None,
-            pinned: None,
-            era: Era::Modern,
-            caller: Some(self.session.caller),
-            mcp_name: self.name.clone(),
-            bridged: Some(&self.method),
-            in_session: None,
-        };
         let failed = |e: GateError| Ending::Failed(e.rpc_code(), e.to_string());
-        let answer = forward::send(&self.live, &self.profile.upstream, out)
+        let answer = self
+            .parts
+            .send(&self.method, self.body.clone(), self.name.clone(), false)
             .await
             .map_err(failed)?;
         let format = wire::headval::body_format(answer.response.headers());
@@ -775,7 +801,7 @@ impl Replay {
         let mut waiting = Vec::with_capacity(asks.requests.len());
         for (key, method, request) in &asks.requests {
             let capability = bridge::capability_of(method);
-            if !self.session.declares(capability) {
+            if !self.parts.session.declares(capability) {
                 return Err(Ending::Failed(
                     code::INVALID_REQUEST,
                     format!(
@@ -791,7 +817,7 @@ impl Replay {
                 .map_err(|_| Ending::Gone)?;
             waiting.push((key.clone(), method.as_str(), waiter));
         }
-        let limit = tokio::time::sleep(self.live.config.input_timeout);
+        let limit = tokio::time::sleep(self.parts.live.config.input_timeout);
         tokio::pin!(limit);
         let mut answers = Vec::with_capacity(waiting.len());
         for (key, method, mut waiter) in waiting {
@@ -905,14 +931,7 @@ pub(super) async fn stream(
     gw.legacy_sessions.followed(&owner, wanted.version);
     let (_, first) = answer.response.into_parts();
     let relisten = Relisten {
-        live: s.live.clone(),
-        profile: s.profile.clone(),
-        fields: copy_fields(s.fields),
-        forwarded_for: s.forwarded_for.clone(),
-        proto: s.proto,
-        request_id: ctx.request_id.to_string(),
-        timeout: s.timeout,
-        session: bridge.session,
+        parts: Parts::of(&s, &ctx.request_id, bridge.session),
         sessions: gw.legacy_sessions.clone(),
         owner,
         subscribed,
@@ -935,14 +954,7 @@ pub(super) async fn stream(
 /// A bridged GET stream that follows its session's subscriptions: owned, as the answer's
 /// body outlives the request's stages.
 struct Relisten {
-    live: Arc<Live>,
-    profile: Arc<Profile>,
-    fields: Fields,
-    forwarded_for: HeaderValue,
-    proto: &'static str,
-    request_id: String,
-    timeout: std::time::Duration,
-    session: Session,
+    parts: Parts,
     sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
     owner: Owner,
     subscribed: crate::runtime::legacy_sessions::Subscribed,
@@ -1007,29 +1019,13 @@ impl Relisten {
         uris: &[Box<str>],
     ) -> Result<(GateBody, sse::Decoder, Vec<Bytes>), GateError> {
         let body = bridge::listen_request(
-            &with_level(&self.session, self.sessions.level(&self.owner)),
+            &with_level(&self.parts.session, self.sessions.level(&self.owner)),
             uris,
         );
-        let out = Outgoing {
-            era: Era::Modern,
-            caller: Some(self.session.caller),
-            bridged: Some("subscriptions/listen"),
-            method: Method::POST,
-            timeout: self.timeout,
-            body_deadline: false,
-            query: None,
-            fields: &self.fields,
-            body: Bytes::from(body),
-            forwarded_for: &self.forwarded_for,
-            proto: self.proto,
-            request_id: &self.request_id,
-            underscores: self.live.server.underscores_in_headers,
-            trace: None,
-            pinned: None,
-            mcp_name: None,
-            in_session: None,
-        };
-        let answer = forward::send(&self.live, &self.profile.upstream, out).await?;
+        let answer = self
+            .parts
+            .send("subscriptions/listen", Bytes::from(body), None, true)
+            .await?;
         let format = wire::headval::body_format(answer.response.headers());
         if answer.response.status() != StatusCode::OK || format != wire::headval::BodyFormat::Sse {
             return Err(GateError::UpstreamBadResponse(format!(
@@ -1062,7 +1058,7 @@ impl Relisten {
                 }
             }
         };
-        match tokio::time::timeout(self.timeout, acknowledged).await {
+        match tokio::time::timeout(self.parts.timeout, acknowledged).await {
             Ok(true) => Ok((body, decoder, early)),
             Ok(false) => Err(GateError::UpstreamBadResponse(
                 "the listen stream ended before its acknowledgement".into(),

@@ -58,7 +58,7 @@ struct Entry {
     uris: watch::Sender<Wanted>,
     /// The version of the subscriptions the session's GET stream listens with.
     followed: watch::Sender<u64>,
-    /// When it was last used, by [`LegacySessions::tick`].
+    /// When it was last used ([`Table::tick`]'s count then).
     used: u64,
 }
 
@@ -78,26 +78,19 @@ impl Entry {
     }
 }
 
+/// The sessions kept, and a count that orders their uses.
 #[derive(Default)]
-pub struct LegacySessions {
-    table: Mutex<HashMap<Owner, Entry>>,
-    tick: std::sync::atomic::AtomicU64,
-    /// Whether any session ever set a level: until one does, a request costs no lock.
-    levels: AtomicBool,
+struct Table {
+    entries: HashMap<Owner, Entry>,
+    tick: u64,
 }
 
-impl LegacySessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Owner, Entry>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn tick(&self) -> u64 {
-        self.tick.fetch_add(1, Ordering::Relaxed)
-    }
-
+impl Table {
     /// `owner`'s entry, made when it has none (making room first).
-    fn entry<'t>(&self, table: &'t mut HashMap<Owner, Entry>, owner: &Owner) -> &'t mut Entry {
-        let used = self.tick();
+    fn entry(&mut self, owner: &Owner) -> &mut Entry {
+        self.tick += 1;
+        let used = self.tick;
+        let table = &mut self.entries;
         if !table.contains_key(owner) && table.len() >= MAX_SESSIONS {
             // The least recently used session nobody listens on; failing that, any.
             let victim = table
@@ -117,6 +110,19 @@ impl LegacySessions {
         e.used = used;
         e
     }
+}
+
+#[derive(Default)]
+pub struct LegacySessions {
+    table: Mutex<Table>,
+    /// Whether any session ever set a level: until one does, a request costs no lock.
+    levels: AtomicBool,
+}
+
+impl LegacySessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
     /// Sets `owner`'s log level; `Err` names the levels when `level` is none of them.
     pub fn set_level(&self, owner: &Owner, level: &str) -> Result<(), String> {
@@ -124,7 +130,7 @@ impl LegacySessions {
             return Err(format!("level must be one of {}", LEVELS.join(", ")));
         };
         let mut table = self.lock();
-        self.entry(&mut table, owner).level = Some(level);
+        table.entry(owner).level = Some(level);
         self.levels.store(true, Ordering::Relaxed);
         Ok(())
     }
@@ -139,7 +145,7 @@ impl LegacySessions {
         if !self.levels.load(Ordering::Relaxed) {
             return None;
         }
-        self.lock().get(owner).and_then(|e| e.level)
+        self.lock().entries.get(owner).and_then(|e| e.level)
     }
 
     /// Subscribes `owner` to `uri`: the change its GET stream is to follow, if one is
@@ -149,7 +155,7 @@ impl LegacySessions {
             return Err(format!("uri must be 1 to {MAX_URI} bytes"));
         }
         let mut table = self.lock();
-        let e = self.entry(&mut table, owner);
+        let e = table.entry(owner);
         let full = {
             let w = e.uris.borrow();
             !w.uris.iter().any(|u| &**u == uri) && w.uris.len() >= MAX_SUBSCRIPTIONS
@@ -172,7 +178,7 @@ impl LegacySessions {
     /// follow, if one is open.
     pub fn unsubscribe(&self, owner: &Owner, uri: &str) -> Option<Following> {
         let mut table = self.lock();
-        table.get_mut(owner)?.change(|uris| {
+        table.entries.get_mut(owner)?.change(|uris| {
             let before = uris.len();
             uris.retain(|u| &**u != uri);
             uris.len() != before
@@ -183,13 +189,13 @@ impl LegacySessions {
     /// watch ends (its `changed` fails) when the session is ended or pushed out.
     pub fn watch(&self, owner: &Owner) -> Subscribed {
         let mut table = self.lock();
-        self.entry(&mut table, owner).uris.subscribe()
+        table.entry(owner).uris.subscribe()
     }
 
     /// Tells who waits for it that `owner`'s GET stream listens with the subscriptions of
     /// `version`.
     pub fn followed(&self, owner: &Owner, version: u64) {
-        if let Some(e) = self.lock().get(owner) {
+        if let Some(e) = self.lock().entries.get(owner) {
             e.followed.send_if_modified(|v| {
                 let later = version > *v;
                 *v = (*v).max(version);
@@ -200,16 +206,13 @@ impl LegacySessions {
 
     /// Forgets `owner` (its client ended the session): its GET stream ends.
     pub fn end(&self, owner: &Owner) {
-        self.lock().remove(owner);
+        self.lock().entries.remove(owner);
     }
 
     /// How many sessions are kept.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().entries.len()
     }
 }
 

@@ -120,6 +120,8 @@ pub struct Gateway {
     pub held: Arc<crate::runtime::held::Held>,
     /// The log levels and subscriptions of bridged legacy sessions.
     pub legacy_sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
+    /// What each federated profile knows of its members' names (SPEC §16).
+    pub directories: crate::mcp::federation::directory::Directories,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -193,6 +195,7 @@ impl Gateway {
             waits: Default::default(),
             held: Default::default(),
             legacy_sessions: Default::default(),
+            directories: Default::default(),
             certs,
             config_path,
             audit,

@@ -2,6 +2,9 @@
 //! its clients see: when a member's names get the member's prefix (`prefix`), and what
 //! joins the two (`separator`).
 
+use super::Profile;
+use std::sync::Arc;
+
 /// When a member's names are shown as `<member><separator><name>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Prefix {
@@ -25,6 +28,34 @@ impl Prefix {
                 "prefix is \"always\", \"on_conflict\" or \"never\", not {other:?}"
             )),
         }
+    }
+}
+
+/// A federated profile's members and how their names are shown.
+#[derive(Debug)]
+pub struct Federation {
+    /// In the order of `upstreams`: the order their items are listed in.
+    pub members: Box<[Member]>,
+    pub prefix: Prefix,
+    pub separator: Box<str>,
+}
+
+/// One member of a federated profile.
+#[derive(Debug)]
+pub struct Member {
+    /// Its name in `upstreams` (the upstream's name): the prefix of its names.
+    pub name: Arc<str>,
+    /// What a request routed to it is sent with: the member's upstream and no rules of
+    /// its own (the federated profile's rules judged the names the client sees), named
+    /// `<profile>/<member>` so that what mcpgate seals for one member (a `requestState`,
+    /// a task id) opens for no other.
+    pub profile: Arc<Profile>,
+}
+
+impl Federation {
+    /// The place of the member named `name`.
+    pub fn member(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| &*m.name == name)
     }
 }
 

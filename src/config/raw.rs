@@ -191,7 +191,14 @@ pub struct RawArgumentRule {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProfile {
-    pub upstream: S<String>,
+    /// The one upstream; or `upstreams` for a federated profile (SPEC §16).
+    pub upstream: Option<S<String>>,
+    /// A federated profile's members, in the order their items are listed.
+    pub upstreams: Option<S<Vec<S<String>>>>,
+    /// When members' names are prefixed: `always`, `on_conflict` (default) or `never`.
+    pub prefix: Option<S<String>>,
+    /// What joins a member's name and its item's name; default `__`.
+    pub separator: Option<S<String>>,
     #[serde(default)]
     pub allow: Vec<S<String>>,
     #[serde(default)]
@@ -305,6 +312,9 @@ pub struct RawTransport {
     pub list_ttl: Option<S<String>>,
     /// How long a multi round-trip request's `requestState` may come back; default `5m`.
     pub input_timeout: Option<S<String>>,
+    /// How long a federated list waits for a member before it is listed as unavailable;
+    /// default `2s`.
+    pub fanout_timeout: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,6 +13,7 @@ pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod bridge;
+pub mod federation;
 pub mod finish;
 pub mod forward;
 pub mod headers;
@@ -84,6 +85,8 @@ struct Ctx<'s> {
     era: Era,
     /// A multi round-trip retry's first request id, for its audit records.
     first_request: Option<Box<str>>,
+    /// The member of a federated profile the request goes to (SPEC §16).
+    member: Option<Arc<str>>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -125,6 +128,7 @@ pub async fn handle(
             .map(|t| Box::new(t.begin(req.fields.all(FieldKind::Traceparent)))),
         era: Era::Legacy,
         first_request: None,
+        member: None,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -217,7 +221,7 @@ async fn run<'s>(
 async fn post<'s>(
     gw: &Gateway,
     live: &'s Arc<Live>,
-    profile: &Arc<Profile>,
+    profile: &'s Arc<Profile>,
     peer: &Peer,
     mut req: ClientRequest,
     ctx: &mut Ctx<'s>,
@@ -227,6 +231,29 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
+    if let Some(fed) = &profile.federation {
+        return federation::post(gw, live, profile, fed, peer, &req, &bytes, payload, want, ctx)
+            .await;
+    }
+    checked(gw, live, profile, peer, &req, &bytes, payload, want, None, ctx).await
+}
+
+/// The rest of a POST once its payload is read and its headers checked: to `profile`'s
+/// upstream. `admitted`: the payload was judged by policy and limits already (a federated
+/// profile judges the names its clients see, then sends to a member: `federation`).
+#[allow(clippy::too_many_arguments)]
+async fn checked<'s>(
+    gw: &Gateway,
+    live: &'s Arc<Live>,
+    profile: &'s Arc<Profile>,
+    peer: &Peer,
+    req: &ClientRequest,
+    bytes: &Bytes,
+    payload: Payload<'_>,
+    want: Want,
+    admitted: Option<limits::Admitted>,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
     if ctx.era == Era::Legacy {
         to_legacy::check_revision(live, profile, &payload, &req.fields)?;
     }
@@ -249,7 +276,9 @@ async fn post<'s>(
         && ctx.era == Era::Legacy
         && matches!(&payload, Payload::Single(m) if m.method() == Some("initialize"))
         && bridge::may_refuse_legacy(live, &profile.upstream);
-    audit::note_calls(gw, &payload, ctx);
+    if admitted.is_none() {
+        audit::note_calls(gw, &payload, ctx);
+    }
     let (round, task) = match ctx.era {
         Era::Modern => (
             rounds::prepare(live, profile, &payload, ctx)?,
@@ -260,14 +289,13 @@ async fn post<'s>(
     if let Some(t) = &task {
         audit::note_task(gw, &t.id, &t.opened.tool, ctx);
     }
-    let hints = &live.upstream(&profile.upstream).hints;
-    if let policy::Admit::Swallow = policy::admit(live, profile, hints, &payload)? {
-        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
-    }
-    if !live.deprecated.is_empty() {
-        count_deprecated(gw, live, &payload, ctx);
-    }
-    let admitted = limits::admit(live, profile, peer, ctx, &payload).await?;
+    let admitted = match admitted {
+        Some(a) => a,
+        None => match judge(gw, live, profile, peer, &payload, ctx).await? {
+            Some(a) => a,
+            None => return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
+        },
+    };
     let mut shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
     let listen =
         matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
@@ -278,7 +306,7 @@ async fn post<'s>(
         _ => None,
     };
     drop(payload);
-    let mut bytes = bytes;
+    let mut bytes = bytes.clone();
     if let (Some((at, given)), Some(trace)) = (meta_trace, ctx.trace.as_mut()) {
         // `_meta.traceparent` is a trace context like the header (SPEC §15): continued
         // when the header did not name one, and rewritten to this request's span.
@@ -408,6 +436,26 @@ async fn post<'s>(
     .await;
     audit::answered(&mut unanswered, ctx);
     Ok(limits::hold(answered?, admitted.permits))
+}
+
+/// The policy and limits stages for `payload` on `profile`: `None` when the policy
+/// swallows it (a notification it does not pass: answered 202).
+async fn judge(
+    gw: &Gateway,
+    live: &Live,
+    profile: &Profile,
+    peer: &Peer,
+    payload: &Payload<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<Option<limits::Admitted>, GateError> {
+    let hints = &live.upstream(&profile.upstream).hints;
+    if let policy::Admit::Swallow = policy::admit(live, profile, hints, payload)? {
+        return Ok(None);
+    }
+    if !live.deprecated.is_empty() {
+        count_deprecated(gw, live, payload, ctx);
+    }
+    Ok(Some(limits::admit(live, profile, peer, ctx, payload).await?))
 }
 
 /// The request as it goes upstream: `timeout` is its deadline, and `body_deadline` says

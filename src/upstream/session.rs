@@ -64,7 +64,13 @@ pub enum Purpose {
     /// what the server is told of the client on each request, at most [`MAX_BRIDGED`]
     /// bytes.
     BridgedSession,
+    /// A federated list's cursor (SPEC §16): each member's own cursor, at most
+    /// [`MAX_CURSOR`] bytes.
+    FederatedCursor,
 }
+
+/// The longest federated cursor sealed: the members' cursors with the profile's name.
+pub const MAX_CURSOR: usize = 4_096;
 
 /// The longest bridged session sealed: the client's capabilities and info, with the
 /// caller and revision.
@@ -105,6 +111,11 @@ impl Sealer {
                 b"mcpgate bridged session: seal",
                 b"mcpgate bridged session: nonce",
                 MAX_BRIDGED,
+            ),
+            Purpose::FederatedCursor => (
+                b"mcpgate federated cursor: seal",
+                b"mcpgate federated cursor: nonce",
+                MAX_CURSOR,
             ),
         };
         let derive = |key: &SessionKey, label: &[u8]| {

@@ -7,7 +7,7 @@ use http::Uri;
 /// bytes refused, the same fragment dropped, the same path and query), without building
 /// a `Uri`, whose parse cost more than the rest of the head. Any other form (absolute,
 /// authority, `*`) and every HTTP/2 target is kept as the `Uri` it parses to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Target {
     /// The path and query, the fragment left out; `query`: where its `?` is.
     Origin {

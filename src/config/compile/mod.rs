@@ -54,6 +54,8 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(60);
 pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(300);
+/// `[transport] fanout_timeout` when unset (SPEC §16).
+pub const DEFAULT_FANOUT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9901";
 
 /// A configuration error with its position in the file, when there is one.
@@ -152,6 +154,7 @@ impl Compiler<'_> {
         let sse_keepalive = transport::sse_keepalive(raw.transport.as_ref())?;
         let list_ttl = transport::list_ttl(raw.transport.as_ref())?;
         let input_timeout = transport::input_timeout(raw.transport.as_ref())?;
+        let fanout_timeout = transport::fanout_timeout(raw.transport.as_ref())?;
         let admin = admin::admin(raw.admin.as_ref(), &mut warnings)?;
         let server = self.server(raw.server.as_ref())?;
         server::idle_warnings(
@@ -197,6 +200,7 @@ impl Compiler<'_> {
             sse_keepalive,
             list_ttl,
             input_timeout,
+            fanout_timeout,
             admin,
             audit,
             oauth,

@@ -1,7 +1,8 @@
 //! `[profiles.*]`: what each profile may send (tools by name and by annotations, methods,
 //! resources, prompts) and to which upstream.
 
-use super::{Compiler, Fail, Upstream, check_patterns, fail};
+use super::{Compiler, Fail, Upstream, at, check_patterns, fail};
+use crate::config::federation::{Federation, Member, Prefix, SEPARATOR, check_separator};
 use crate::config::glob::Matcher;
 use crate::config::raw::{self, S};
 use std::collections::BTreeMap;
@@ -23,6 +24,11 @@ pub struct Profile {
     pub allow_annotations: HintRules,
     /// Hints that refuse a tool (all must hold); empty: none.
     pub deny_annotations: HintRules,
+    /// A federated profile's members (SPEC §16); `upstream` is then its first member's.
+    pub federation: Option<Arc<Federation>>,
+    /// A federated member's profile: its lists pass whole to the federated profile,
+    /// whose rules judge them by the names its clients see.
+    pub judged_above: bool,
 }
 
 /// Hint names and the value each must have (`allow_annotations`, `deny_annotations`).
@@ -209,6 +215,105 @@ fn name_rules(raw: Option<&S<raw::RawNameRules>>) -> Result<Option<NameRules>, F
     }))
 }
 
+/// A profile's upstream, or a federated profile's members (SPEC §16) and its first
+/// member's upstream.
+fn profile_upstreams(
+    name: &str,
+    span: std::ops::Range<usize>,
+    p: &raw::RawProfile,
+    upstreams: &BTreeMap<String, Arc<Upstream>>,
+) -> Result<(Arc<Upstream>, Option<Arc<Federation>>), Fail> {
+    let find = |n: &S<String>| {
+        upstreams.get(n.get_ref()).cloned().ok_or_else(|| {
+            (
+                n.span(),
+                format!("profile {name:?}: no upstream named {:?}", n.get_ref()),
+            )
+        })
+    };
+    let list = match (&p.upstream, &p.upstreams) {
+        (Some(one), None) => {
+            for (set, key) in [(&p.prefix, "prefix"), (&p.separator, "separator")] {
+                if let Some(v) = set {
+                    return fail(
+                        v.span(),
+                        format!("profile {name:?}: {key} is for a federated profile (upstreams = [...])"),
+                    );
+                }
+            }
+            return Ok((find(one)?, None));
+        }
+        (Some(one), Some(_)) => {
+            return fail(
+                one.span(),
+                format!("profile {name:?}: upstream and upstreams cannot both be set"),
+            );
+        }
+        (None, None) => {
+            return fail(
+                span,
+                format!("profile {name:?}: needs upstream = \"...\" (or upstreams = [...] to federate)"),
+            );
+        }
+        (None, Some(list)) => list,
+    };
+    if list.get_ref().is_empty() {
+        return fail(list.span(), format!("profile {name:?}: upstreams is empty"));
+    }
+    if let Some(a) = p.allow_annotations.as_ref().or(p.deny_annotations.as_ref()) {
+        return fail(
+            a.span(),
+            format!("profile {name:?}: annotation rules are not available on a federated profile yet (docs/federation.md)"),
+        );
+    }
+    let prefix = match &p.prefix {
+        Some(v) => at(v, Prefix::parse(v.get_ref()))?,
+        None => Prefix::default(),
+    };
+    let separator = match &p.separator {
+        Some(v) => {
+            at(v, check_separator(v.get_ref()))?;
+            v.get_ref().as_str()
+        }
+        None => SEPARATOR,
+    };
+    let mut members: Vec<Member> = Vec::new();
+    for n in list.get_ref() {
+        let upstream = find(n)?;
+        if members.iter().any(|m| *m.name == **n.get_ref()) {
+            return fail(
+                n.span(),
+                format!("profile {name:?}: upstream {:?} is listed twice", n.get_ref()),
+            );
+        }
+        members.push(Member {
+            name: upstream.name.clone(),
+            profile: Arc::new(Profile {
+                name: format!("{name}/{}", upstream.name).into(),
+                upstream,
+                allow: Matcher::new(["*"]),
+                deny: Matcher::new(std::iter::empty::<&str>()),
+                methods: None,
+                resources: None,
+                prompts: None,
+                allow_annotations: Box::default(),
+                deny_annotations: Box::default(),
+                federation: None,
+                judged_above: true,
+            }),
+        });
+    }
+    let first = members[0].profile.upstream.clone();
+    Ok((
+        first,
+        Some(Arc::new(Federation {
+            members: members.into(),
+            prefix,
+            separator: separator.into(),
+        })),
+    ))
+}
+
 impl Compiler<'_> {
     pub(super) fn profiles(
         &self,
@@ -218,16 +323,9 @@ impl Compiler<'_> {
     ) -> Result<BTreeMap<String, Arc<Profile>>, Fail> {
         let mut out = BTreeMap::new();
         for (name, p) in raw {
+            let span = p.span();
             let p = p.get_ref();
-            let upstream = upstreams.get(p.upstream.get_ref()).ok_or_else(|| {
-                (
-                    p.upstream.span(),
-                    format!(
-                        "profile {name:?}: no upstream named {:?}",
-                        p.upstream.get_ref()
-                    ),
-                )
-            })?;
+            let (upstream, federation) = profile_upstreams(name, span, p, upstreams)?;
             check_patterns(&p.allow)?;
             check_patterns(&p.deny)?;
             let allow = Matcher::new(p.allow.iter().map(|s| s.get_ref().as_str()));
@@ -259,6 +357,8 @@ impl Compiler<'_> {
                     prompts: name_rules(p.prompts.as_ref())?,
                     allow_annotations: hint_rules(p.allow_annotations.as_ref())?,
                     deny_annotations: hint_rules(p.deny_annotations.as_ref())?,
+                    federation,
+                    judged_above: false,
                 }),
             );
         }

@@ -101,6 +101,8 @@ pub struct Snapshot {
     pub list_ttl: Duration,
     /// `[transport] input_timeout`: how long a sealed `requestState` opens (SPEC §15).
     pub input_timeout: Duration,
+    /// `[transport] fanout_timeout`: how long a federated list waits for a member (SPEC §16).
+    pub fanout_timeout: Duration,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
     /// `[oauth]`, when routes take OAuth access tokens.
@@ -546,6 +548,11 @@ impl Snapshot {
             out,
             "  input_timeout: {}",
             humantime::format_duration(self.input_timeout)
+        );
+        let _ = writeln!(
+            out,
+            "  fanout_timeout: {}",
+            humantime::format_duration(self.fanout_timeout)
         );
         for w in &self.warnings {
             let _ = writeln!(out, "\nwarning: {w}");

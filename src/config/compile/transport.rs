@@ -1,7 +1,10 @@
 //! `[transport]`: how streams to clients are kept alive, and how long a client may cache a
 //! list.
 
-use super::{DEFAULT_INPUT_TIMEOUT, DEFAULT_LIST_TTL, DEFAULT_SSE_KEEPALIVE, Fail, at};
+use super::{
+    DEFAULT_FANOUT_TIMEOUT, DEFAULT_INPUT_TIMEOUT, DEFAULT_LIST_TTL, DEFAULT_SSE_KEEPALIVE, Fail,
+    at, fail,
+};
 use crate::config::raw::{self, S};
 use crate::config::units::parse_duration;
 use std::time::Duration;
@@ -29,5 +32,20 @@ pub(super) fn input_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Durati
     match raw.and_then(|t| t.get_ref().input_timeout.as_ref()) {
         Some(v) => at(v, parse_duration(v.get_ref())),
         None => Ok(DEFAULT_INPUT_TIMEOUT),
+    }
+}
+
+/// How long a federated list waits for each member (SPEC §16): past it the list goes out
+/// with the others' items and names the member unavailable.
+pub(super) fn fanout_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
+    match raw.and_then(|t| t.get_ref().fanout_timeout.as_ref()) {
+        Some(v) => {
+            let d = at(v, parse_duration(v.get_ref()))?;
+            if d.is_zero() {
+                return fail(v.span(), "fanout_timeout must be more than 0");
+            }
+            Ok(d)
+        }
+        None => Ok(DEFAULT_FANOUT_TIMEOUT),
     }
 }

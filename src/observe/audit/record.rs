@@ -34,6 +34,8 @@ pub struct Base {
     /// A multi round-trip retry's first request id (MCP 2026-07-28): the records of every
     /// round of one call carry it, so they read as one.
     pub(super) first_request_id: Option<Box<str>>,
+    /// The member of a federated profile the request went to (SPEC §16).
+    pub(super) member: Option<Box<str>>,
 }
 
 /// `sub` and `client_id` of an OAuth caller.
@@ -77,7 +79,14 @@ impl Base {
             token: token.is_some(),
             caller: None,
             first_request_id: None,
+            member: None,
         }
+    }
+
+    /// The same, for a request a federated profile sent to its member `member`.
+    pub fn with_member(mut self, member: Option<&str>) -> Base {
+        self.member = member.map(Box::from);
+        self
     }
 
     /// The same, for a request an OAuth access token let in: its `sub` and client.
@@ -277,6 +286,10 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     if let Some(t) = r.total_ms {
         key(out, "total_ms");
         push_ms(out, t);
+    }
+    if let Some(m) = &b.member {
+        key(out, "upstream");
+        push_str(out, m);
     }
     if let Some(u) = r.upstream_ms {
         key(out, "upstream_ms");

@@ -91,6 +91,12 @@ pub struct UpstreamErrorLabels {
     pub kind: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub profile: Label,
+    pub member: Label,
+}
+
 /// The registry, and the request path's series: requests, tool calls and latencies
 /// (sharded per thread), refusals, upstream errors, SSE messages dropped, deprecated
 /// calls.
@@ -101,6 +107,10 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
     deprecated_calls: Family<DeprecatedLabels, Counter>,
+    /// Per federated profile and member (SPEC §16): whether it answered its last fan-out,
+    /// and how many it did not.
+    member_available: Family<MemberLabels, prometheus_client::metrics::gauge::Gauge>,
+    member_unavailable: Family<MemberLabels, Counter>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -140,7 +150,21 @@ impl Metrics {
             "Calls of deprecated tools before their sunset, by tool and caller (token id or OAuth client)",
             deprecated_calls.clone(),
         );
+        let member_available = Family::default();
+        registry.register(
+            "federation_member_available",
+            "Whether a federated profile's member answered its last fan-out (1) or not (0)",
+            member_available.clone(),
+        );
+        let member_unavailable = Family::default();
+        registry.register(
+            "federation_member_unavailable",
+            "Fan-outs of a federated profile that a member did not answer in time or at all",
+            member_unavailable.clone(),
+        );
         Metrics {
+            member_available,
+            member_unavailable,
             registry,
             per_request,
             refusals,
@@ -167,6 +191,20 @@ impl Metrics {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { upstream, kind })
             .inc();
+    }
+
+    /// Notes whether `member` of the federated `profile` answered a fan-out.
+    pub fn federation_member(&self, profile: &Arc<str>, member: &Arc<str>, answered: bool) {
+        let labels = MemberLabels {
+            profile: Label(profile.clone()),
+            member: Label(member.clone()),
+        };
+        self.member_available
+            .get_or_create(&labels)
+            .set(i64::from(answered));
+        if !answered {
+            self.member_unavailable.get_or_create(&labels).inc();
+        }
     }
 
     /// Counts a call of the deprecated `tool` by `caller` (a token id or an OAuth client),

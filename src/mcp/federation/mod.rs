@@ -9,6 +9,10 @@
 //! `a` and `b` on member `a__`), the first in member order keeps it and the meeting is
 //! reported: the others' names are not shown, and no call reaches them by it.
 
+pub mod directory;
+pub mod lists;
+pub mod template;
+
 use crate::config::federation::Prefix;
 use std::collections::HashMap;
 
@@ -40,6 +44,8 @@ pub struct Merged {
     /// The names two or more members would have shown; the first claim kept each.
     pub collisions: Vec<Collision>,
     by_name: HashMap<String, usize>,
+    /// Each shown name by its member and own name.
+    by_origin: HashMap<(usize, String), usize>,
 }
 
 impl Merged {
@@ -48,6 +54,13 @@ impl Merged {
     pub fn route(&self, visible: &str) -> Option<(usize, &str)> {
         let v = &self.visible[*self.by_name.get(visible)?];
         Some((v.member, &v.original))
+    }
+
+    /// The name a client sees for `member`'s own `original`; `None` when another member
+    /// kept that name (a collision) or the member never listed it.
+    pub fn shown(&self, member: usize, original: &str) -> Option<&str> {
+        let i = self.by_origin.get(&(member, original.to_string()))?;
+        Some(&self.visible[*i].name)
     }
 }
 
@@ -99,6 +112,9 @@ pub fn merge(members: &[(&str, Vec<&str>)], prefix: Prefix, separator: &str) -> 
             continue;
         }
         merged.by_name.insert(name.clone(), merged.visible.len());
+        merged
+            .by_origin
+            .insert((*m, n.to_string()), merged.visible.len());
         merged.visible.push(Visible {
             name,
             member: *m,

@@ -1,0 +1,183 @@
+//! What a federated profile knows of its members' names (SPEC §16): the tools and prompts
+//! each member listed, merged into the names clients see, and the resource URIs and
+//! templates each listed, so that a call or a read finds its member. It is learnt from
+//! every list that passes and, when a client names something not known yet, from
+//! mcpgate's own reads of the lists (`pipeline::federation`); a member's list_changed
+//! makes it read anew.
+
+use super::{Merged, merge, template};
+use crate::config::federation::Federation;
+use crate::mcp::jsonrpc::ListKind;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// The most names kept per member and list, so a member cannot make mcpgate hold
+/// without bound what it lists.
+pub const MAX_NAMES: usize = 10_000;
+
+/// How soon after a read of the members' lists a name no member showed may cause another.
+pub const REREAD_AFTER: Duration = Duration::from_secs(1);
+
+/// A federated profile's names.
+pub struct Directory {
+    known: RwLock<Known>,
+    /// When the members' lists were last read by mcpgate itself, for a name nobody knew.
+    pub read_at: tokio::sync::Mutex<Option<Instant>>,
+}
+
+#[derive(Default)]
+struct Known {
+    /// Per member, the tools (index 0) and prompts (1) it listed; `None`: never read.
+    names: [Vec<Option<Vec<String>>>; 2],
+    merged: [Arc<Merged>; 2],
+    uris: Vec<Vec<String>>,
+    templates: Vec<Vec<String>>,
+}
+
+fn slot(kind: ListKind) -> Option<usize> {
+    match kind {
+        ListKind::Tools => Some(0),
+        ListKind::Prompts => Some(1),
+        ListKind::Resources | ListKind::ResourceTemplates => None,
+    }
+}
+
+impl Directory {
+    fn new(members: usize) -> Directory {
+        Directory {
+            known: RwLock::new(Known {
+                names: [vec![None; members], vec![None; members]],
+                merged: Default::default(),
+                uris: vec![Vec::new(); members],
+                templates: vec![Vec::new(); members],
+            }),
+            read_at: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// What `member` listed in a page of its `kind` list: `first` when the page is its
+    /// first (what was known of the list before is replaced). Tools and prompts are merged
+    /// anew when they changed.
+    pub fn learn(
+        &self,
+        fed: &Federation,
+        kind: ListKind,
+        member: usize,
+        first: bool,
+        names: &[std::borrow::Cow<'_, str>],
+    ) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let list = match slot(kind) {
+            Some(s) => known.names[s].get_mut(member).map(|l| l.get_or_insert_default()),
+            None if kind == ListKind::Resources => known.uris.get_mut(member),
+            None => known.templates.get_mut(member),
+        };
+        let Some(list) = list else { return };
+        let same = first && list.len() == names.len() && list.iter().zip(names).all(|(a, b)| a == b);
+        if same {
+            return;
+        }
+        if first {
+            list.clear();
+        }
+        for n in names {
+            if list.len() >= MAX_NAMES {
+                break;
+            }
+            if !list.iter().any(|k| k == n) {
+                list.push(n.to_string());
+            }
+        }
+        if let Some(s) = slot(kind) {
+            known.merged[s] = Arc::new(merged(fed, &known.names[s]));
+        }
+    }
+
+    /// Forgets what `member` listed (its lists changed): a call of a name no member shows
+    /// reads them again.
+    pub fn forget(&self, fed: &Federation, member: usize) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        for s in 0..2 {
+            if let Some(l) = known.names[s].get_mut(member) {
+                *l = None;
+            }
+            known.merged[s] = Arc::new(merged(fed, &known.names[s]));
+        }
+        if let Some(u) = known.uris.get_mut(member) {
+            u.clear();
+        }
+        if let Some(t) = known.templates.get_mut(member) {
+            t.clear();
+        }
+    }
+
+    /// The names of `kind` (tools or prompts) as the clients see them.
+    pub fn names(&self, kind: ListKind) -> Arc<Merged> {
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        slot(kind).map_or_else(Default::default, |s| known.merged[s].clone())
+    }
+
+    /// The member that serves `uri`: the first whose resource list holds it, else the
+    /// first whose template makes it.
+    pub fn resource_member(&self, uri: &str) -> Option<usize> {
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        known
+            .uris
+            .iter()
+            .position(|l| l.iter().any(|u| u == uri))
+            .or_else(|| {
+                known
+                    .templates
+                    .iter()
+                    .position(|l| l.iter().any(|t| template::matches(t, uri)))
+            })
+    }
+}
+
+fn merged(fed: &Federation, lists: &[Option<Vec<String>>]) -> Merged {
+    let members: Vec<(&str, Vec<&str>)> = fed
+        .members
+        .iter()
+        .zip(lists)
+        .map(|(m, l)| {
+            let names = l.iter().flatten().map(String::as_str).collect();
+            (&*m.name, names)
+        })
+        .collect();
+    merge(&members, fed.prefix, &fed.separator)
+}
+
+/// The directories of the federated profiles, by profile name and what shapes its names
+/// (members, prefix, separator): a reload that changes those starts a new one.
+#[derive(Default)]
+pub struct Directories {
+    by_profile: Mutex<HashMap<String, Arc<Directory>>>,
+}
+
+impl Directories {
+    pub fn of(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
+        let mut key = String::with_capacity(64);
+        key.push_str(profile);
+        for m in &fed.members {
+            key.push('\0');
+            key.push_str(&m.name);
+        }
+        key.push('\0');
+        key.push_str(match fed.prefix {
+            crate::config::federation::Prefix::Always => "a",
+            crate::config::federation::Prefix::OnConflict => "c",
+            crate::config::federation::Prefix::Never => "n",
+        });
+        key.push_str(&fed.separator);
+        let mut map = self.by_profile.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = map.get(&key) {
+            return d.clone();
+        }
+        // A reload's new shape replaces the profile's old one.
+        map.retain(|k, _| k.split('\0').next() != Some(profile));
+        let d = Arc::new(Directory::new(fed.members.len()));
+        map.insert(key, d.clone());
+        d
+    }
+}

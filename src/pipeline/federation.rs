@@ -95,6 +95,9 @@ pub(super) async fn post<'s>(
         let json = fan.list(kind, id, bytes, ctx).await?;
         return Ok(respond::own(json, want, &ctx.request_id));
     }
+    if method == "subscriptions/listen" {
+        return fan.listen(bytes, ctx).await;
+    }
     if method == "server/discover" {
         let id = m.id_text().unwrap_or("null");
         let json = fan.discover(id, bytes, ctx).await?;
@@ -109,12 +112,14 @@ pub(super) async fn post<'s>(
             let (member, own) = fan.by_name(ListKind::Prompts, name, ctx).await?;
             (member, (own != **name).then_some(own))
         }
-        ("resources/read", _, Some(ToolName::Name(uri))) => {
-            (fan.by_uri(uri, ctx).await?, None)
-        }
+        ("resources/read", _, Some(ToolName::Name(uri))) => (fan.by_uri(uri, ctx).await?, None),
         ("completion/complete", _, _) => return fan.complete(bytes, want, admitted, ctx).await,
         ("tools/call" | "prompts/get" | "resources/read", _, _) => {
-            let what = if method == "resources/read" { "uri" } else { "name" };
+            let what = if method == "resources/read" {
+                "uri"
+            } else {
+                "name"
+            };
             return Err(invalid(ctx, format!("{method} needs a string {what}")));
         }
         _ => return Err(GateError::MethodNotFound(method.to_string())),
@@ -210,10 +215,7 @@ fn sub_request(
         if replaced {
             continue;
         }
-        if let (Ok(n), Ok(v)) = (
-            http::HeaderName::from_bytes(n),
-            HeaderValue::from_bytes(v),
-        ) {
+        if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(n), HeaderValue::from_bytes(v)) {
             map.append(n, v);
         }
     }
@@ -306,6 +308,11 @@ impl<'s> Fan<'_, 's> {
         ctx: &Ctx<'s>,
     ) -> Result<String, GateError> {
         let given = cursor_of(bytes).map_err(|e| invalid(ctx, e))?;
+        if given.is_none() && !self.dir.complete(kind) {
+            // Before a first page is shown, every member's whole list is read once, so a
+            // name another page holds cannot change what this page's names are.
+            self.read_lists(&[kind], ctx).await;
+        }
         let cursors: Vec<(usize, Option<String>)> = match &given {
             None => (0..self.fed.members.len()).map(|m| (m, None)).collect(),
             Some(sealed) => self.open_cursor(sealed, kind, ctx)?,
@@ -341,9 +348,18 @@ impl<'s> Fan<'_, 's> {
                 }
             };
             let member = &self.fed.members[*m].name;
-            self.gw.metrics.federation_member(&self.profile.name, member, true);
-            self.dir
-                .learn(self.fed, kind, *m, cursor.is_none(), &lists::names(&page, kind));
+            self.gw
+                .metrics
+                .federation_member(&self.profile.name, member, true);
+            let last = page.next.is_none();
+            self.dir.learn(
+                self.fed,
+                kind,
+                *m,
+                cursor.is_none(),
+                last,
+                &lists::names(&page, kind),
+            );
             if let Some(n) = &page.next {
                 next.push((*m, n.to_string()));
             }
@@ -358,6 +374,7 @@ impl<'s> Fan<'_, 's> {
             _ => None,
         };
         let merged = lists::merge(
+            ctx.era == Era::Modern,
             kind,
             id,
             &pages,
@@ -394,11 +411,7 @@ impl<'s> Fan<'_, 's> {
             .federation_member(&self.profile.name, member, false);
     }
 
-    fn seal_cursor(
-        &self,
-        kind: ListKind,
-        next: &[(usize, String)],
-    ) -> Result<String, GateError> {
+    fn seal_cursor(&self, kind: ListKind, next: &[(usize, String)]) -> Result<String, GateError> {
         let inner = serde_json::json!({
             "p": &*self.profile.name,
             "k": kind_method(kind),
@@ -495,12 +508,21 @@ impl<'s> Fan<'_, 's> {
                             return;
                         }
                     };
-                    let Ok(text) = std::str::from_utf8(&text) else { return };
+                    let Ok(text) = std::str::from_utf8(&text) else {
+                        return;
+                    };
                     let Answer::Page(page) = lists::read(text, kind) else {
                         return;
                     };
-                    self.dir
-                        .learn(self.fed, kind, m, cursor.is_none(), &lists::names(&page, kind));
+                    let last = page.next.is_none();
+                    self.dir.learn(
+                        self.fed,
+                        kind,
+                        m,
+                        cursor.is_none(),
+                        last,
+                        &lists::names(&page, kind),
+                    );
                     match page.next {
                         Some(n) => cursor = Some(n.into_owned()),
                         None => return,
@@ -563,15 +585,97 @@ impl<'s> Fan<'_, 's> {
         .await
     }
 
+    /// `subscriptions/listen`: one listen at every member, each with what the profile
+    /// lets the client listen to; the client's stream opens once every member has
+    /// acknowledged its own (or failed, or passed `fanout_timeout`), so nothing that
+    /// happens after the acknowledgement is missed, and then carries what any member
+    /// sends. A member's list change also makes the federation read its names anew.
+    async fn listen(&self, bytes: &Bytes, ctx: &Ctx<'s>) -> Result<Response<GateBody>, GateError> {
+        let (narrowed, listening, _) = crate::mcp::listen::prepare(bytes, self.profile, &|_| None)
+            .map_err(GateError::InvalidRequest)?;
+        let body = narrowed.map_or_else(|| bytes.clone(), Bytes::from);
+        let ack = crate::mcp::to_legacy::Listen::of(&body)
+            .map_err(GateError::InvalidRequest)?
+            .acknowledged();
+        let opens = self.fed.members.iter().enumerate().map(|(m, member)| {
+            let body = body.clone();
+            async move {
+                let mut sub_ctx = ctx.for_member(member);
+                sub_ctx.want = Ok(Want::Sse);
+                let sub = sub_request(self.req, &body, None, None);
+                let opened = async {
+                    let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
+                    let admitted = limits::Admitted {
+                        permits: Vec::new(),
+                        timeout: member.profile.upstream.timeout,
+                    };
+                    let answer = checked(
+                        self.gw,
+                        self.live,
+                        &member.profile,
+                        self.peer,
+                        &sub,
+                        &body,
+                        payload,
+                        Want::Sse,
+                        Some(admitted),
+                        &mut sub_ctx,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    if answer.status() != StatusCode::OK {
+                        return Err(format!("the listen was answered {}", answer.status()));
+                    }
+                    let mut stream = MemberStream {
+                        member: m,
+                        body: answer.into_body(),
+                        decoder: crate::mcp::transport::sse::Decoder::new(),
+                        early: Vec::new(),
+                    };
+                    stream.until_acknowledged().await?;
+                    Ok(stream)
+                };
+                match tokio::time::timeout(self.live.config.fanout_timeout, opened).await {
+                    Ok(r) => r,
+                    Err(_) => Err("no acknowledgement within fanout_timeout".into()),
+                }
+            }
+        });
+        let opened = futures_util::future::join_all(opens).await;
+        let mut streams = Vec::new();
+        for (member, o) in self.fed.members.iter().zip(opened) {
+            match o {
+                Ok(s) => streams.push(s),
+                Err(why) => self.unavailable(&member.name, &why),
+            }
+        }
+        if streams.is_empty() {
+            return Err(GateError::UpstreamUnreachable(
+                "no member of the federated profile opened a listen".into(),
+            ));
+        }
+        let merged = MergedListen {
+            ack: Some(crate::mcp::transport::sse::encode_json(&ack, None)),
+            streams,
+            fed: self.fed.clone(),
+            dir: self.gw.directories.of(&self.profile.name, self.fed),
+        };
+        let mut shaping =
+            respond::Shaping::plain(Want::Sse, self.live, &self.profile.upstream, ctx.token);
+        shaping.notices = Some(self.profile.name.clone());
+        shaping.listening = Some(listening);
+        Ok(respond::event_stream(
+            self.gw,
+            GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(merged)),
+            shaping,
+            &ctx.request_id,
+        ))
+    }
+
     /// `server/discover` of every member, merged: what any member can do, the profile
     /// named as the server, each member's instructions under its name. The profile's
     /// own rules then narrow it, as for one upstream.
-    async fn discover(
-        &self,
-        id: &str,
-        bytes: &Bytes,
-        ctx: &Ctx<'s>,
-    ) -> Result<String, GateError> {
+    async fn discover(&self, id: &str, bytes: &Bytes, ctx: &Ctx<'s>) -> Result<String, GateError> {
         let asks = self
             .fed
             .members
@@ -582,8 +686,7 @@ impl<'s> Fan<'_, 's> {
         let mut unavailable: Vec<&str> = Vec::new();
         for (member, answer) in self.fed.members.iter().zip(answers) {
             let result = answer.and_then(|t| {
-                let v: serde_json::Value =
-                    serde_json::from_slice(&t).map_err(|e| e.to_string())?;
+                let v: serde_json::Value = serde_json::from_slice(&t).map_err(|e| e.to_string())?;
                 match v.get("result") {
                     Some(r) if r.is_object() => Ok(r.clone()),
                     _ => Err(format!("no discover result: {}", v["error"])),
@@ -619,6 +722,125 @@ impl<'s> Fan<'_, 's> {
             Err(e) => Err(GateError::UpstreamBadResponse(format!(
                 "cannot narrow the merged discover answer: {e}"
             ))),
+        }
+    }
+}
+
+/// One member's listen stream.
+struct MemberStream {
+    member: usize,
+    body: GateBody,
+    decoder: crate::mcp::transport::sse::Decoder,
+    /// What came before its acknowledgement, to pass on after the client's.
+    early: Vec<String>,
+}
+
+impl MemberStream {
+    /// Reads the stream until the member acknowledges the listen.
+    async fn until_acknowledged(&mut self) -> Result<(), String> {
+        use http_body_util::BodyExt;
+        loop {
+            while let Some(ev) = self.decoder.next_event() {
+                let Some(data) = ev.data else { continue };
+                if crate::mcp::bridge::is_acknowledgement(&data) {
+                    return Ok(());
+                }
+                self.early.push(data);
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.decoder.feed(&data);
+                    }
+                }
+                Some(Err(e)) => return Err(format!("the listen stream failed: {e}")),
+                None => return Err("the listen stream ended before its acknowledgement".into()),
+            }
+        }
+    }
+}
+
+/// The client's listen stream: mcpgate's acknowledgement, then what every member's
+/// stream carries for the client (not their own acknowledgements, nor the answers that
+/// end them), until the last one ends.
+struct MergedListen {
+    ack: Option<Bytes>,
+    streams: Vec<MemberStream>,
+    fed: Arc<Federation>,
+    dir: Arc<Directory>,
+}
+
+impl MergedListen {
+    /// What a member's message becomes on the client's stream, if anything.
+    fn carry(&self, member: usize, data: String) -> Option<Bytes> {
+        #[derive(serde::Deserialize)]
+        struct Head<'a> {
+            #[serde(borrow)]
+            method: Option<Cow<'a, str>>,
+            id: Option<serde::de::IgnoredAny>,
+        }
+        let head: Head = serde_json::from_str(&data).ok()?;
+        let method = head.method.as_deref()?;
+        if head.id.is_some() || method == "notifications/subscriptions/acknowledged" {
+            return None;
+        }
+        if matches!(
+            method,
+            "notifications/tools/list_changed"
+                | "notifications/prompts/list_changed"
+                | "notifications/resources/list_changed"
+        ) {
+            self.dir.forget(&self.fed, member);
+        }
+        Some(crate::mcp::transport::sse::encode_json(&data, None))
+    }
+}
+
+impl http_body::Body for MergedListen {
+    type Data = Bytes;
+    type Error = crate::http::body::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if let Some(ack) = this.ack.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(ack))));
+        }
+        let mut i = 0;
+        while i < this.streams.len() {
+            let member = this.streams[i].member;
+            if !this.streams[i].early.is_empty() {
+                let data = this.streams[i].early.remove(0);
+                if let Some(out) = this.carry(member, data) {
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(out))));
+                }
+                continue;
+            }
+            if let Some(ev) = this.streams[i].decoder.next_event() {
+                if let Some(out) = ev.data.and_then(|d| this.carry(member, d)) {
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(out))));
+                }
+                continue;
+            }
+            match std::pin::Pin::new(&mut this.streams[i].body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.streams[i].decoder.feed(&data);
+                    }
+                }
+                Poll::Ready(Some(Err(_)) | None) => {
+                    // This member's stream is over; the others go on.
+                    this.streams.remove(i);
+                }
+                Poll::Pending => i += 1,
+            }
+        }
+        match this.streams.is_empty() {
+            true => Poll::Ready(None),
+            false => Poll::Pending,
         }
     }
 }
@@ -667,6 +889,7 @@ fn merge_discover(
         }
     }
     let mut result = Map::new();
+    result.insert("resultType".into(), Value::String("complete".into()));
     result.insert(
         "supportedVersions".into(),
         Value::Array(versions.unwrap_or_else(|| vec![Value::String(MODERN.into())])),
@@ -677,7 +900,10 @@ fn merge_discover(
         serde_json::json!({"name": &*profile.name, "version": env!("CARGO_PKG_VERSION")}),
     );
     if !instructions.is_empty() {
-        result.insert("instructions".into(), Value::String(instructions.join("\n\n")));
+        result.insert(
+            "instructions".into(),
+            Value::String(instructions.join("\n\n")),
+        );
     }
     if let Some(t) = ttl {
         result.insert("ttlMs".into(), Value::from(t));
@@ -891,7 +1117,9 @@ mod tests {
     fn a_call_is_renamed_in_place_or_whole() {
         let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__search","arguments":{"name":"kb__search"}}}"#;
         let payload = jsonrpc::parse(body).unwrap();
-        let Payload::Single(m) = &payload else { panic!() };
+        let Payload::Single(m) = &payload else {
+            panic!()
+        };
         let out = renamed(body, m, "search").unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
@@ -899,8 +1127,11 @@ mod tests {
         );
         let escaped = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__se\u0061rch"}}"#;
         let payload = jsonrpc::parse(escaped).unwrap();
-        let Payload::Single(m) = &payload else { panic!() };
-        let out: serde_json::Value = serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
+        let Payload::Single(m) = &payload else {
+            panic!()
+        };
+        let out: serde_json::Value =
+            serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
         assert_eq!(out["params"]["name"], "search");
     }
 }

@@ -232,10 +232,15 @@ async fn post<'s>(
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
     if let Some(fed) = &profile.federation {
-        return federation::post(gw, live, profile, fed, peer, &req, &bytes, payload, want, ctx)
-            .await;
+        return federation::post(
+            gw, live, profile, fed, peer, &req, &bytes, payload, want, ctx,
+        )
+        .await;
     }
-    checked(gw, live, profile, peer, &req, &bytes, payload, want, None, ctx).await
+    checked(
+        gw, live, profile, peer, &req, &bytes, payload, want, None, ctx,
+    )
+    .await
 }
 
 /// The rest of a POST once its payload is read and its headers checked: to `profile`'s
@@ -455,7 +460,9 @@ async fn judge(
     if !live.deprecated.is_empty() {
         count_deprecated(gw, live, payload, ctx);
     }
-    Ok(Some(limits::admit(live, profile, peer, ctx, payload).await?))
+    Ok(Some(
+        limits::admit(live, profile, peer, ctx, payload).await?,
+    ))
 }
 
 /// The request as it goes upstream: `timeout` is its deadline, and `body_deadline` says

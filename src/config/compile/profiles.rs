@@ -237,7 +237,9 @@ fn profile_upstreams(
                 if let Some(v) = set {
                     return fail(
                         v.span(),
-                        format!("profile {name:?}: {key} is for a federated profile (upstreams = [...])"),
+                        format!(
+                            "profile {name:?}: {key} is for a federated profile (upstreams = [...])"
+                        ),
                     );
                 }
             }
@@ -252,7 +254,9 @@ fn profile_upstreams(
         (None, None) => {
             return fail(
                 span,
-                format!("profile {name:?}: needs upstream = \"...\" (or upstreams = [...] to federate)"),
+                format!(
+                    "profile {name:?}: needs upstream = \"...\" (or upstreams = [...] to federate)"
+                ),
             );
         }
         (None, Some(list)) => list,
@@ -263,7 +267,9 @@ fn profile_upstreams(
     if let Some(a) = p.allow_annotations.as_ref().or(p.deny_annotations.as_ref()) {
         return fail(
             a.span(),
-            format!("profile {name:?}: annotation rules are not available on a federated profile yet (docs/federation.md)"),
+            format!(
+                "profile {name:?}: annotation rules are not available on a federated profile yet (docs/federation.md)"
+            ),
         );
     }
     let prefix = match &p.prefix {
@@ -283,7 +289,10 @@ fn profile_upstreams(
         if members.iter().any(|m| *m.name == **n.get_ref()) {
             return fail(
                 n.span(),
-                format!("profile {name:?}: upstream {:?} is listed twice", n.get_ref()),
+                format!(
+                    "profile {name:?}: upstream {:?} is listed twice",
+                    n.get_ref()
+                ),
             );
         }
         members.push(Member {

@@ -28,8 +28,12 @@ pub struct Directory {
 
 #[derive(Default)]
 struct Known {
-    /// Per member, the tools (index 0) and prompts (1) it listed; `None`: never read.
+    /// Per member, the tools (index 0) and prompts (1) of its last whole list (every page
+    /// read, from the first to the one without a next cursor); `None`: none yet.
     names: [Vec<Option<Vec<String>>>; 2],
+    /// The names of the pages read since a member's last first page, made its whole list
+    /// when its last page comes.
+    partial: [Vec<Vec<String>>; 2],
     merged: [Arc<Merged>; 2],
     uris: Vec<Vec<String>>,
     templates: Vec<Vec<String>>,
@@ -48,6 +52,7 @@ impl Directory {
         Directory {
             known: RwLock::new(Known {
                 names: [vec![None; members], vec![None; members]],
+                partial: [vec![Vec::new(); members], vec![Vec::new(); members]],
                 merged: Default::default(),
                 uris: vec![Vec::new(); members],
                 templates: vec![Vec::new(); members],
@@ -57,41 +62,61 @@ impl Directory {
     }
 
     /// What `member` listed in a page of its `kind` list: `first` when the page is its
-    /// first (what was known of the list before is replaced). Tools and prompts are merged
-    /// anew when they changed.
+    /// first, `last` when it has no next page. Tools and prompts are merged anew when
+    /// what is known of them changed: a member's names are its last whole list and the
+    /// pages read since, so a page never takes away a name another page showed.
+    #[allow(clippy::too_many_arguments)]
     pub fn learn(
         &self,
         fed: &Federation,
         kind: ListKind,
         member: usize,
         first: bool,
-        names: &[std::borrow::Cow<'_, str>],
+        last: bool,
+        names_given: &[std::borrow::Cow<'_, str>],
     ) {
         let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
-        let list = match slot(kind) {
-            Some(s) => known.names[s].get_mut(member).map(|l| l.get_or_insert_default()),
-            None if kind == ListKind::Resources => known.uris.get_mut(member),
-            None => known.templates.get_mut(member),
-        };
-        let Some(list) = list else { return };
-        let same = first && list.len() == names.len() && list.iter().zip(names).all(|(a, b)| a == b);
-        if same {
+        let Some(s) = slot(kind) else {
+            let list = match kind {
+                ListKind::Resources => known.uris.get_mut(member),
+                _ => known.templates.get_mut(member),
+            };
+            if let Some(list) = list {
+                if first {
+                    list.clear();
+                }
+                add(list, names_of(names_given));
+            }
             return;
-        }
-        if first {
-            list.clear();
-        }
-        for n in names {
-            if list.len() >= MAX_NAMES {
-                break;
+        };
+        let changed = {
+            let Known { names, partial, .. } = &mut *known;
+            let (Some(whole), Some(partial)) =
+                (names[s].get_mut(member), partial[s].get_mut(member))
+            else {
+                return;
+            };
+            if first {
+                partial.clear();
             }
-            if !list.iter().any(|k| k == n) {
-                list.push(n.to_string());
+            add(partial, names_of(names_given));
+            let before = whole.clone();
+            if last {
+                *whole = Some(std::mem::take(partial));
+            } else if let Some(w) = whole.as_mut() {
+                add(w, names_of(names_given));
             }
+            *whole != before || whole.is_none()
+        };
+        if changed {
+            known.merged[s] = Arc::new(merged(fed, &known.names[s], &known.partial[s]));
         }
-        if let Some(s) = slot(kind) {
-            known.merged[s] = Arc::new(merged(fed, &known.names[s]));
-        }
+    }
+
+    /// Whether every member's whole `kind` list is known.
+    pub fn complete(&self, kind: ListKind) -> bool {
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        slot(kind).is_none_or(|s| known.names[s].iter().all(Option::is_some))
     }
 
     /// Forgets what `member` listed (its lists changed): a call of a name no member shows
@@ -102,7 +127,10 @@ impl Directory {
             if let Some(l) = known.names[s].get_mut(member) {
                 *l = None;
             }
-            known.merged[s] = Arc::new(merged(fed, &known.names[s]));
+            if let Some(p) = known.partial[s].get_mut(member) {
+                p.clear();
+            }
+            known.merged[s] = Arc::new(merged(fed, &known.names[s], &known.partial[s]));
         }
         if let Some(u) = known.uris.get_mut(member) {
             u.clear();
@@ -135,13 +163,30 @@ impl Directory {
     }
 }
 
-fn merged(fed: &Federation, lists: &[Option<Vec<String>>]) -> Merged {
+fn names_of<'n>(names: &'n [std::borrow::Cow<'_, str>]) -> impl Iterator<Item = &'n str> {
+    names.iter().map(|n| &**n)
+}
+
+/// Adds the names not in `list` yet, up to [`MAX_NAMES`].
+fn add<'n>(list: &mut Vec<String>, names: impl Iterator<Item = &'n str>) {
+    for n in names {
+        if list.len() >= MAX_NAMES {
+            break;
+        }
+        if !list.iter().any(|k| k == n) {
+            list.push(n.to_string());
+        }
+    }
+}
+
+/// The names of each member (its whole list, and the pages read since) merged.
+fn merged(fed: &Federation, whole: &[Option<Vec<String>>], partial: &[Vec<String>]) -> Merged {
     let members: Vec<(&str, Vec<&str>)> = fed
         .members
         .iter()
-        .zip(lists)
-        .map(|(m, l)| {
-            let names = l.iter().flatten().map(String::as_str).collect();
+        .zip(whole.iter().zip(partial))
+        .map(|(m, (w, p))| {
+            let names = w.iter().flatten().chain(p).map(String::as_str).collect();
             (&*m.name, names)
         })
         .collect();

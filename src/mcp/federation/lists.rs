@@ -80,7 +80,9 @@ pub fn read(text: &str, kind: ListKind) -> Answer<'_> {
                     .map(|t| t.0)
             }
             "ttlMs" => page.ttl_ms = value.get().parse().ok(),
-            "cacheScope" => page.scope = serde_json::from_str::<Text>(value.get()).ok().map(|t| t.0),
+            "cacheScope" => {
+                page.scope = serde_json::from_str::<Text>(value.get()).ok().map(|t| t.0)
+            }
             _ => {}
         }
     }
@@ -129,8 +131,10 @@ fn renamed(item: &str, shown: &str) -> Option<String> {
 /// `pages` in member order, each with its member's place; tool and prompt names as
 /// `names` shows them (an item whose name another member kept is left out); `cursor` the
 /// sealed cursor of the members' next pages; `unavailable` the members that did not
-/// answer.
+/// answer. `modern`: the client speaks 2026-07-28, whose results say `resultType`.
+#[allow(clippy::too_many_arguments)]
 pub fn merge(
+    modern: bool,
     kind: ListKind,
     id: &str,
     pages: &[(usize, Page<'_>)],
@@ -139,8 +143,20 @@ pub fn merge(
     unavailable: &[&str],
 ) -> String {
     let mut items = String::new();
+    // A URI (or template) two members list is shown once, as the first member's: the one
+    // its reads go to.
+    let mut uris: Vec<Cow<'_, str>> = Vec::new();
     for (member, page) in pages {
         for item in &page.items {
+            if names.is_none() {
+                let Some(uri) = name_of(item.get(), kind.key()) else {
+                    continue;
+                };
+                if uris.contains(&uri) {
+                    continue;
+                }
+                uris.push(uri);
+            }
             let text = match names {
                 Some(names) => {
                     let Some(own) = name_of(item.get(), kind.key()) else {
@@ -173,17 +189,25 @@ pub fn merge(
     out.push_str(r#"":["#);
     out.push_str(&items);
     out.push(']');
+    if modern {
+        out.push_str(r#","resultType":"complete""#);
+    }
     if let Some(c) = cursor {
         out.push_str(r#","nextCursor":"#);
         out.push_str(&serde_json::to_string(c).unwrap_or_default());
     }
-    // The shortest freshness any member gave; the profile's filter bounds it further.
-    if let Some(ttl) = pages.iter().filter_map(|(_, p)| p.ttl_ms).min() {
+    // The shortest freshness any member gave; the profile's filter bounds it further. A
+    // 2026-07-28 result always says both (0 and private when no member said).
+    let ttl = pages.iter().filter_map(|(_, p)| p.ttl_ms).min();
+    if let Some(ttl) = ttl.or(modern.then_some(0)) {
         out.push_str(r#","ttlMs":"#);
         out.push_str(&ttl.to_string());
     }
-    let scopes: Vec<&str> = pages.iter().filter_map(|(_, p)| p.scope.as_deref()).collect();
-    if !scopes.is_empty() {
+    let scopes: Vec<&str> = pages
+        .iter()
+        .filter_map(|(_, p)| p.scope.as_deref())
+        .collect();
+    if !scopes.is_empty() || modern {
         // Shared by caches only when every member said so.
         let public = scopes.len() == pages.len() && scopes.iter().all(|s| *s == "public");
         out.push_str(if public {
@@ -226,6 +250,7 @@ mod tests {
             .collect();
         let merged = super::super::merge(&own, Prefix::OnConflict, "__");
         let out = merge(
+            true,
             ListKind::Tools,
             "\"x\"",
             &[(0, a), (1, b)],
@@ -240,7 +265,10 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(shown, ["kb__search", "get_document", "tickets__search", "open"]);
+        assert_eq!(
+            shown,
+            ["kb__search", "get_document", "tickets__search", "open"]
+        );
         assert_eq!(v["result"]["tools"][0]["description"], "kb \"s\"");
         assert_eq!(v["result"]["nextCursor"], "SEALED");
         assert_eq!(v["result"]["ttlMs"], 5000);
@@ -252,19 +280,31 @@ mod tests {
     #[test]
     fn answers_that_are_not_lists() {
         assert!(matches!(
-            read(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#, ListKind::Prompts),
+            read(
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#,
+                ListKind::Prompts
+            ),
             Answer::Lacks
         ));
         assert!(matches!(
-            read(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"down"}}"#, ListKind::Tools),
+            read(
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"down"}}"#,
+                ListKind::Tools
+            ),
             Answer::Failed(_)
         ));
         assert!(matches!(
-            read(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":{}}}"#, ListKind::Tools),
+            read(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":{}}}"#,
+                ListKind::Tools
+            ),
             Answer::Failed(_)
         ));
         assert!(matches!(
-            read(r#"{"jsonrpc":"2.0","id":1,"result":{"prompts":[]}}"#, ListKind::Tools),
+            read(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"prompts":[]}}"#,
+                ListKind::Tools
+            ),
             Answer::Failed(_)
         ));
         assert!(matches!(read("[", ListKind::Tools), Answer::Failed(_)));

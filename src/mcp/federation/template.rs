@@ -95,7 +95,10 @@ mod tests {
         assert!(matches("kb://docs/{+path}", "kb://docs/a/b"));
         assert!(matches("kb://{kind}/{id}.md", "kb://notes/x.y.md"));
         assert!(!matches("kb://{kind}/{id}.md", "kb://notes/x.txt"));
-        assert!(matches("api://search{?q,limit}", "api://search?q=a&limit=2"));
+        assert!(matches(
+            "api://search{?q,limit}",
+            "api://search?q=a&limit=2"
+        ));
         assert!(!matches("api://search{?q}", "api://searchq=a"));
         assert!(matches("file:///{+path}", "file:///etc/hosts"));
         assert!(!matches("tickets://{id}", "kb://docs/1"));

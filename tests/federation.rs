@@ -1,0 +1,602 @@
+//! Federation (SPEC §16): one route over several real MCP servers. The members are the
+//! TypeScript SDK v2 server (2026-07-28, over HTTP), our sample server (legacy only,
+//! paginating its tools: mcpgate bridges it), the Python SDK server as a stdio child, and
+//! Python SDK servers whose tool names are crafted to collide. The clients are the
+//! TypeScript SDK v2 client (`fed_client.mjs`) and the Python SDK client.
+
+mod support;
+
+use mcpgate::cli::sample;
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::Duration;
+use support::{Gateway, free_port, node22, peers, post, python, run_client, start_peer, upstream};
+
+/// The TypeScript SDK v2 client's tour of a federated route (`fed_client.mjs`).
+async fn fed_client(url: &str, plan: Value) -> Value {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = run_client(
+            Command::new(node22())
+                .current_dir(peers())
+                .arg("fed_client.mjs")
+                .arg(&url)
+                .arg(plan.to_string()),
+        );
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    })
+    .await
+    .unwrap()
+}
+
+/// The SDK v2 fixture server on `port`, recording what it receives into `record`.
+fn ts2_server_on(port: u16, record: &std::path::Path) -> support::Peer {
+    start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("ts2_server.mjs")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--legacy",
+                "reject",
+                "--record",
+            ])
+            .arg(record),
+        port,
+    )
+}
+
+/// A Python SDK server whose tools are `tools`, each answering `<name>:<tool>`.
+fn named_server(port: u16, name: &str, tools: &[&str]) -> support::Peer {
+    start_peer(
+        Command::new(python())
+            .arg(peers().join("py_named.py"))
+            .arg(port.to_string())
+            .arg(name)
+            .args(tools),
+        port,
+    )
+}
+
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+fn modern(method: &str) -> Vec<(&str, &str)> {
+    vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ]
+}
+
+fn list_body(method: &str, cursor: Option<&str>) -> String {
+    let cursor = cursor.map_or(String::new(), |c| format!(r#","cursor":{c:?}"#));
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{{META}{cursor}}}}}"#)
+}
+
+/// Three members of both generations and transports behind one route, in each prefix
+/// mode: merged lists (the sample server paginating), calls, reads and prompts routed to
+/// the member that has them, policy by the names the client sees, a member's question
+/// and progress reaching the client's request, its list change reaching a listen stream,
+/// the audit naming the member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_of_both_generations_behind_one_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes_port = free_port();
+    let _notes = ts2_server_on(notes_port, &dir.path().join("notes.jsonl"));
+    let docs = upstream(sample::Options {
+        page_size: Some(4),
+        record: true,
+        ..Default::default()
+    })
+    .await;
+    let audit = dir.path().join("audit.jsonl");
+    let py = python();
+    let script = peers().join("py_server.py");
+    let mut text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.notes]
+url = "http://127.0.0.1:{notes_port}/mcp"
+timeout = "10s"
+
+[upstreams.docs]
+url = "{docs}"
+protocol = "legacy"
+timeout = "10s"
+
+[upstreams.py]
+command = [{py:?}, {script:?}, "stdio"]
+timeout = "10s"
+
+[tools]
+hidden = ["py__move_document", "move_document"]
+
+[audit]
+path = {audit:?}
+"#,
+        docs = docs.url(),
+    );
+    for (profile, prefix) in [
+        ("conflict", "on_conflict"),
+        ("always", "always"),
+        ("never", "never"),
+    ] {
+        text.push_str(&format!(
+            r#"
+[profiles.{profile}]
+upstreams = ["notes", "docs", "py"]
+prefix = "{prefix}"
+allow = ["*"]
+deny = ["docs__delete_document"]
+
+[[routes]]
+listen = "main"
+path = "/{profile}"
+profile = "{profile}"
+auth = "none"
+"#
+        ));
+    }
+    let gw = Gateway::start(&text);
+
+    // on_conflict: only the names the sample and the Python store share are prefixed.
+    let plan = json!({
+        "calls": [
+            ["echo", {"text": "hi"}],
+            ["docs__get_document", {"id": "welcome"}],
+            ["py__get_document", {"id": "welcome"}],
+            ["list_documents", {}],
+            ["delete_note", {"id": "n1"}],
+            ["slow", {"ms": 150}, "progress"],
+            ["py__move_document", {"id": "welcome", "new_id": "w"}],
+            ["docs__delete_document", {"id": "welcome"}],
+            ["no_such_tool", {}],
+        ],
+        "reads": ["file:///public/readme.txt", "file:///nowhere"],
+        "prompts": [["greet", {"who": "Ada"}]],
+        "listen": ["touch", {"uri": "file:///public/readme.txt"}],
+    });
+    let out = fed_client(&gw.url("/conflict"), plan).await;
+    let names: Vec<&str> = out["tools"]["names"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    // The sample lists 4 tools a page: its 10 take three pages of the merged list, under
+    // a sealed cursor (the SDK client follows them itself; here they are followed by
+    // hand). A cursor sealed for one profile opens for no other.
+    let mut cursor: Option<String> = None;
+    let mut pages = Vec::new();
+    loop {
+        let r = post(
+            &gw.url("/conflict"),
+            &modern("tools/list"),
+            &list_body("tools/list", cursor.as_deref()),
+        )
+        .await;
+        let result = r.messages()[0]["result"].clone();
+        pages.push(result["tools"].as_array().map_or(0, Vec::len));
+        match result["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+        let r = post(
+            &gw.url("/always"),
+            &modern("tools/list"),
+            &list_body("tools/list", cursor.as_deref()),
+        )
+        .await;
+        assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+    }
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert_eq!(
+        pages.iter().sum::<usize>(),
+        names.len(),
+        "{pages:?} {names:?}"
+    );
+    for shown in [
+        "echo",
+        "grüße",
+        "touch",
+        "list_documents",
+        "docs__get_document",
+        "py__get_document",
+        "docs__search_knowledge",
+        "py__search_knowledge",
+        "py__delete_document",
+        "upload_document",
+    ] {
+        assert!(names.contains(&shown), "{shown} not in {names:?}");
+    }
+    for hidden in [
+        "get_document",
+        "py__move_document",
+        "docs__delete_document",
+        "move_document",
+    ] {
+        assert!(!names.contains(&hidden), "{hidden} in {names:?}");
+    }
+    // Member order: the TypeScript server's tools first.
+    assert_eq!(names[0], "echo", "{names:?}");
+    assert_eq!(out["discover"]["versions"], json!(["2026-07-28"]), "{out}");
+    let calls = &out["calls"];
+    assert_eq!(calls["echo"], "echo: hi", "{out}");
+    // The sample server writes a title first: each call reached its own member.
+    assert_eq!(
+        calls["docs__get_document"],
+        "# Welcome\nThis store holds the team's notes."
+    );
+    assert_eq!(
+        calls["py__get_document"],
+        "This store holds the team's notes."
+    );
+    assert_eq!(calls["delete_note"], "deleted n1", "{out}");
+    assert_eq!(out["elicited"], json!(["Delete note n1?"]), "{out}");
+    assert_eq!(calls["slow"]["progress"], json!([1, 2, 3]), "{out}");
+    assert_eq!(calls["py__move_document"]["error"], -32602, "{out}");
+    assert_eq!(calls["docs__delete_document"]["error"], -32602, "{out}");
+    assert_eq!(calls["no_such_tool"]["error"], -32602, "{out}");
+    assert_eq!(
+        out["reads"]["file:///public/readme.txt"],
+        "contents of file:///public/readme.txt"
+    );
+    assert_eq!(out["reads"]["file:///nowhere"]["error"], -32602, "{out}");
+    assert_eq!(out["prompts"]["greet"], "Say hello to Ada", "{out}");
+    assert_eq!(out["listen"], json!(["tools"]), "{out}");
+    // The sample server was asked for its own names, never the prefixed ones.
+    let asked: Vec<Value> = docs
+        .received()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .filter(|m| m["method"] == "tools/call")
+        .map(|m| m["params"]["name"].clone())
+        .collect();
+    assert!(asked.contains(&json!("get_document")), "{asked:?}");
+    assert!(
+        !asked.iter().any(|n| n.as_str().unwrap().contains("__")),
+        "{asked:?}"
+    );
+    assert!(!asked.contains(&json!("delete_document")), "{asked:?}");
+    // The notes server saw its own name in Mcp-Name too.
+    let notes_seen = std::fs::read_to_string(dir.path().join("notes.jsonl")).unwrap();
+    assert!(notes_seen.contains(r#""mcp_name":"echo""#), "{notes_seen}");
+
+    // always: every name prefixed; never: the first member keeps a shared name.
+    let out = fed_client(
+        &gw.url("/always"),
+        json!({"calls": [["py__search_knowledge", {"query": "notes"}]]}),
+    )
+    .await;
+    let names = out["tools"]["names"].as_array().unwrap();
+    assert!(
+        names.iter().all(|n| {
+            let n = n.as_str().unwrap();
+            n.starts_with("notes__") || n.starts_with("docs__") || n.starts_with("py__")
+        }),
+        "{out}"
+    );
+    assert!(out["calls"]["py__search_knowledge"].is_string(), "{out}");
+    let out = fed_client(
+        &gw.url("/never"),
+        json!({"calls": [["get_document", {"id": "welcome"}]]}),
+    )
+    .await;
+    let names: Vec<&str> = out["tools"]["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "get_document").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("__")), "{names:?}");
+    assert_eq!(
+        out["calls"]["get_document"],
+        "# Welcome\nThis store holds the team's notes."
+    );
+
+    // The Python SDK client (auto: 2026-07-28) on the same route.
+    let url = gw.url("/conflict");
+    let py_out = tokio::task::spawn_blocking(move || {
+        let out = run_client(
+            Command::new(python())
+                .arg(peers().join("py_client.py"))
+                .args([
+                    &url,
+                    "auto",
+                    "-",
+                    "py__get_document",
+                    r#"{"id":"welcome"}"#,
+                    "py__move_document",
+                ]),
+        );
+        serde_json::from_str::<Value>(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        py_out["call"],
+        json!(["This store holds the team's notes."]),
+        "{py_out}"
+    );
+    assert!(py_out["refused"].is_string(), "{py_out}");
+
+    // The audit names the member a call went to, under the name the client used.
+    let records = gw_records(&audit).await;
+    let call = records
+        .iter()
+        .find(|r| r["tool"] == "docs__get_document")
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(call["upstream"], "docs", "{call}");
+    assert_eq!(call["profile"], "conflict", "{call}");
+}
+
+/// The audit records written so far (waits for the file to hold the call of
+/// `docs__get_document`).
+async fn gw_records(path: &std::path::Path) -> Vec<Value> {
+    support::eventually(Duration::from_secs(5), "the audit records", || async {
+        let text = std::fs::read_to_string(path).ok()?;
+        let records: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        records
+            .iter()
+            .any(|r| r["tool"] == "docs__get_document")
+            .then_some(records)
+    })
+    .await
+}
+
+/// Names crafted to meet: `kb` lists `tickets__search`, which is what `tickets`'s own
+/// `search` becomes when prefixed. Neither is split at the separator: each visible name
+/// reaches exactly the member that listed it, and a member answering for another's name
+/// cannot take its calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_crafted_to_collide_reach_only_their_own_member() {
+    let (kb_port, tickets_port, cal_port) = (free_port(), free_port(), free_port());
+    let _kb = named_server(kb_port, "kb", &["tickets__search", "search", "a__b"]);
+    let _tickets = named_server(tickets_port, "tickets", &["search", "open"]);
+    let _cal = named_server(cal_port, "a", &["b"]);
+    let mut text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{kb_port}/mcp"
+[upstreams.tickets]
+url = "http://127.0.0.1:{tickets_port}/mcp"
+[upstreams.a]
+url = "http://127.0.0.1:{cal_port}/mcp"
+"#
+    );
+    for (profile, prefix) in [("conflict", "on_conflict"), ("always", "always")] {
+        text.push_str(&format!(
+            r#"
+[profiles.{profile}]
+upstreams = ["kb", "tickets", "a"]
+prefix = "{prefix}"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/{profile}"
+profile = "{profile}"
+auth = "none"
+"#
+        ));
+    }
+    let gw = Gateway::start(&text);
+    let out = fed_client(
+        &gw.url("/conflict"),
+        json!({"calls": [
+            ["kb__tickets__search", {}], ["tickets__search", {}], ["kb__search", {}],
+            ["open", {}], ["a__b", {}], ["b", {}], ["a__a__b", {}], ["kb__a__b", {}]
+        ]}),
+    )
+    .await;
+    let mut names: Vec<&str> = out["tools"]["names"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    names.sort();
+    // kb's own `tickets__search` met tickets' prefixed `search`: both are prefixed. kb's
+    // own `a__b` and member a's `b` do not meet unprefixed: neither is prefixed, and the
+    // name `a__b` is kb's, never split into member a's `b`.
+    assert_eq!(
+        names,
+        [
+            "a__b",
+            "b",
+            "kb__search",
+            "kb__tickets__search",
+            "open",
+            "tickets__search"
+        ],
+        "{out}"
+    );
+    let calls = &out["calls"];
+    assert_eq!(calls["kb__tickets__search"], "kb:tickets__search", "{out}");
+    assert_eq!(calls["tickets__search"], "tickets:search", "{out}");
+    assert_eq!(calls["kb__search"], "kb:search", "{out}");
+    assert_eq!(calls["open"], "tickets:open", "{out}");
+    assert_eq!(calls["a__b"], "kb:a__b", "{out}");
+    assert_eq!(calls["b"], "a:b", "{out}");
+    assert_eq!(calls["a__a__b"]["error"], -32602, "{out}");
+    assert_eq!(calls["kb__a__b"]["error"], -32602, "{out}");
+
+    // always: `kb__a__b` is kb's `a__b`, and `a__b` is member a's `b`.
+    let out = fed_client(
+        &gw.url("/always"),
+        json!({"calls": [["kb__a__b", {}], ["a__b", {}], ["tickets__search", {}], ["kb__tickets__search", {}]]}),
+    )
+    .await;
+    let calls = &out["calls"];
+    assert_eq!(calls["kb__a__b"], "kb:a__b", "{out}");
+    assert_eq!(calls["a__b"], "a:b", "{out}");
+    assert_eq!(calls["tickets__search"], "tickets:search", "{out}");
+    assert_eq!(calls["kb__tickets__search"], "kb:tickets__search", "{out}");
+}
+
+/// A member killed mid-test: lists carry the others' items and name it unavailable, its
+/// calls get the upstream-unavailable error, the others' calls go on; when it comes back,
+/// so do its items. Forged cursors, batches and legacy clients are refused as a server
+/// would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_leaves_the_others_and_hostile_requests_change_nothing() {
+    let (kb_port, tickets_port) = (free_port(), free_port());
+    let kb = named_server(kb_port, "kb", &["search", "read"]);
+    let _tickets = named_server(tickets_port, "tickets", &["search", "open"]);
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[transport]
+fanout_timeout = "1s"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{kb_port}/mcp"
+timeout = "5s"
+[upstreams.tickets]
+url = "http://127.0.0.1:{tickets_port}/mcp"
+timeout = "5s"
+
+[profiles.assistant]
+upstreams = ["kb", "tickets"]
+allow = ["*"]
+
+[profiles.other]
+upstreams = ["tickets", "kb"]
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "assistant"
+auth = "none"
+
+[[routes]]
+listen = "main"
+path = "/other"
+profile = "other"
+auth = "none"
+"#
+    );
+    let gw = Gateway::start(&support::with_admin(text));
+    let url = gw.url("/mcp");
+    let list = |cursor: Option<&str>| list_body("tools/list", cursor);
+    let r = post(&url, &modern("tools/list"), &list(None)).await;
+    let result = &r.messages()[0]["result"];
+    assert_eq!(
+        result["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["kb__search", "read", "tickets__search", "open"],
+        "{result}"
+    );
+    assert_eq!(result["resultType"], "complete");
+    assert!(result.get("_meta").is_none(), "{result}");
+
+    // Hostile: a forged cursor, one sealed for another profile, a batch, a legacy client.
+    let r = post(&url, &modern("tools/list"), &list(Some("AAAA-forged"))).await;
+    assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+    let r = post(&url, &modern("tools/list"), &list(Some(&"A".repeat(9000)))).await;
+    assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+    let batch = format!("[{},{}]", list(None), list(None));
+    let r = post(&url, &modern("tools/list"), &batch).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}"#;
+    let r = post(&url, &[], init).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32022, "{}", r.body);
+    assert_eq!(
+        r.json()["error"]["data"]["supported"],
+        json!(["2026-07-28"])
+    );
+    let call = |name: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{name}","arguments":{{}},{META}}}}}"#
+        )
+    };
+    let headers = |name: &'static str| {
+        vec![
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ]
+    };
+    // A name whose Mcp-Name says another: refused before any routing.
+    let r = post(&url, &headers("open"), &call("read")).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+
+    // kb goes down.
+    drop(kb);
+    let r = post(&url, &modern("tools/list"), &list(None)).await;
+    let result = &r.messages()[0]["result"];
+    assert_eq!(
+        result["_meta"]["mcpgate/unavailable"],
+        json!(["kb"]),
+        "{result}"
+    );
+    let names: Vec<&str> = result["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    // The names stay as they were: a member that is down for a while renames nothing of
+    // the others', so what clients hold still routes.
+    assert_eq!(names, ["tickets__search", "open"], "{result}");
+    let r = post(&url, &headers("open"), &call("open")).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "tickets:open",
+        "{}",
+        r.body
+    );
+    // What kb served is still known as kb's; its call gets the upstream-unavailable error.
+    let r = post(&url, &headers("read"), &call("read")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    let metrics = reqwest_text(&gw.admin_url("/metrics")).await;
+    assert!(
+        metrics
+            .contains(r#"mcpgate_federation_member_available{profile="assistant",member="kb"} 0"#),
+        "{metrics}"
+    );
+    let status = reqwest_text(&gw.admin_url("/status")).await;
+    assert!(status.contains("\"kb\""), "{status}");
+
+    // kb comes back on its port.
+    let _kb = named_server(kb_port, "kb", &["search", "read"]);
+    let r = post(&url, &modern("tools/list"), &list(None)).await;
+    let result = &r.messages()[0]["result"];
+    assert!(result.get("_meta").is_none(), "{result}");
+    assert_eq!(result["tools"].as_array().unwrap().len(), 4, "{result}");
+    let r = post(&url, &headers("read"), &call("read")).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "kb:read",
+        "{}",
+        r.body
+    );
+}
+
+async fn reqwest_text(url: &str) -> String {
+    support::send(http::Method::GET, url, &[], "").await.body
+}

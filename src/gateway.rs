@@ -122,6 +122,8 @@ pub struct Gateway {
     pub legacy_sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
     /// What each federated profile knows of its members' names (SPEC §16).
     pub directories: crate::mcp::federation::directory::Directories,
+    /// The member sessions of federated legacy sessions, per replica.
+    pub fed_sessions: crate::mcp::federation::sessions::MemberSessions,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -196,6 +198,7 @@ impl Gateway {
             held: Default::default(),
             legacy_sessions: Default::default(),
             directories: Default::default(),
+            fed_sessions: Default::default(),
             certs,
             config_path,
             audit,

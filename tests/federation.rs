@@ -451,8 +451,8 @@ auth = "none"
 
 /// A member killed mid-test: lists carry the others' items and name it unavailable, its
 /// calls get the upstream-unavailable error, the others' calls go on; when it comes back,
-/// so do its items. Forged cursors, batches and legacy clients are refused as a server
-/// would.
+/// so do its items. Forged cursors, batches, and a GET or DELETE without a session are
+/// refused as a server would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_leaves_the_others_and_hostile_requests_change_nothing() {
     let (kb_port, tickets_port) = (free_port(), free_port());
@@ -521,14 +521,17 @@ auth = "none"
     let batch = format!("[{},{}]", list(None), list(None));
     let r = post(&url, &modern("tools/list"), &batch).await;
     assert_eq!(r.status, 400, "{}", r.body);
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}"#;
-    let r = post(&url, &[], init).await;
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32022, "{}", r.body);
-    assert_eq!(
-        r.json()["error"]["data"]["supported"],
-        json!(["2026-07-28"])
-    );
+    // A 2026-07-28 client has no GET stream here, nor a session to end.
+    let r = support::send(
+        http::Method::GET,
+        &url,
+        &[("accept", "text/event-stream")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 405, "{}", r.body);
+    let r = support::send(http::Method::DELETE, &url, &[], "").await;
+    assert_eq!(r.status, 405, "{}", r.body);
     let call = |name: &str| {
         format!(
             r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"{name}","arguments":{{}},{META}}}}}"#
@@ -599,4 +602,189 @@ auth = "none"
 
 async fn reqwest_text(url: &str) -> String {
     support::send(http::Method::GET, url, &[], "").await.body
+}
+
+/// The TypeScript SDK v1 client's full tour (`ts1_bridge_client.mjs`): a legacy session
+/// that is asked for input, logs, a GET stream, a subscription.
+async fn ts1_tour(url: &str) -> Value {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = run_client(
+            Command::new(node22())
+                .current_dir(peers())
+                .arg("ts1_bridge_client.mjs")
+                .args([&url, "-", "full"]),
+        );
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    })
+    .await
+    .unwrap()
+}
+
+/// Legacy clients: one session over members of both generations. Behind `/old` the
+/// TypeScript SDK v1 server (legacy: it asks on the call's stream) and a Python server;
+/// behind `/new` the SDK v2 server (2026-07-28: each member session is mcpgate's bridge)
+/// and the same Python server. The SDK v1 client's questions, progress, logs, GET stream
+/// (a member's list change), subscription and `DELETE` each reach the right member; two
+/// gateways with one `session_key` serve one session (the second opens its own member
+/// sessions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_sessions_span_members_of_both_generations_and_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_port, new_port, cal_port) = (free_port(), free_port(), free_port());
+    let old_record = dir.path().join("old.jsonl");
+    let _old = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("ts1_server.mjs")
+            .args(["--port", &old_port.to_string(), "--record"])
+            .arg(&old_record),
+        old_port,
+    );
+    let _new = ts2_server_on(new_port, &dir.path().join("new.jsonl"));
+    let _cal = named_server(cal_port, "cal", &["today"]);
+    let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+# The servers start cold (Node, Python): their first answers may be slow.
+[transport]
+fanout_timeout = "10s"
+
+[upstreams.old]
+url = "http://127.0.0.1:{old_port}/mcp"
+session_key = "{key}"
+timeout = "10s"
+[upstreams.new]
+url = "http://127.0.0.1:{new_port}/mcp"
+session_key = "{key}"
+timeout = "10s"
+[upstreams.cal]
+url = "http://127.0.0.1:{cal_port}/mcp"
+session_key = "{key}"
+timeout = "10s"
+
+[profiles.old]
+upstreams = ["old", "cal"]
+allow = ["*"]
+[profiles.new]
+upstreams = ["new", "cal"]
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/old"
+profile = "old"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/new"
+profile = "new"
+auth = "none"
+"#
+    );
+    let gw = Gateway::start(&text);
+    for (path, filtered_logs) in [
+        ("/old", json!(["debug", "info", "warning"])),
+        ("/new", json!(["info", "warning"])),
+    ] {
+        let out = ts1_tour(&gw.url(path)).await;
+        assert_eq!(out["server"]["name"], &path[1..], "{path}: {out}");
+        assert_eq!(out["session"], true, "{out}");
+        let tools = out["tools"].as_array().unwrap();
+        assert!(
+            tools.contains(&json!("today")) && tools.contains(&json!("echo")),
+            "{out}"
+        );
+        assert_eq!(out["echo"], "echo: hi", "{path}: {out}");
+        assert_eq!(out["progress"], json!([1, 2, 3]), "{path}: {out}");
+        assert_eq!(
+            out["read"], "contents of file:///public/readme.txt",
+            "{path}: {out}"
+        );
+        assert_eq!(out["prompt"], "Say hello to Ada", "{path}: {out}");
+        // The member's questions (elicitation twice over, sampling, roots) reached the
+        // client, and its answers the member.
+        assert_eq!(out["delete"], "deleted n1", "{path}: {out}");
+        assert_eq!(out["summary"], "summary: short (22)", "{path}: {out}");
+        assert_eq!(out["roots"], "roots: file:///work", "{path}: {out}");
+        assert_eq!(out["twice"], "confirmed by Ada", "{path}: {out}");
+        assert_eq!(
+            out["asked"],
+            json!(["Delete note n1?", "Your name?", "Sure, Ada?"]),
+            "{path}: {out}"
+        );
+        assert_eq!(out["ping"], true);
+        // The legacy server logs what it logs; the 2026-07-28 one is given the level the
+        // client set, through mcpgate's bridge.
+        assert_eq!(out["logs"], filtered_logs, "{path}: {out}");
+        // A member's list change, and its resource update once subscribed, on the
+        // session's GET stream; nothing once unsubscribed.
+        assert_eq!(out["changed"], 1, "{path}: {out}");
+        assert_eq!(
+            out["updated"],
+            json!(["file:///public/readme.txt"]),
+            "{path}: {out}"
+        );
+        assert_eq!(out["updated_after"], json!([]), "{path}: {out}");
+    }
+    // The client's DELETE ended the legacy member's session.
+    let seen = std::fs::read_to_string(&old_record).unwrap();
+    assert!(seen.contains(r#""method":"DELETE""#), "{seen}");
+
+    // Two replicas, one key: a session opened on one is served by the other.
+    let other = Gateway::start(&text);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let r = post(&gw.url("/old"), &[], init).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let in_session = |method: &'static str| {
+        vec![
+            ("mcp-session-id", session.clone()),
+            ("mcp-protocol-version", "2025-11-25".to_string()),
+            ("x-method", method.to_string()),
+        ]
+    };
+    let headers = in_session("tools/call");
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"today","arguments":{}}}"#;
+    let r = post(&other.url("/old"), &headers, call).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "cal:today",
+        "{}",
+        r.body
+    );
+    let r = post(
+        &other.url("/old"),
+        &headers,
+        &call
+            .replace("today", "echo")
+            .replace("{}}}", r#"{"text":"x"}}}"#),
+    )
+    .await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "echo: x",
+        "{}",
+        r.body
+    );
+    // Hostile: the id on another profile's route, a forged id, a member's answer id.
+    let r = post(&other.url("/new"), &headers, call).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let forged = [
+        ("mcp-session-id", "bm90LWEtc2Vzc2lvbg"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let r = post(&gw.url("/old"), &forged, call).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let answer = r#"{"jsonrpc":"2.0","id":"mcpgate-fed:7:1","result":{}}"#;
+    let r = post(&gw.url("/old"), &headers, answer).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let answer = r#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
+    let r = post(&gw.url("/old"), &headers, answer).await;
+    assert_eq!(r.status, 400, "{}", r.body);
 }

@@ -69,8 +69,11 @@ pub async fn send(
     }
     let outlier = upstream.outlier.as_ref();
     // A request bridged to a legacy server is ordered in mcpgate's session there.
+    // A legacy client's request bridged to a 2026-07-28 server carries the bridge's own
+    // seal, which is no session of the server's (and not sent to it).
     let session = match &out.in_session {
         Some(to) => to.session,
+        None if out.bridged.is_some() => None,
         None => out.fields.get(FieldKind::McpSessionId),
     };
     // The endpoint being tried, so a passed deadline counts against it.

@@ -181,6 +181,24 @@ async fn run<'s>(
         _ => return Err(GateError::MethodNotAllowed),
     };
     limits::check(live, profile, peer, ctx, &[]).await?;
+    if let Some(fed) = &profile.federation {
+        return federation::without_body(gw, live, profile, fed, peer, &req, ctx).await;
+    }
+    without_body(gw, live, profile, peer, &req, body_deadline, want, ctx).await
+}
+
+/// A GET or DELETE to `profile`'s upstream, once admitted.
+#[allow(clippy::too_many_arguments)]
+async fn without_body<'s>(
+    gw: &Gateway,
+    live: &'s Arc<Live>,
+    profile: &'s Arc<Profile>,
+    peer: &Peer,
+    req: &ClientRequest,
+    body_deadline: bool,
+    want: Want,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
     let upstream = &profile.upstream;
     if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).

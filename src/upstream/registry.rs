@@ -64,8 +64,9 @@ pub struct UpstreamState {
     /// Seals the session ids of legacy clients bridged to a 2026-07-28 server, with the
     /// same keys.
     pub bridge_sealer: Sealer,
-    /// Seals the cursors of federated lists whose first member this upstream is.
-    pub cursor_sealer: Sealer,
+    /// Seals the cursors and legacy session ids of the federated profiles whose first
+    /// member this upstream is.
+    pub fed_sealer: Sealer,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -255,7 +256,7 @@ impl Registry {
                     )),
                     task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
                     bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
-                    cursor_sealer: Sealer::for_purpose(&u.name, keys, Purpose::FederatedCursor),
+                    fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
                     bridge_params: Default::default(),
                     stdio,
                     next: AtomicUsize::new(0),

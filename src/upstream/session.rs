@@ -64,13 +64,14 @@ pub enum Purpose {
     /// what the server is told of the client on each request, at most [`MAX_BRIDGED`]
     /// bytes.
     BridgedSession,
-    /// A federated list's cursor (SPEC §16): each member's own cursor, at most
-    /// [`MAX_CURSOR`] bytes.
-    FederatedCursor,
+    /// What a federated profile seals (SPEC §16): its lists' cursors (each member's own)
+    /// and its legacy sessions' ids, at most [`MAX_FEDERATION`] bytes.
+    Federation,
 }
 
-/// The longest federated cursor sealed: the members' cursors with the profile's name.
-pub const MAX_CURSOR: usize = 4_096;
+/// The longest federated cursor or session sealed: the members' cursors, or the client's
+/// capabilities and info, with the profile's name.
+pub const MAX_FEDERATION: usize = 4_096;
 
 /// The longest bridged session sealed: the client's capabilities and info, with the
 /// caller and revision.
@@ -112,10 +113,10 @@ impl Sealer {
                 b"mcpgate bridged session: nonce",
                 MAX_BRIDGED,
             ),
-            Purpose::FederatedCursor => (
-                b"mcpgate federated cursor: seal",
-                b"mcpgate federated cursor: nonce",
-                MAX_CURSOR,
+            Purpose::Federation => (
+                b"mcpgate federation: seal",
+                b"mcpgate federation: nonce",
+                MAX_FEDERATION,
             ),
         };
         let derive = |key: &SessionKey, label: &[u8]| {

@@ -22,8 +22,12 @@ pub const REREAD_AFTER: Duration = Duration::from_secs(1);
 /// A federated profile's names.
 pub struct Directory {
     known: RwLock<Known>,
-    /// When the members' lists were last read by mcpgate itself, for a name nobody knew.
-    pub read_at: tokio::sync::Mutex<Option<Instant>>,
+    /// When the members' lists of each kind (in `ListKind::ALL` order) were last read by
+    /// mcpgate itself, for a name nobody knew, and the kind's [`Directory::changes`] then.
+    pub read_at: tokio::sync::Mutex<[Option<(Instant, u64)>; 4]>,
+    /// How many times each kind was forgotten (a member said its list changed): a read
+    /// after a change is never skipped as too soon.
+    changes: [std::sync::atomic::AtomicU64; 4],
 }
 
 #[derive(Default)]
@@ -37,6 +41,11 @@ struct Known {
     merged: [Arc<Merged>; 2],
     uris: Vec<Vec<String>>,
     templates: Vec<Vec<String>>,
+}
+
+/// A kind's place in `ListKind::ALL`.
+pub fn place(kind: ListKind) -> usize {
+    ListKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
 fn slot(kind: ListKind) -> Option<usize> {
@@ -57,7 +66,8 @@ impl Directory {
                 uris: vec![Vec::new(); members],
                 templates: vec![Vec::new(); members],
             }),
-            read_at: tokio::sync::Mutex::new(None),
+            read_at: tokio::sync::Mutex::new([None; 4]),
+            changes: Default::default(),
         }
     }
 
@@ -119,25 +129,36 @@ impl Directory {
         slot(kind).is_none_or(|s| known.names[s].iter().all(Option::is_some))
     }
 
-    /// Forgets what `member` listed (its lists changed): a call of a name no member shows
-    /// reads them again.
-    pub fn forget(&self, fed: &Federation, member: usize) {
-        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
-        for s in 0..2 {
-            if let Some(l) = known.names[s].get_mut(member) {
-                *l = None;
+    /// Forgets what `member` listed of `kind` (it said that list changed; resources go
+    /// with their templates): a name no member shows then makes mcpgate read the lists
+    /// again. The names of the list stay routable until it is read again, so that a call
+    /// made with them meanwhile still reaches its member.
+    pub fn forget(&self, member: usize, kind: ListKind) {
+        let kinds: &[ListKind] = match kind {
+            ListKind::Resources | ListKind::ResourceTemplates => {
+                &[ListKind::Resources, ListKind::ResourceTemplates]
             }
-            if let Some(p) = known.partial[s].get_mut(member) {
-                p.clear();
+            ListKind::Tools => &[ListKind::Tools],
+            ListKind::Prompts => &[ListKind::Prompts],
+        };
+        for k in kinds {
+            self.changes[place(*k)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(s) = slot(kind) {
+            // Not whole any more: the next list (or read) is asked for it all again.
+            let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(l) = known.names[s].get_mut(member)
+                && let Some(names) = l.take()
+                && let Some(p) = known.partial[s].get_mut(member)
+            {
+                *p = names;
             }
-            known.merged[s] = Arc::new(merged(fed, &known.names[s], &known.partial[s]));
         }
-        if let Some(u) = known.uris.get_mut(member) {
-            u.clear();
-        }
-        if let Some(t) = known.templates.get_mut(member) {
-            t.clear();
-        }
+    }
+
+    /// How many times `kind` was forgotten.
+    pub fn changes(&self, kind: ListKind) -> u64 {
+        self.changes[place(kind)].load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The names of `kind` (tools or prompts) as the clients see them.

@@ -11,6 +11,7 @@
 
 pub mod directory;
 pub mod lists;
+pub mod sessions;
 pub mod template;
 
 use crate::config::federation::Prefix;

@@ -20,6 +20,9 @@
 //! the seals of its `requestState` and task ids (which name the member's profile, so they
 //! open for no other).
 
+mod legacy;
+mod streams;
+
 use super::{Ctx, checked, judge, limits, respond};
 use crate::config::Profile;
 use crate::config::federation::{Federation, Member};
@@ -29,7 +32,7 @@ use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
 use crate::http::request::{ClientBody, ClientRequest, Peer};
 use crate::mcp::era::Era;
-use crate::mcp::federation::directory::{Directory, REREAD_AFTER};
+use crate::mcp::federation::directory::{Directory, REREAD_AFTER, place};
 use crate::mcp::federation::lists::{self, Answer, Page};
 use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
 use crate::mcp::pointer::Entries;
@@ -63,22 +66,15 @@ pub(super) async fn post<'s>(
             "a batch cannot be sent to a federated profile: send its messages one by one".into(),
         ));
     };
-    if ctx.era == Era::Legacy {
-        // As a server of 2026-07-28 only answers a legacy client (docs/federation.md).
-        return Err(GateError::UnsupportedVersion {
-            requested: legacy_version(req, m.meta),
-            supported: &[MODERN],
-        });
-    }
+    // A legacy client's session: 404 (initialize anew) when its id does not open.
+    let session = match ctx.era {
+        Era::Legacy => legacy::open(live, profile, fed, &req.fields, ctx)?,
+        Era::Modern => None,
+    };
     super::audit::note_calls(gw, &payload, ctx);
     let Some(admitted) = judge(gw, live, profile, peer, &payload, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
-    if m.kind != MessageKind::Request {
-        // A 2026-07-28 server has no session to tell of a notification.
-        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
-    }
-    let method = m.method().unwrap_or("");
     let dir = gw.directories.of(&profile.name, fed);
     let fan = Fan {
         gw,
@@ -89,9 +85,46 @@ pub(super) async fn post<'s>(
         peer,
         req,
         meta: m.meta,
+        session: session.as_ref(),
     };
+    let method = m.method().unwrap_or("");
+    match (m.kind, &session) {
+        (MessageKind::Request, _) => {}
+        // The client's answer to a member's question, by the id mcpgate gave it.
+        (MessageKind::Response, Some(s)) => return fan.answer(s, m, bytes, ctx).await,
+        // Told to every member the session has opened.
+        (MessageKind::Notification, Some(s)) => {
+            fan.tell(s, bytes, ctx).await;
+            return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+        }
+        // A 2026-07-28 server has no session to tell of a notification.
+        _ => return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
+    }
+    let id = m.id_text().unwrap_or("null");
+    if ctx.era == Era::Legacy {
+        match (method, &session) {
+            ("initialize", None) => return fan.initialize(m, bytes, want, ctx).await,
+            ("initialize", Some(_)) => {
+                return Err(GateError::InvalidRequest(
+                    "the session is initialized already".into(),
+                ));
+            }
+            ("ping", _) => {
+                let json = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+                return Ok(respond::own(json, want, &ctx.request_id));
+            }
+            ("logging/setLevel", Some(s)) => {
+                fan.tell(s, bytes, ctx).await;
+                let json = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+                return Ok(respond::own(json, want, &ctx.request_id));
+            }
+            ("server/discover" | "subscriptions/listen", _) => {
+                return Err(not_found(ctx, method));
+            }
+            _ => {}
+        }
+    }
     if let Some(kind) = ListKind::of(method) {
-        let id = m.id_text().unwrap_or("null");
         let json = fan.list(kind, id, bytes, ctx).await?;
         return Ok(respond::own(json, want, &ctx.request_id));
     }
@@ -99,7 +132,6 @@ pub(super) async fn post<'s>(
         return fan.listen(bytes, ctx).await;
     }
     if method == "server/discover" {
-        let id = m.id_text().unwrap_or("null");
         let json = fan.discover(id, bytes, ctx).await?;
         return Ok(respond::own(json, want, &ctx.request_id));
     }
@@ -112,18 +144,32 @@ pub(super) async fn post<'s>(
             let (member, own) = fan.by_name(ListKind::Prompts, name, ctx).await?;
             (member, (own != **name).then_some(own))
         }
-        ("resources/read", _, Some(ToolName::Name(uri))) => (fan.by_uri(uri, ctx).await?, None),
+        (
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe",
+            _,
+            Some(ToolName::Name(uri)),
+        ) => (fan.by_uri(uri, ctx).await?, None),
         ("completion/complete", _, _) => return fan.complete(bytes, want, admitted, ctx).await,
-        ("tools/call" | "prompts/get" | "resources/read", _, _) => {
-            let what = if method == "resources/read" {
-                "uri"
-            } else {
-                "name"
-            };
-            return Err(invalid(ctx, format!("{method} needs a string {what}")));
+        ("tools/call" | "prompts/get", _, _) => {
+            return Err(invalid(ctx, format!("{method} needs a string name")));
         }
+        ("resources/read" | "resources/subscribe" | "resources/unsubscribe", _, _) => {
+            return Err(invalid(ctx, format!("{method} needs a string uri")));
+        }
+        _ if ctx.era == Era::Legacy => return Err(not_found(ctx, method)),
         _ => return Err(GateError::MethodNotFound(method.to_string())),
     };
+    if session.is_some() {
+        // A legacy session's request goes in the member's own session.
+        let body = match &rename {
+            Some(own) => Bytes::from(renamed(bytes, m, own)?),
+            None => bytes.clone(),
+        };
+        drop(payload);
+        return fan
+            .routed(member, body, rename.as_deref(), want, admitted, ctx)
+            .await;
+    }
     let member = &fed.members[member];
     ctx.member = Some(member.name.clone());
     let Some(own) = rename else {
@@ -144,7 +190,7 @@ pub(super) async fn post<'s>(
     // The member's own name, in the body and in `Mcp-Name`.
     let body = Bytes::from(renamed(bytes, m, &own)?);
     drop(payload);
-    let sub = sub_request(req, &body, None, Some(&own));
+    let sub = sub_request(req, &body, None, Some(&own), None);
     let payload = jsonrpc::parse(&body)?;
     checked(
         gw,
@@ -161,13 +207,18 @@ pub(super) async fn post<'s>(
     .await
 }
 
-/// The revision a legacy request names: its `initialize`'s, else its header's.
-fn legacy_version(req: &ClientRequest, meta: Option<&str>) -> String {
-    let _ = meta;
-    req.fields
-        .get_str(FieldKind::McpProtocolVersion)
-        .unwrap_or("2025-11-25")
-        .to_string()
+/// A method the federated profile does not serve, as a legacy server answers it (200
+/// with the error: a 404 would end the client's session).
+fn not_found(ctx: &Ctx<'_>, method: &str) -> GateError {
+    GateError::Refused {
+        refusals: vec![Refusal {
+            id: ctx.rpc_id.clone(),
+            code: code::METHOD_NOT_FOUND,
+            message: format!("Method not found: {}", shown(method)),
+            tool: None,
+        }],
+        batch: false,
+    }
 }
 
 /// The body with the call's name (`params.name`) made the member's own `own`.
@@ -197,12 +248,14 @@ fn renamed(bytes: &[u8], m: &jsonrpc::Message<'_>, own: &str) -> Result<Vec<u8>,
 }
 
 /// The client's request with `body`, as it goes to a member: `method` (for a request
-/// mcpgate makes, which then wants JSON) and `name` replace `Mcp-Method` and `Mcp-Name`.
+/// mcpgate makes, which then wants JSON) and `name` replace `Mcp-Method` and `Mcp-Name`,
+/// and `session` (the member's own, in a legacy session) the client's `Mcp-Session-Id`.
 fn sub_request(
     req: &ClientRequest,
     body: &Bytes,
     method: Option<&str>,
     name: Option<&str>,
+    session: Option<&str>,
 ) -> ClientRequest {
     let mut map = HeaderMap::with_capacity(req.fields.len() + 2);
     for (kind, n, v) in req.fields.iter() {
@@ -210,6 +263,7 @@ fn sub_request(
             FieldKind::ContentLength => true,
             FieldKind::McpMethod | FieldKind::Accept => method.is_some(),
             FieldKind::McpName => method.is_some() || name.is_some(),
+            FieldKind::McpSessionId => true,
             _ => false,
         };
         if replaced {
@@ -233,6 +287,12 @@ fn sub_request(
     {
         map.insert("mcp-name", v);
     }
+    // A member that gave no session id (a stateless server) is sent none.
+    if let Some(session) = session.filter(|s| !s.is_empty())
+        && let Ok(v) = HeaderValue::from_str(session)
+    {
+        map.insert("mcp-session-id", v);
+    }
     ClientRequest {
         method: http::Method::POST,
         target: req.target.clone(),
@@ -252,37 +312,80 @@ struct Fan<'a, 's> {
     req: &'a ClientRequest,
     /// The client's `params._meta`, for the requests mcpgate makes itself.
     meta: Option<&'a str>,
+    /// A legacy client's federated session: what goes to a member goes in the member's
+    /// own session.
+    session: Option<&'a legacy::Session>,
 }
 
 /// A request to one member of a fan-out: its JSON answer, or why there is none.
 type Asked = Result<Bytes, String>;
 
 impl<'s> Fan<'_, 's> {
-    /// Sends `body` (a request of `method`) to `member` through the rest of the request
-    /// path, and reads its answer as JSON, within `[transport] fanout_timeout`.
-    async fn ask(&self, member: &'s Member, method: &str, body: Bytes, ctx: &Ctx<'s>) -> Asked {
+    /// Sends `body` to member `m` through the rest of the request path, in the member's
+    /// own session when the client is in a legacy one (opened now if this replica has
+    /// none for it). `method`: a request mcpgate makes itself (its answer is JSON).
+    async fn send(
+        &self,
+        m: usize,
+        method: Option<&str>,
+        body: Bytes,
+        want: Want,
+        ctx: &Ctx<'s>,
+    ) -> Result<Response<GateBody>, String> {
+        let session = match self.session {
+            Some(s) => Some(self.member_session(s, m, ctx).await?),
+            None => None,
+        };
+        let answer = self
+            .send_with(m, method, body, want, session.as_deref(), ctx)
+            .await?;
+        if let (Some(s), true) = (self.session, answer.status() == StatusCode::NOT_FOUND) {
+            // The member ended its session: the next request opens another.
+            self.gw.fed_sessions.forget(&s.key, m);
+        }
+        Ok(answer)
+    }
+
+    /// [`Fan::send`] in the member session `session`, or in none.
+    async fn send_with(
+        &self,
+        m: usize,
+        method: Option<&str>,
+        body: Bytes,
+        want: Want,
+        session: Option<&str>,
+        ctx: &Ctx<'s>,
+    ) -> Result<Response<GateBody>, String> {
+        let member = &self.fed.members[m];
         let mut sub_ctx = ctx.for_member(member);
-        let sub = sub_request(self.req, &body, Some(method), None);
+        sub_ctx.want = Ok(want);
+        let sub = sub_request(self.req, &body, method, None, session);
+        let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
+        let admitted = limits::Admitted {
+            permits: Vec::new(),
+            timeout: member.profile.upstream.timeout,
+        };
+        checked(
+            self.gw,
+            self.live,
+            &member.profile,
+            self.peer,
+            &sub,
+            &body,
+            payload,
+            want,
+            Some(admitted),
+            &mut sub_ctx,
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// Sends `body` (a request of `method` mcpgate makes) to member `m` and reads its
+    /// answer as JSON, within `[transport] fanout_timeout`.
+    async fn ask(&self, m: usize, method: &str, body: Bytes, ctx: &Ctx<'s>) -> Asked {
         let asked = async {
-            let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
-            let admitted = limits::Admitted {
-                permits: Vec::new(),
-                timeout: member.profile.upstream.timeout,
-            };
-            let answer = checked(
-                self.gw,
-                self.live,
-                &member.profile,
-                self.peer,
-                &sub,
-                &body,
-                payload,
-                Want::Json,
-                Some(admitted),
-                &mut sub_ctx,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            let answer = self.send(m, Some(method), body, Want::Json, ctx).await?;
             let status = answer.status();
             let text = relay::json_text(answer.into_body(), None)
                 .await
@@ -320,10 +423,9 @@ impl<'s> Fan<'_, 's> {
         let method = kind_method(kind);
         let asks = cursors.iter().map(|(m, cursor)| {
             let body = with_cursor(bytes, cursor.as_deref());
-            let member = &self.fed.members[*m];
             async move {
                 match body {
-                    Some(b) => self.ask(member, method, Bytes::from(b), ctx).await,
+                    Some(b) => self.ask(*m, method, Bytes::from(b), ctx).await,
                     None => Err("the request cannot be rewritten".into()),
                 }
             }
@@ -455,7 +557,7 @@ impl<'s> Fan<'_, 's> {
         &self
             .live
             .upstream(&self.fed.members[0].profile.upstream)
-            .cursor_sealer
+            .fed_sealer
     }
 
     /// The member and its own name for the name a client sent; when no member is known
@@ -493,15 +595,22 @@ impl<'s> Fan<'_, 's> {
     /// together wait for one read).
     async fn read_lists(&self, kinds: &[ListKind], ctx: &Ctx<'s>) {
         let mut read_at = self.dir.read_at.lock().await;
-        if read_at.is_some_and(|t| t.elapsed() < REREAD_AFTER) {
-            return;
-        }
+        let kinds: Vec<ListKind> = kinds
+            .iter()
+            .copied()
+            .filter(|k| {
+                read_at[place(*k)].is_none_or(|(t, changes)| {
+                    t.elapsed() >= REREAD_AFTER || changes != self.dir.changes(*k)
+                })
+            })
+            .collect();
+        let kinds = &kinds;
         let reads = self.fed.members.iter().enumerate().flat_map(|(m, member)| {
             kinds.iter().map(move |&kind| async move {
                 let mut cursor: Option<String> = None;
                 for _ in 0..MAX_PAGES {
                     let body = own_request(kind_method(kind), self.meta, cursor.as_deref());
-                    let text = match self.ask(member, kind_method(kind), body, ctx).await {
+                    let text = match self.ask(m, kind_method(kind), body, ctx).await {
                         Ok(t) => t,
                         Err(why) => {
                             self.unavailable(&member.name, &why);
@@ -530,8 +639,11 @@ impl<'s> Fan<'_, 's> {
                 }
             })
         });
+        let changes: Vec<u64> = kinds.iter().map(|k| self.dir.changes(*k)).collect();
         futures_util::future::join_all(reads).await;
-        *read_at = Some(Instant::now());
+        for (kind, changes) in kinds.iter().zip(changes) {
+            read_at[place(*kind)] = Some((Instant::now(), changes));
+        }
     }
 
     /// `completion/complete`: to the member of the prompt or resource its `ref` names.
@@ -566,11 +678,34 @@ impl<'s> Fan<'_, 's> {
             v["params"]["ref"]["name"] = serde_json::Value::String(own);
         }
         let body = Bytes::from(serde_json::to_vec(&v).expect("a value serializes"));
-        let member = &self.fed.members[member];
+        self.routed(member, body, None, want, admitted, ctx).await
+    }
+
+    /// A request (`body`, its names the member's own already) sent on to member `m`:
+    /// `rename`, the member's own name for `Mcp-Name`. In a legacy session, in the
+    /// member's own session, its questions' ids mapped.
+    async fn routed(
+        &self,
+        m: usize,
+        body: Bytes,
+        rename: Option<&str>,
+        want: Want,
+        admitted: limits::Admitted,
+        ctx: &mut Ctx<'s>,
+    ) -> Result<Response<GateBody>, GateError> {
+        let member = &self.fed.members[m];
         ctx.member = Some(member.name.clone());
-        let sub = sub_request(self.req, &body, None, None);
+        let session = match self.session {
+            Some(s) => Some(
+                self.member_session(s, m, ctx)
+                    .await
+                    .map_err(|why| unreachable(member, &why))?,
+            ),
+            None => None,
+        };
+        let sub = sub_request(self.req, &body, None, rename, session.as_deref());
         let payload = jsonrpc::parse(&body)?;
-        checked(
+        let answer = checked(
             self.gw,
             self.live,
             &member.profile,
@@ -582,7 +717,14 @@ impl<'s> Fan<'_, 's> {
             Some(admitted),
             ctx,
         )
-        .await
+        .await?;
+        if let (Some(s), true) = (self.session, answer.status() == StatusCode::NOT_FOUND) {
+            self.gw.fed_sessions.forget(&s.key, m);
+        }
+        Ok(match self.session {
+            Some(_) => streams::with_questions_mapped(m, in_session(answer)),
+            None => answer,
+        })
     }
 
     /// `subscriptions/listen`: one listen at every member, each with what the profile
@@ -602,7 +744,7 @@ impl<'s> Fan<'_, 's> {
             async move {
                 let mut sub_ctx = ctx.for_member(member);
                 sub_ctx.want = Ok(Want::Sse);
-                let sub = sub_request(self.req, &body, None, None);
+                let sub = sub_request(self.req, &body, None, None, None);
                 let opened = async {
                     let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
                     let admitted = limits::Admitted {
@@ -626,7 +768,7 @@ impl<'s> Fan<'_, 's> {
                     if answer.status() != StatusCode::OK {
                         return Err(format!("the listen was answered {}", answer.status()));
                     }
-                    let mut stream = MemberStream {
+                    let mut stream = streams::MemberStream {
                         member: m,
                         body: answer.into_body(),
                         decoder: crate::mcp::transport::sse::Decoder::new(),
@@ -654,11 +796,11 @@ impl<'s> Fan<'_, 's> {
                 "no member of the federated profile opened a listen".into(),
             ));
         }
-        let merged = MergedListen {
+        let merged = streams::Merged {
             ack: Some(crate::mcp::transport::sse::encode_json(&ack, None)),
             streams,
-            fed: self.fed.clone(),
             dir: self.gw.directories.of(&self.profile.name, self.fed),
+            questions: false,
         };
         let mut shaping =
             respond::Shaping::plain(Want::Sse, self.live, &self.profile.upstream, ctx.token);
@@ -676,11 +818,8 @@ impl<'s> Fan<'_, 's> {
     /// named as the server, each member's instructions under its name. The profile's
     /// own rules then narrow it, as for one upstream.
     async fn discover(&self, id: &str, bytes: &Bytes, ctx: &Ctx<'s>) -> Result<String, GateError> {
-        let asks = self
-            .fed
-            .members
-            .iter()
-            .map(|member| self.ask(member, "server/discover", bytes.clone(), ctx));
+        let asks =
+            (0..self.fed.members.len()).map(|m| self.ask(m, "server/discover", bytes.clone(), ctx));
         let answers = futures_util::future::join_all(asks).await;
         let mut results: Vec<(&str, serde_json::Value)> = Vec::new();
         let mut unavailable: Vec<&str> = Vec::new();
@@ -726,121 +865,21 @@ impl<'s> Fan<'_, 's> {
     }
 }
 
-/// One member's listen stream.
-struct MemberStream {
-    member: usize,
-    body: GateBody,
-    decoder: crate::mcp::transport::sse::Decoder,
-    /// What came before its acknowledgement, to pass on after the client's.
-    early: Vec<String>,
-}
-
-impl MemberStream {
-    /// Reads the stream until the member acknowledges the listen.
-    async fn until_acknowledged(&mut self) -> Result<(), String> {
-        use http_body_util::BodyExt;
-        loop {
-            while let Some(ev) = self.decoder.next_event() {
-                let Some(data) = ev.data else { continue };
-                if crate::mcp::bridge::is_acknowledgement(&data) {
-                    return Ok(());
-                }
-                self.early.push(data);
+/// Joins the capabilities `from` into `into`: an object's members joined, `true` where
+/// either says `true`, the first member's value for anything else.
+fn join(
+    into: &mut serde_json::Map<String, serde_json::Value>,
+    from: &serde_json::Map<String, serde_json::Value>,
+) {
+    use serde_json::Value;
+    for (k, v) in from {
+        match (into.get_mut(k), v) {
+            (Some(Value::Object(a)), Value::Object(b)) => join(a, b),
+            (Some(Value::Bool(a)), Value::Bool(b)) => *a |= *b,
+            (Some(_), _) => {}
+            (None, v) => {
+                into.insert(k.clone(), v.clone());
             }
-            match self.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.decoder.feed(&data);
-                    }
-                }
-                Some(Err(e)) => return Err(format!("the listen stream failed: {e}")),
-                None => return Err("the listen stream ended before its acknowledgement".into()),
-            }
-        }
-    }
-}
-
-/// The client's listen stream: mcpgate's acknowledgement, then what every member's
-/// stream carries for the client (not their own acknowledgements, nor the answers that
-/// end them), until the last one ends.
-struct MergedListen {
-    ack: Option<Bytes>,
-    streams: Vec<MemberStream>,
-    fed: Arc<Federation>,
-    dir: Arc<Directory>,
-}
-
-impl MergedListen {
-    /// What a member's message becomes on the client's stream, if anything.
-    fn carry(&self, member: usize, data: String) -> Option<Bytes> {
-        #[derive(serde::Deserialize)]
-        struct Head<'a> {
-            #[serde(borrow)]
-            method: Option<Cow<'a, str>>,
-            id: Option<serde::de::IgnoredAny>,
-        }
-        let head: Head = serde_json::from_str(&data).ok()?;
-        let method = head.method.as_deref()?;
-        if head.id.is_some() || method == "notifications/subscriptions/acknowledged" {
-            return None;
-        }
-        if matches!(
-            method,
-            "notifications/tools/list_changed"
-                | "notifications/prompts/list_changed"
-                | "notifications/resources/list_changed"
-        ) {
-            self.dir.forget(&self.fed, member);
-        }
-        Some(crate::mcp::transport::sse::encode_json(&data, None))
-    }
-}
-
-impl http_body::Body for MergedListen {
-    type Data = Bytes;
-    type Error = crate::http::body::BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        use std::task::Poll;
-        let this = &mut *self;
-        if let Some(ack) = this.ack.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(ack))));
-        }
-        let mut i = 0;
-        while i < this.streams.len() {
-            let member = this.streams[i].member;
-            if !this.streams[i].early.is_empty() {
-                let data = this.streams[i].early.remove(0);
-                if let Some(out) = this.carry(member, data) {
-                    return Poll::Ready(Some(Ok(http_body::Frame::data(out))));
-                }
-                continue;
-            }
-            if let Some(ev) = this.streams[i].decoder.next_event() {
-                if let Some(out) = ev.data.and_then(|d| this.carry(member, d)) {
-                    return Poll::Ready(Some(Ok(http_body::Frame::data(out))));
-                }
-                continue;
-            }
-            match std::pin::Pin::new(&mut this.streams[i].body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.streams[i].decoder.feed(&data);
-                    }
-                }
-                Poll::Ready(Some(Err(_)) | None) => {
-                    // This member's stream is over; the others go on.
-                    this.streams.remove(i);
-                }
-                Poll::Pending => i += 1,
-            }
-        }
-        match this.streams.is_empty() {
-            true => Poll::Ready(None),
-            false => Poll::Pending,
         }
     }
 }
@@ -855,18 +894,6 @@ fn merge_discover(
     unavailable: &[&str],
 ) -> String {
     use serde_json::{Map, Value};
-    fn join(into: &mut Map<String, Value>, from: &Map<String, Value>) {
-        for (k, v) in from {
-            match (into.get_mut(k), v) {
-                (Some(Value::Object(a)), Value::Object(b)) => join(a, b),
-                (Some(Value::Bool(a)), Value::Bool(b)) => *a |= *b,
-                (Some(_), _) => {}
-                (None, v) => {
-                    into.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
     let mut versions: Option<Vec<Value>> = None;
     let mut capabilities = Map::new();
     let mut instructions = Vec::new();
@@ -944,8 +971,11 @@ fn own_request(method: &str, meta: Option<&str>, cursor: Option<&str>) -> Bytes 
         params.push_str(&serde_json::to_string(c).expect("a string serializes"));
     }
     params.push('}');
+    // Ids of their own: several may be in one member session at once.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Bytes::from(format!(
-        r#"{{"jsonrpc":"2.0","id":"mcpgate-federation","method":"{method}","params":{params}}}"#
+        r#"{{"jsonrpc":"2.0","id":"mcpgate-federation-{n}","method":"{method}","params":{params}}}"#
     ))
 }
 
@@ -1027,6 +1057,52 @@ fn invalid(ctx: &Ctx<'_>, message: String) -> GateError {
         }],
         batch: false,
     }
+}
+
+/// A GET (a legacy session's stream) or DELETE (its end) on a federated profile.
+pub(in crate::pipeline) async fn without_body<'s>(
+    gw: &Gateway,
+    live: &'s Arc<Live>,
+    profile: &'s Arc<Profile>,
+    fed: &'s Arc<Federation>,
+    peer: &Peer,
+    req: &ClientRequest,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
+    // A 2026-07-28 client has no stream of its own, nor a session to end.
+    let Some(session) = legacy::open(live, profile, fed, &req.fields, ctx)? else {
+        return Err(GateError::MethodNotAllowed);
+    };
+    let dir = gw.directories.of(&profile.name, fed);
+    let fan = Fan {
+        gw,
+        live,
+        profile,
+        fed,
+        dir: &dir,
+        peer,
+        req,
+        meta: None,
+        session: Some(&session),
+    };
+    match req.method == http::Method::DELETE {
+        true => Ok(fan.end(&session, ctx).await),
+        false => fan.stream(&session, ctx).await,
+    }
+}
+
+/// A member's answer in a legacy session, as the client gets it: without the member's
+/// session id (the client keeps the federated one).
+fn in_session(mut answer: Response<GateBody>) -> Response<GateBody> {
+    answer.headers_mut().remove("mcp-session-id");
+    answer
+}
+
+/// The error a request to a member gets when the member cannot be reached (its session
+/// could not be opened): the upstream-unavailable error.
+fn unreachable(member: &Member, why: &str) -> GateError {
+    tracing::warn!(member = %member.name, why, "a federated member's session could not be opened");
+    GateError::UpstreamUnreachable(format!("the member {} is unavailable", member.name))
 }
 
 /// Names in messages are cut so a hostile name cannot bloat an error or a log line.

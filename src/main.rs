@@ -41,6 +41,10 @@ enum Command {
         /// Config file [default: $MCPGATE_CONFIG, then config/mcpgate.toml]
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Also read the tool lists of each federated profile's members and print the
+        /// names its clients would see, and any collision.
+        #[arg(long)]
+        probe: bool,
     },
     /// Make or hash tokens.
     #[command(subcommand)]
@@ -122,9 +126,21 @@ fn main() {
 
 fn dispatch(command: Command) -> Result<()> {
     match command {
-        Command::Check { config } => {
-            let snapshot = config::load(&config_path(config))?;
+        Command::Check { config, probe } => {
+            let mut snapshot = config::load(&config_path(config))?;
             print!("{}", snapshot.describe());
+            if probe {
+                // The probe sends through the gateway's own request path, without writing
+                // an audit trail or listening anywhere.
+                snapshot.audit = None;
+                let listing = runtime()?.block_on(async {
+                    let gw = Gateway::new(snapshot, None)?;
+                    let listing = mcpgate::pipeline::federation::probe(&gw).await;
+                    gw.close_stdio().await;
+                    anyhow::Ok(listing)
+                })?;
+                print!("{listing}");
+            }
             Ok(())
         }
         Command::Run { config } => {

@@ -379,7 +379,11 @@ url = "http://127.0.0.1:{tickets_port}/mcp"
 url = "http://127.0.0.1:{cal_port}/mcp"
 "#
     );
-    for (profile, prefix) in [("conflict", "on_conflict"), ("always", "always")] {
+    for (profile, prefix) in [
+        ("conflict", "on_conflict"),
+        ("always", "always"),
+        ("never", "never"),
+    ] {
         text.push_str(&format!(
             r#"
 [profiles.{profile}]
@@ -435,6 +439,39 @@ auth = "none"
     assert_eq!(calls["b"], "a:b", "{out}");
     assert_eq!(calls["a__a__b"]["error"], -32602, "{out}");
     assert_eq!(calls["kb__a__b"]["error"], -32602, "{out}");
+
+    // `mcpgate check --probe` reads the members' lists and prints the names as the
+    // clients see them, why some are prefixed, and what `never` lets the first keep.
+    let probe = Command::new(env!("CARGO_BIN_EXE_mcpgate"))
+        .args(["check", "--probe", "-c"])
+        .arg(gw.config_path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&probe.stdout);
+    assert!(probe.status.success(), "{printed}");
+    let conflict = printed
+        .split("\nprofile conflict:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{printed}"));
+    let conflict = conflict.split("\nprofile ").next().unwrap();
+    assert!(conflict.contains("kb__tickets__search"), "{conflict}");
+    assert!(
+        conflict
+            .lines()
+            .any(|l| l.contains("kb__tickets__search") && l.ends_with("-> kb tickets__search")),
+        "{conflict}"
+    );
+    assert!(
+        conflict.contains("prefixed: search is a tool of kb, tickets"),
+        "{conflict}"
+    );
+    let never = printed.split("\nprofile never:").nth(1).unwrap();
+    assert!(
+        never.contains(
+            "collision: search is claimed by kb search, tickets search; the first keeps it"
+        ),
+        "{never}"
+    );
 
     // always: `kb__a__b` is kb's `a__b`, and `a__b` is member a's `b`.
     let out = fed_client(
@@ -731,6 +768,24 @@ auth = "none"
         );
         assert_eq!(out["updated_after"], json!([]), "{path}: {out}");
     }
+    // A 2026-07-28 client on the same route: the legacy member is bridged for it, its
+    // question (an elicitation on the call's stream) made an input_required round.
+    let out = fed_client(
+        &gw.url("/old"),
+        json!({"calls": [["echo", {"text": "m"}], ["delete_note", {"id": "n9"}], ["today", {}]]}),
+    )
+    .await;
+    assert!(out["unavailable"].is_null(), "{out}");
+    assert!(
+        out["tools"]["names"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("echo")),
+        "{out}"
+    );
+    assert_eq!(out["calls"]["echo"], "echo: m", "{out}");
+    assert_eq!(out["calls"]["delete_note"], "deleted n9", "{out}");
+    assert_eq!(out["calls"]["today"], "cal:today", "{out}");
     // The client's DELETE ended the legacy member's session.
     let seen = std::fs::read_to_string(&old_record).unwrap();
     assert!(seen.contains(r#""method":"DELETE""#), "{seen}");

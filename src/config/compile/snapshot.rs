@@ -352,7 +352,26 @@ impl Snapshot {
         }
         let _ = writeln!(out, "\nprofiles:");
         for p in self.profiles.values() {
-            let _ = writeln!(out, "  {:<12} upstream={}", p.name, p.upstream.name);
+            match &p.federation {
+                None => {
+                    let _ = writeln!(out, "  {:<12} upstream={}", p.name, p.upstream.name);
+                }
+                Some(f) => {
+                    let members: Vec<&str> = f.members.iter().map(|m| &*m.name).collect();
+                    let prefix = match f.prefix {
+                        crate::config::federation::Prefix::Always => "always",
+                        crate::config::federation::Prefix::OnConflict => "on_conflict",
+                        crate::config::federation::Prefix::Never => "never",
+                    };
+                    let _ = writeln!(
+                        out,
+                        "  {:<12} upstreams=[{}] prefix={prefix} separator={} (names: mcpgate check --probe)",
+                        p.name,
+                        members.join(", "),
+                        f.separator
+                    );
+                }
+            }
             let _ = writeln!(out, "    allow:   {}", p.allow.patterns().join(", "));
             if !p.deny.is_empty() {
                 let _ = writeln!(out, "    deny:    {}", p.deny.patterns().join(", "));

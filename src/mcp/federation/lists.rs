@@ -209,7 +209,9 @@ pub fn merge(
         .collect();
     if !scopes.is_empty() || modern {
         // Shared by caches only when every member said so.
-        let public = scopes.len() == pages.len() && scopes.iter().all(|s| *s == "public");
+        let public = !pages.is_empty()
+            && scopes.len() == pages.len()
+            && scopes.iter().all(|s| *s == "public");
         out.push_str(if public {
             r#","cacheScope":"public""#
         } else {

@@ -361,6 +361,9 @@ impl<'s> Fan<'_, 's> {
         sub_ctx.want = Ok(want);
         let sub = sub_request(self.req, &body, method, None, session);
         let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
+        // What the member's request says of itself (its id and method), as the stages
+        // after this one read it from the context.
+        sub_ctx.note(&payload);
         let admitted = limits::Admitted {
             permits: Vec::new(),
             timeout: member.profile.upstream.timeout,
@@ -747,6 +750,7 @@ impl<'s> Fan<'_, 's> {
                 let sub = sub_request(self.req, &body, None, None, None);
                 let opened = async {
                     let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
+                    sub_ctx.note(&payload);
                     let admitted = limits::Admitted {
                         permits: Vec::new(),
                         timeout: member.profile.upstream.timeout,
@@ -1210,4 +1214,156 @@ mod tests {
             serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
         assert_eq!(out["params"]["name"], "search");
     }
+}
+
+/// What `mcpgate check --probe` prints of each federated profile (SPEC §16): the members'
+/// tool lists read now as a 2026-07-28 client would, merged as the profile's clients see
+/// them, the names two members would share, and the members that did not answer.
+pub async fn probe(gw: &Gateway) -> String {
+    use std::fmt::Write;
+    let here = gw.live_here();
+    let live: &Arc<Live> = &here;
+    let mut out = String::new();
+    let req = ClientRequest {
+        method: http::Method::POST,
+        target: crate::http::request::Target::parse("/").expect("a plain path"),
+        fields: Fields::from_map(&HeaderMap::from_iter([
+            (
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                http::HeaderName::from_static("mcp-protocol-version"),
+                HeaderValue::from_static(MODERN),
+            ),
+        ])),
+        body: ClientBody::Read(Bytes::new()),
+    };
+    let peer = Peer::new(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcpgate-check","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+    for profile in live.config.profiles.values() {
+        let Some(fed) = &profile.federation else {
+            continue;
+        };
+        let ctx = Ctx {
+            request_id: Arc::from("mcpgate-check"),
+            route: None,
+            token_id: None,
+            rpc_id: None,
+            rpc_method: None,
+            tool: None,
+            want: Ok(Want::Json),
+            token: None,
+            caller: None,
+            proto: "http",
+            listener: "",
+            peer: peer.clone(),
+            calls: Vec::new(),
+            upstream_ms: None,
+            started: Instant::now(),
+            audit_base: None,
+            access: None,
+            trace: None,
+            era: Era::Modern,
+            first_request: None,
+            member: None,
+        };
+        // A directory of its own: what the probe reads is not what the gateway serves.
+        let dir = crate::mcp::federation::directory::Directories::default().of(&profile.name, fed);
+        let fan = Fan {
+            gw,
+            live,
+            profile,
+            fed,
+            dir: &dir,
+            peer: &peer,
+            req: &req,
+            meta: Some(META),
+            session: None,
+        };
+        let members: Vec<&str> = fed.members.iter().map(|m| &*m.name).collect();
+        let _ = writeln!(out, "\nprofile {}: {}", profile.name, members.join(", "));
+        let mut missing = Vec::new();
+        for (m, member) in fed.members.iter().enumerate() {
+            let mut cursor: Option<String> = None;
+            let mut first = true;
+            loop {
+                let body = own_request("tools/list", Some(META), cursor.as_deref());
+                let page = match fan.ask(m, "tools/list", body, &ctx).await {
+                    Ok(text) => {
+                        let text = String::from_utf8_lossy(&text).into_owned();
+                        match lists::read(&text, ListKind::Tools) {
+                            Answer::Page(p) => {
+                                let names = lists::names(&p, ListKind::Tools);
+                                dir.learn(fed, ListKind::Tools, m, first, p.next.is_none(), &names);
+                                p.next.map(|n| n.into_owned())
+                            }
+                            Answer::Lacks => None,
+                            Answer::Failed(why) => {
+                                missing.push(format!("{}: {why}", member.name));
+                                None
+                            }
+                        }
+                    }
+                    Err(why) => {
+                        missing.push(format!("{}: {why}", member.name));
+                        None
+                    }
+                };
+                first = false;
+                match page {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        let merged = dir.names(ListKind::Tools);
+        let filter = crate::mcp::tools_list::ToolFilter::new(live.config.clone(), profile.clone());
+        for v in &merged.visible {
+            let shown = match filter.keeps_item(ListKind::Tools, &v.name) {
+                true => "",
+                false => "   (not shown: policy)",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<40} -> {} {}{shown}",
+                v.name, fed.members[v.member].name, v.original
+            );
+        }
+        if fed.prefix == crate::config::federation::Prefix::OnConflict {
+            // The names more than one member has, which is why they are prefixed.
+            let mut shared: Vec<(&str, Vec<&str>)> = Vec::new();
+            for v in merged.visible.iter().filter(|v| v.name != v.original) {
+                let member = &*fed.members[v.member].name;
+                match shared.iter_mut().find(|(n, _)| *n == v.original) {
+                    Some((_, members)) => members.push(member),
+                    None => shared.push((&v.original, vec![member])),
+                }
+            }
+            for (name, members) in shared.iter().filter(|(_, m)| m.len() > 1) {
+                let _ = writeln!(
+                    out,
+                    "  prefixed: {name} is a tool of {}",
+                    members.join(", ")
+                );
+            }
+        }
+        for c in &merged.collisions {
+            let claims: Vec<String> = c
+                .claims
+                .iter()
+                .map(|(m, own)| format!("{} {own}", fed.members[*m].name))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  collision: {} is claimed by {}; the first keeps it",
+                c.name,
+                claims.join(", ")
+            );
+        }
+        for m in missing {
+            let _ = writeln!(out, "  unavailable: {m}");
+        }
+    }
+    out
 }

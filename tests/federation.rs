@@ -619,8 +619,22 @@ auth = "none"
             .contains(r#"mcpgate_federation_member_available{profile="assistant",member="kb"} 0"#),
         "{metrics}"
     );
-    let status = reqwest_text(&gw.admin_url("/status")).await;
-    assert!(status.contains("\"kb\""), "{status}");
+    let status: Value =
+        serde_json::from_str(&reqwest_text(&gw.admin_url("/status")).await).unwrap();
+    let kb = status["federation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["profile"] == "assistant" && m["member"] == "kb")
+        .unwrap_or_else(|| panic!("{status}"))
+        .clone();
+    assert_eq!(kb["available"], false, "{kb}");
+    assert!(
+        kb["error"].as_str().unwrap().contains("connection failed"),
+        "{kb}"
+    );
+    let page = reqwest_text(&gw.admin_url("/")).await;
+    assert!(page.contains("<table id=federation>"), "{page}");
 
     // kb comes back on its port.
     let _kb = named_server(kb_port, "kb", &["search", "read"]);

@@ -128,6 +128,18 @@ impl Gateway {
             open_sessions: sessions,
             rows,
             upstreams,
+            federation: self
+                .directories
+                .members()
+                .into_iter()
+                .map(|m| crate::observe::status::StatusMember {
+                    profile: m.profile,
+                    member: m.member,
+                    available: m.available,
+                    at: rfc3339(m.at),
+                    error: m.error,
+                })
+                .collect(),
             reload,
             decisions,
         }

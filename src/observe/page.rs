@@ -117,7 +117,26 @@ pub fn render(s: &Status, out: &mut String) {
             }
         }
     }
-    out.push_str("</table></div><h2>Last reload</h2><div id=reload>");
+    out.push_str("</table></div>");
+    if !s.federation.is_empty() {
+        out.push_str("<h2>Federated members</h2><div class=wide><table id=federation><tr><th>profile</th><th>member</th><th>last fan-out</th><th>at</th><th>why</th></tr>");
+        for m in &s.federation {
+            let (class, said) = match m.available {
+                true => ("up", "answered"),
+                false => ("down", "unavailable"),
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class={class}>{said}</td><td>{}</td><td class=dim>{}</td></tr>",
+                esc(&m.profile),
+                esc(&m.member),
+                esc(&m.at),
+                esc(m.error.as_deref().unwrap_or("")),
+            );
+        }
+        out.push_str("</table></div>");
+    }
+    out.push_str("<h2>Last reload</h2><div id=reload>");
     match &s.reload {
         None => out.push_str("<p class=dim>none since start</p>"),
         Some(r) => {
@@ -287,6 +306,14 @@ mod tests {
                 name: "local".into(),
                 processes: 1,
                 sessions: 2,
+            }],
+            // A member's error is an upstream's text: escaped like a client's.
+            federation: vec![crate::observe::status::StatusMember {
+                profile: "gpt".into(),
+                member: "kb".into(),
+                available: false,
+                at: "2026-11-26T12:00:00.000Z".into(),
+                error: Some(tool.into()),
             }],
             reload: None,
             decisions: vec![],

@@ -21,6 +21,8 @@ pub struct Status {
     pub open_sessions: usize,
     pub rows: Vec<StatusRow>,
     pub upstreams: Vec<StatusUpstream>,
+    /// The members of federated profiles (SPEC §16), as their last fan-out found them.
+    pub federation: Vec<StatusMember>,
     /// `None` before the first reload.
     pub reload: Option<ReloadStatus>,
     /// The latest tools/call decisions, newest first.
@@ -46,6 +48,18 @@ pub struct StatusRow {
 pub struct RefusalCount {
     pub reason: &'static str,
     pub count: u64,
+}
+
+/// A member of a federated profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusMember {
+    pub profile: String,
+    pub member: String,
+    /// Whether it answered the profile's last fan-out.
+    pub available: bool,
+    /// When that was (RFC 3339), and why it did not answer.
+    pub at: String,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

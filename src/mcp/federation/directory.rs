@@ -215,13 +215,49 @@ fn merged(fed: &Federation, whole: &[Option<Vec<String>>], partial: &[Vec<String
 }
 
 /// The directories of the federated profiles, by profile name and what shapes its names
-/// (members, prefix, separator): a reload that changes those starts a new one.
+/// (members, prefix, separator): a reload that changes those starts a new one. Also how
+/// each member answered its profile's last fan-out, for the status page.
 #[derive(Default)]
 pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
+    members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
+}
+
+/// How a member answered its profile's last fan-out.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub profile: String,
+    pub member: String,
+    pub available: bool,
+    pub at: std::time::SystemTime,
+    pub error: Option<String>,
 }
 
 impl Directories {
+    /// Notes how `member` of `profile` answered a fan-out (`Err`: why it did not).
+    pub fn answered(&self, profile: &str, member: &str, result: Result<(), &str>) {
+        let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (profile.to_string(), member.to_string());
+        // A name cut so a hostile answer cannot bloat the page.
+        let error = result.err().map(|e| e.chars().take(300).collect());
+        members.insert(
+            key,
+            Answered {
+                profile: profile.to_string(),
+                member: member.to_string(),
+                available: error.is_none(),
+                at: std::time::SystemTime::now(),
+                error,
+            },
+        );
+    }
+
+    /// Every member's last answer, by profile and member.
+    pub fn members(&self) -> Vec<Answered> {
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        members.values().cloned().collect()
+    }
+
     pub fn of(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
         let mut key = String::with_capacity(64);
         key.push_str(profile);

@@ -456,6 +456,9 @@ impl<'s> Fan<'_, 's> {
             self.gw
                 .metrics
                 .federation_member(&self.profile.name, member, true);
+            self.gw
+                .directories
+                .answered(&self.profile.name, member, Ok(()));
             let last = page.next.is_none();
             self.dir.learn(
                 self.fed,
@@ -514,6 +517,9 @@ impl<'s> Fan<'_, 's> {
         self.gw
             .metrics
             .federation_member(&self.profile.name, member, false);
+        self.gw
+            .directories
+            .answered(&self.profile.name, member, Err(why));
     }
 
     fn seal_cursor(&self, kind: ListKind, next: &[(usize, String)]) -> Result<String, GateError> {

@@ -354,7 +354,7 @@ fn demo_curl_commands_answer() {
         line.clear();
     }
     let commands: Vec<&str> = text.lines().filter(|l| l.starts_with("curl ")).collect();
-    assert_eq!(commands.len(), 5, "{text}");
+    assert_eq!(commands.len(), 7, "{text}");
     let mut answers = Vec::new();
     for c in &commands {
         let mut out = None;
@@ -395,4 +395,24 @@ fn demo_curl_commands_answer() {
         answers[3]
     );
     assert!(answers[4].starts_with("HTTP/1.1 404"), "{}", answers[4]);
+    // The federated route: both stores' tools, each prefixed with its store's name, the
+    // deprecated ones hidden by their prefixed names.
+    let list: serde_json::Value = serde_json::from_str(&answers[5]).unwrap();
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", answers[5]))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 18, "{names:?}");
+    assert!(names.contains(&"docs__get_document") && names.contains(&"notes__get_document"));
+    assert!(
+        !names.iter().any(|n| n.ends_with("move_document")),
+        "{names:?}"
+    );
+    assert!(
+        answers[6].contains("This store holds the team's notes."),
+        "{}",
+        answers[6]
+    );
 }

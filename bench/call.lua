@@ -11,4 +11,6 @@ end
 if os.getenv("BENCH_SESSION") then
   wrk.headers["Mcp-Session-Id"] = os.getenv("BENCH_SESSION")
 end
-wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool_001","arguments":{"id":"welcome"}}}'
+-- BENCH_TOOL, when set, is the tool called (default tool_001).
+local tool = os.getenv("BENCH_TOOL") or "tool_001"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"' .. tool .. '","arguments":{"id":"welcome"}}}'

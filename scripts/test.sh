@@ -45,6 +45,7 @@ if [ $# -eq 0 ]; then
   bench/policy.sh --smoke
   bench/scale.sh --smoke
   bench/trace.sh --smoke
+  bench/federation.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

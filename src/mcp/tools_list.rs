@@ -82,7 +82,7 @@ impl ToolFilter {
     }
 
     /// A list that depends on the caller's profile must not be shared by caches.
-    fn restricts(&self, kind: ListKind) -> bool {
+    pub fn restricts(&self, kind: ListKind) -> bool {
         if self.profile.judged_above {
             return false;
         }
@@ -283,6 +283,15 @@ impl<'de: 'a, 'a> serde::de::Visitor<'de> for ToolsSeed<'a> {
 /// validated the JSON). `None` if absent, not a string, or given twice (parsers would
 /// disagree which counts).
 fn item_name<'o>(object: &'o str, field: &str) -> Option<std::borrow::Cow<'o, str>> {
+    item_field(object, field).map(|(_, name)| name)
+}
+
+/// [`item_name`], with where the value (its quotes included) is in `object`: a federated
+/// list shows an item under another name by writing over it.
+pub fn item_field<'o>(
+    object: &'o str,
+    field: &str,
+) -> Option<(Range<usize>, std::borrow::Cow<'o, str>)> {
     let b = object.as_bytes();
     let mut i = b.iter().position(|&c| c == b'{')? + 1;
     let mut found = None;
@@ -328,13 +337,12 @@ fn item_name<'o>(object: &'o str, field: &str) -> Option<std::borrow::Cow<'o, st
                 return None;
             }
             let value = &object[value_start..i];
-            found = Some(
-                match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-                    Some(plain) if !plain.contains('\\') => std::borrow::Cow::Borrowed(plain),
-                    Some(_) => serde_json::from_str::<Text>(value).ok()?.0,
-                    None => return None,
-                },
-            );
+            let name = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                Some(plain) if !plain.contains('\\') => std::borrow::Cow::Borrowed(plain),
+                Some(_) => serde_json::from_str::<Text>(value).ok()?.0,
+                None => return None,
+            };
+            found = Some((value_start..i, name));
         }
     }
 }

@@ -86,7 +86,9 @@ struct Ctx<'s> {
     /// A multi round-trip retry's first request id, for its audit records.
     first_request: Option<Box<str>>,
     /// The member of a federated profile the request goes to (SPEC §16).
-    member: Option<Arc<str>>,
+    member: Option<&'s str>,
+    /// The name that member knows the called tool or prompt by, for its `Mcp-Name`.
+    rename: Option<String>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -129,6 +131,7 @@ pub async fn handle(
         era: Era::Legacy,
         first_request: None,
         member: None,
+        rename: None,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -372,7 +375,7 @@ async fn checked<'s>(
         }
         shaping.seal_rounds(live, profile, round.issue);
     }
-    let mut mcp_name = None;
+    let mut mcp_name = ctx.rename.as_deref().map(|n| encode_header(n).into_owned());
     if let Some(task) = task {
         bytes = rounds::restore_task(&bytes, &task)?;
         pinned = Some(task.opened.endpoint);

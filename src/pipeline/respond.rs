@@ -212,7 +212,8 @@ impl Shaping {
     ) -> Shaping {
         let ids = payload.list_ids();
         let discover = payload.discover_id();
-        let list = (!ids.is_empty() || discover.is_some()).then(|| {
+        // A federated member's answers are merged and judged by the federated profile.
+        let list = (!profile.judged_above && (!ids.is_empty() || discover.is_some())).then(|| {
             let filter = ToolFilter::new(live.config.clone(), profile.clone());
             ListRewrite {
                 ids,

@@ -22,6 +22,9 @@ pub const REREAD_AFTER: Duration = Duration::from_secs(1);
 /// A federated profile's names.
 pub struct Directory {
     known: RwLock<Known>,
+    /// Tools (0) and prompts (1) merged, read by every call without a lock or a count
+    /// the worker threads share.
+    merged: [arc_swap::ArcSwap<Merged>; 2],
     /// When the members' lists of each kind (in `ListKind::ALL` order) were last read by
     /// mcpgate itself, for a name nobody knew, and the kind's [`Directory::changes`] then.
     pub read_at: tokio::sync::Mutex<[Option<(Instant, u64)>; 4]>,
@@ -38,7 +41,6 @@ struct Known {
     /// The names of the pages read since a member's last first page, made its whole list
     /// when its last page comes.
     partial: [Vec<Vec<String>>; 2],
-    merged: [Arc<Merged>; 2],
     uris: Vec<Vec<String>>,
     templates: Vec<Vec<String>>,
 }
@@ -62,10 +64,10 @@ impl Directory {
             known: RwLock::new(Known {
                 names: [vec![None; members], vec![None; members]],
                 partial: [vec![Vec::new(); members], vec![Vec::new(); members]],
-                merged: Default::default(),
                 uris: vec![Vec::new(); members],
                 templates: vec![Vec::new(); members],
             }),
+            merged: Default::default(),
             read_at: tokio::sync::Mutex::new([None; 4]),
             changes: Default::default(),
         }
@@ -101,6 +103,22 @@ impl Directory {
         };
         let changed = {
             let Known { names, partial, .. } = &mut *known;
+            // The usual list: one page, as it was. Nothing to learn, nothing allocated.
+            let same = |w: &Vec<String>| {
+                w.len() == names_given.len() && w.iter().zip(names_given).all(|(a, b)| a == b)
+            };
+            if first
+                && last
+                && names[s]
+                    .get(member)
+                    .and_then(Option::as_ref)
+                    .is_some_and(same)
+            {
+                if let Some(p) = partial[s].get_mut(member) {
+                    p.clear();
+                }
+                return;
+            }
             let (Some(whole), Some(partial)) =
                 (names[s].get_mut(member), partial[s].get_mut(member))
             else {
@@ -110,16 +128,20 @@ impl Directory {
                 partial.clear();
             }
             add(partial, names_of(names_given));
-            let before = whole.clone();
             if last {
+                let changed = whole.as_ref() != Some(partial);
                 *whole = Some(std::mem::take(partial));
+                changed
             } else if let Some(w) = whole.as_mut() {
+                let had = w.len();
                 add(w, names_of(names_given));
+                w.len() != had
+            } else {
+                true
             }
-            *whole != before || whole.is_none()
         };
         if changed {
-            known.merged[s] = Arc::new(merged(fed, &known.names[s], &known.partial[s]));
+            self.merged[s].store(Arc::new(merged(fed, &known.names[s], &known.partial[s])));
         }
     }
 
@@ -162,9 +184,8 @@ impl Directory {
     }
 
     /// The names of `kind` (tools or prompts) as the clients see them.
-    pub fn names(&self, kind: ListKind) -> Arc<Merged> {
-        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
-        slot(kind).map_or_else(Default::default, |s| known.merged[s].clone())
+    pub fn names(&self, kind: ListKind) -> arc_swap::Guard<Arc<Merged>> {
+        self.merged[slot(kind).unwrap_or(0)].load()
     }
 
     /// The member that serves `uri`: the first whose resource list holds it, else the
@@ -220,6 +241,9 @@ fn merged(fed: &Federation, whole: &[Option<Vec<String>>], partial: &[Vec<String
 #[derive(Default)]
 pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
+    /// Per profile, the federation last asked for and its directory: a lookup without
+    /// building the shape's key.
+    recent: Mutex<HashMap<String, (std::sync::Weak<Federation>, Arc<Directory>)>>,
     members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
 }
 
@@ -258,7 +282,61 @@ impl Directories {
         members.values().cloned().collect()
     }
 
-    pub fn of(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
+    /// The directory of the federated `profile` (of `fed`), through this thread's own
+    /// handle on it, so that taking and dropping it per request writes no count the
+    /// other worker threads share (as `Gateway::live_here`).
+    pub fn of(&self, profile: &str, fed: &Arc<Federation>) -> Arc<Arc<Directory>> {
+        thread_local! {
+            /// Per thread: which directories (of which `Directories`, for which
+            /// federation) it last handed out.
+            static NEAR: std::cell::RefCell<Vec<(usize, std::sync::Weak<Federation>, Arc<Arc<Directory>>)>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let me = self as *const Directories as usize;
+        let near = NEAR.try_with(|near| {
+            near.borrow()
+                .iter()
+                .find(|(at, f, _)| *at == me && std::ptr::eq(f.as_ptr(), Arc::as_ptr(fed)))
+                .map(|(_, _, d)| d.clone())
+        });
+        if let Ok(Some(d)) = near {
+            return d;
+        }
+        let d = Arc::new(self.shared(profile, fed));
+        let _ = NEAR.try_with(|near| {
+            let mut near = near.borrow_mut();
+            // A handful per thread: a reload's old ones go first.
+            if near.len() >= 16 {
+                near.remove(0);
+            }
+            near.push((me, Arc::downgrade(fed), d.clone()));
+        });
+        d
+    }
+
+    /// The directory of the federated `profile`, for what outlives a request (a stream).
+    pub fn shared(&self, profile: &str, fed: &Arc<Federation>) -> Arc<Directory> {
+        // The usual case: this configuration's federation, seen before. (The weak handle
+        // keeps its address from being reused by another.)
+        if let Some((seen, d)) = self
+            .recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(profile)
+            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(fed))
+        {
+            return d.clone();
+        }
+        let d = self.by_shape(profile, fed);
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(profile.to_string(), (Arc::downgrade(fed), d.clone()));
+        d
+    }
+
+    /// The directory of `profile` as `fed` shapes its names.
+    fn by_shape(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
         let mut key = String::with_capacity(64);
         key.push_str(profile);
         for m in &fed.members {

@@ -4,7 +4,7 @@
 
 use super::Merged;
 use crate::mcp::jsonrpc::{ListKind, Text};
-use crate::mcp::pointer::Entries;
+use crate::mcp::tools_list::item_field;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -13,6 +13,8 @@ use std::borrow::Cow;
 #[derive(Debug, Default)]
 pub struct Page<'a> {
     pub items: Vec<&'a RawValue>,
+    /// Each item's name (`kind.key()`) and where its value is in the item, read once.
+    fields: Vec<Option<(std::ops::Range<usize>, Cow<'a, str>)>>,
     /// The member's cursor of its next page.
     pub next: Option<Cow<'a, str>>,
     pub ttl_ms: Option<u64>,
@@ -33,7 +35,7 @@ pub enum Answer<'a> {
 #[derive(Deserialize)]
 struct Reply<'a> {
     #[serde(borrow)]
-    result: Option<Entries<'a>>,
+    result: Option<ListResult<'a>>,
     error: Option<ReplyError>,
 }
 
@@ -43,11 +45,31 @@ struct ReplyError {
     message: Option<String>,
 }
 
+/// A list result, read in one pass: the array of whichever kind it is, its cursor and
+/// caching hints. A key given twice is an error.
+#[derive(Deserialize)]
+struct ListResult<'a> {
+    #[serde(borrow)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(borrow)]
+    prompts: Option<Vec<&'a RawValue>>,
+    #[serde(borrow)]
+    resources: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, rename = "resourceTemplates")]
+    templates: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, rename = "nextCursor")]
+    next: Option<&'a RawValue>,
+    #[serde(borrow, rename = "ttlMs")]
+    ttl: Option<&'a RawValue>,
+    #[serde(borrow, rename = "cacheScope")]
+    scope: Option<&'a RawValue>,
+}
+
 /// Reads a member's JSON answer to a `kind` list request.
 pub fn read(text: &str, kind: ListKind) -> Answer<'_> {
     let reply: Reply = match serde_json::from_str(text) {
         Ok(r) => r,
-        Err(e) => return Answer::Failed(format!("not a JSON-RPC answer: {e}")),
+        Err(e) => return Answer::Failed(format!("not a JSON-RPC list answer: {e}")),
     };
     if let Some(e) = reply.error {
         if e.code == Some(crate::error::code::METHOD_NOT_FOUND) {
@@ -59,79 +81,72 @@ pub fn read(text: &str, kind: ListKind) -> Answer<'_> {
             e.message.unwrap_or_default()
         ));
     }
-    let Some(Entries(entries)) = reply.result else {
+    let Some(r) = reply.result else {
         return Answer::Failed("an answer without a result".into());
     };
-    let mut page = Page::default();
-    let mut found = false;
-    for (key, value) in entries {
-        match &*key {
-            k if k == kind.array() => {
-                let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(value.get()) else {
-                    return Answer::Failed(format!("\"{}\" is not an array", kind.array()));
-                };
-                page.items = items;
-                found = true;
-            }
-            "nextCursor" => {
-                page.next = serde_json::from_str::<Option<Text>>(value.get())
-                    .ok()
-                    .flatten()
-                    .map(|t| t.0)
-            }
-            "ttlMs" => page.ttl_ms = value.get().parse().ok(),
-            "cacheScope" => {
-                page.scope = serde_json::from_str::<Text>(value.get()).ok().map(|t| t.0)
-            }
-            _ => {}
-        }
+    let items = match kind {
+        ListKind::Tools => r.tools,
+        ListKind::Prompts => r.prompts,
+        ListKind::Resources => r.resources,
+        ListKind::ResourceTemplates => r.templates,
+    };
+    let Some(items) = items else {
+        return Answer::Failed(format!("the result has no \"{}\" array", kind.array()));
+    };
+    fn text_of(v: Option<&RawValue>) -> Option<Cow<'_, str>> {
+        v.and_then(|v| serde_json::from_str::<Text>(v.get()).ok())
+            .map(|t| t.0)
     }
-    match found {
-        true => Answer::Page(page),
-        false => Answer::Failed(format!("the result has no \"{}\" array", kind.array())),
-    }
+    let fields = items
+        .iter()
+        .map(|i| item_field(i.get(), kind.key()))
+        .collect();
+    Answer::Page(Page {
+        fields,
+        items,
+        next: text_of(r.next),
+        ttl_ms: r.ttl.and_then(|t| t.get().parse().ok()),
+        scope: text_of(r.scope),
+    })
 }
 
 /// The names of a page's items (`kind.key()`), in order; items without a readable one
 /// are left out (and so are not shown).
-pub fn names<'a>(page: &Page<'a>, kind: ListKind) -> Vec<Cow<'a, str>> {
-    page.items
+pub fn names<'a>(page: &Page<'a>) -> Vec<Cow<'a, str>> {
+    page.fields
         .iter()
-        .filter_map(|item| name_of(item.get(), kind.key()))
+        .filter_map(|f| f.as_ref().map(|(_, n)| n.clone()))
         .collect()
 }
 
-fn name_of<'a>(item: &'a str, key: &str) -> Option<Cow<'a, str>> {
-    let Entries(entries) = serde_json::from_str(item).ok()?;
-    let (_, value) = entries.into_iter().find(|(k, _)| k == key)?;
-    serde_json::from_str::<Text>(value.get()).ok().map(|t| t.0)
+/// `name` as a JSON string, onto `out`: as it is when it needs no escape (a tool name's
+/// characters), else as serde_json writes it.
+fn push_quoted(out: &mut String, name: &str) {
+    if name.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
+        out.push('"');
+        out.push_str(name);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(name).expect("a string serializes"));
+    }
 }
 
-/// `item` with its `name` made `shown`, every other member as it was.
-fn renamed(item: &str, shown: &str) -> Option<String> {
-    let Entries(entries) = serde_json::from_str(item).ok()?;
-    let mut out = String::with_capacity(item.len() + shown.len());
-    out.push('{');
-    for (i, (key, value)) in entries.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&serde_json::to_string(&**key).ok()?);
-        out.push(':');
-        match &**key {
-            "name" => out.push_str(&serde_json::to_string(shown).ok()?),
-            _ => out.push_str(value.get()),
-        }
-    }
-    out.push('}');
-    Some(out)
+/// What the profile's rules say of a merged list.
+pub struct Rules<'f> {
+    /// Whether an item, by the name the client sees, stays.
+    pub keep: &'f dyn Fn(&str) -> bool,
+    /// Whether the list depends on the caller's profile (`cacheScope` is then private).
+    pub restricts: bool,
+    /// The longest `ttlMs` it may carry.
+    pub max_ttl_ms: u64,
 }
 
 /// The merged answer to the client's list request (JSON-RPC id `id`, as JSON text):
 /// `pages` in member order, each with its member's place; tool and prompt names as
-/// `names` shows them (an item whose name another member kept is left out); `cursor` the
-/// sealed cursor of the members' next pages; `unavailable` the members that did not
-/// answer. `modern`: the client speaks 2026-07-28, whose results say `resultType`.
+/// `names` shows them (an item whose name another member kept is left out); what `rules`
+/// does not keep left out; `cursor` the sealed cursor of the members' next pages;
+/// `unavailable` the members that did not answer. `modern`: the client speaks
+/// 2026-07-28, whose results say `resultType`, `ttlMs` and `cacheScope`.
 #[allow(clippy::too_many_arguments)]
 pub fn merge(
     modern: bool,
@@ -139,41 +154,48 @@ pub fn merge(
     id: &str,
     pages: &[(usize, Page<'_>)],
     names: Option<&Merged>,
+    rules: &Rules<'_>,
     cursor: Option<&str>,
     unavailable: &[&str],
 ) -> String {
-    let mut items = String::new();
+    let mut items = String::with_capacity(pages.iter().map(|(_, p)| p.items.len() * 256).sum());
     // A URI (or template) two members list is shown once, as the first member's: the one
     // its reads go to.
     let mut uris: Vec<Cow<'_, str>> = Vec::new();
     for (member, page) in pages {
-        for item in &page.items {
-            if names.is_none() {
-                let Some(uri) = name_of(item.get(), kind.key()) else {
-                    continue;
-                };
-                if uris.contains(&uri) {
-                    continue;
-                }
-                uris.push(uri);
-            }
+        for (item, field) in page.items.iter().zip(&page.fields) {
+            let Some((at, own)) = field else {
+                continue;
+            };
+            let at = at.clone();
             let text = match names {
                 Some(names) => {
-                    let Some(own) = name_of(item.get(), kind.key()) else {
+                    let Some(shown) = names.shown(*member, own) else {
                         continue;
                     };
-                    let Some(shown) = names.shown(*member, &own) else {
+                    if !(rules.keep)(shown) {
                         continue;
-                    };
-                    match shown == own {
-                        true => Cow::Borrowed(item.get()),
-                        false => match renamed(item.get(), shown) {
-                            Some(r) => Cow::Owned(r),
-                            None => continue,
-                        },
                     }
+                    if shown != &**own {
+                        // Written over in place, into the list.
+                        if !items.is_empty() {
+                            items.push(',');
+                        }
+                        let item = item.get();
+                        items.push_str(&item[..at.start]);
+                        push_quoted(&mut items, shown);
+                        items.push_str(&item[at.end..]);
+                        continue;
+                    }
+                    Cow::Borrowed(item.get())
                 }
-                None => Cow::Borrowed(item.get()),
+                None => {
+                    if uris.contains(own) || !(rules.keep)(own) {
+                        continue;
+                    }
+                    uris.push(own.clone());
+                    Cow::Borrowed(item.get())
+                }
             };
             if !items.is_empty() {
                 items.push(',');
@@ -196,20 +218,22 @@ pub fn merge(
         out.push_str(r#","nextCursor":"#);
         out.push_str(&serde_json::to_string(c).unwrap_or_default());
     }
-    // The shortest freshness any member gave; the profile's filter bounds it further. A
+    // The shortest freshness any member gave, no longer than the profile allows. A
     // 2026-07-28 result always says both (0 and private when no member said).
     let ttl = pages.iter().filter_map(|(_, p)| p.ttl_ms).min();
     if let Some(ttl) = ttl.or(modern.then_some(0)) {
         out.push_str(r#","ttlMs":"#);
-        out.push_str(&ttl.to_string());
+        out.push_str(&ttl.min(rules.max_ttl_ms).to_string());
     }
     let scopes: Vec<&str> = pages
         .iter()
         .filter_map(|(_, p)| p.scope.as_deref())
         .collect();
     if !scopes.is_empty() || modern {
-        // Shared by caches only when every member said so.
-        let public = !pages.is_empty()
+        // Shared by caches only when every member said so and the profile's rules take
+        // nothing out.
+        let public = !rules.restricts
+            && !pages.is_empty()
             && scopes.len() == pages.len()
             && scopes.iter().all(|s| *s == "public");
         out.push_str(if public {
@@ -242,21 +266,25 @@ mod tests {
             panic!("both are pages")
         };
         assert_eq!(a.next.as_deref(), Some("k2"));
-        let own = [
-            ("kb", names(&a, ListKind::Tools)),
-            ("tickets", names(&b, ListKind::Tools)),
-        ];
+        let own = [("kb", names(&a)), ("tickets", names(&b))];
         let own: Vec<(&str, Vec<&str>)> = own
             .iter()
             .map(|(m, n)| (*m, n.iter().map(|x| &**x).collect()))
             .collect();
         let merged = super::super::merge(&own, Prefix::OnConflict, "__");
+        let keep = |n: &str| n != "open";
+        let rules = Rules {
+            keep: &keep,
+            restricts: false,
+            max_ttl_ms: 60_000,
+        };
         let out = merge(
             true,
             ListKind::Tools,
             "\"x\"",
             &[(0, a), (1, b)],
             Some(&merged),
+            &rules,
             Some("SEALED"),
             &["cal"],
         );
@@ -267,10 +295,8 @@ mod tests {
             .iter()
             .map(|t| t["name"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            shown,
-            ["kb__search", "get_document", "tickets__search", "open"]
-        );
+        // `open` is not kept by the rules.
+        assert_eq!(shown, ["kb__search", "get_document", "tickets__search"]);
         assert_eq!(v["result"]["tools"][0]["description"], "kb \"s\"");
         assert_eq!(v["result"]["nextCursor"], "SEALED");
         assert_eq!(v["result"]["ttlMs"], 5000);

@@ -15,6 +15,7 @@ pub mod sessions;
 pub mod template;
 
 use crate::config::federation::Prefix;
+use hashbrown::HashMap as FastMap;
 use std::collections::HashMap;
 
 /// One member's name as the client sees it.
@@ -44,9 +45,9 @@ pub struct Merged {
     pub visible: Vec<Visible>,
     /// The names two or more members would have shown; the first claim kept each.
     pub collisions: Vec<Collision>,
-    by_name: HashMap<String, usize>,
-    /// Each shown name by its member and own name.
-    by_origin: HashMap<(usize, String), usize>,
+    by_name: FastMap<String, usize>,
+    /// Per member, each of its names that is shown, by its own name.
+    by_origin: Vec<FastMap<String, usize>>,
 }
 
 impl Merged {
@@ -60,7 +61,7 @@ impl Merged {
     /// The name a client sees for `member`'s own `original`; `None` when another member
     /// kept that name (a collision) or the member never listed it.
     pub fn shown(&self, member: usize, original: &str) -> Option<&str> {
-        let i = self.by_origin.get(&(member, original.to_string()))?;
+        let i = self.by_origin.get(member)?.get(original)?;
         Some(&self.visible[*i].name)
     }
 }
@@ -113,9 +114,10 @@ pub fn merge(members: &[(&str, Vec<&str>)], prefix: Prefix, separator: &str) -> 
             continue;
         }
         merged.by_name.insert(name.clone(), merged.visible.len());
-        merged
-            .by_origin
-            .insert((*m, n.to_string()), merged.visible.len());
+        if merged.by_origin.len() <= *m {
+            merged.by_origin.resize_with(*m + 1, FastMap::new);
+        }
+        merged.by_origin[*m].insert(n.to_string(), merged.visible.len());
         merged.visible.push(Visible {
             name,
             member: *m,

@@ -386,7 +386,7 @@ impl<'s> Fan<'_, 's> {
         let merged = streams::Merged {
             ack: None,
             streams: members,
-            dir: self.gw.directories.of(&self.profile.name, self.fed),
+            dir: self.gw.directories.shared(&self.profile.name, self.fed),
             questions: true,
         };
         let mut shaping =

@@ -171,7 +171,7 @@ pub(super) async fn post<'s>(
             .await;
     }
     let member = &fed.members[member];
-    ctx.member = Some(member.name.clone());
+    ctx.member = Some(&member.name);
     let Some(own) = rename else {
         return checked(
             gw,
@@ -190,14 +190,14 @@ pub(super) async fn post<'s>(
     // The member's own name, in the body and in `Mcp-Name`.
     let body = Bytes::from(renamed(bytes, m, &own)?);
     drop(payload);
-    let sub = sub_request(req, &body, None, Some(&own), None);
+    ctx.rename = Some(own);
     let payload = jsonrpc::parse(&body)?;
     checked(
         gw,
         live,
         &member.profile,
         peer,
-        &sub,
+        req,
         &body,
         payload,
         want,
@@ -359,7 +359,19 @@ impl<'s> Fan<'_, 's> {
         let member = &self.fed.members[m];
         let mut sub_ctx = ctx.for_member(member);
         sub_ctx.want = Ok(want);
-        let sub = sub_request(self.req, &body, method, None, session);
+        // The client's own request when it asks the same of the member (its list, out of
+        // a session): nothing to rewrite in its headers.
+        let same = session.is_none()
+            && method.is_none_or(|m| ctx.rpc_method.as_deref() == Some(m))
+            && !self.req.fields.has(FieldKind::McpName);
+        let owned;
+        let sub = match same {
+            true => self.req,
+            false => {
+                owned = sub_request(self.req, &body, method, None, session);
+                &owned
+            }
+        };
         let payload = jsonrpc::parse(&body).map_err(|e| e.to_string())?;
         // What the member's request says of itself (its id and method), as the stages
         // after this one read it from the context.
@@ -373,7 +385,7 @@ impl<'s> Fan<'_, 's> {
             self.live,
             &member.profile,
             self.peer,
-            &sub,
+            sub,
             &body,
             payload,
             want,
@@ -425,10 +437,14 @@ impl<'s> Fan<'_, 's> {
         };
         let method = kind_method(kind);
         let asks = cursors.iter().map(|(m, cursor)| {
-            let body = with_cursor(bytes, cursor.as_deref());
+            // The client's request as it is, unless it or the member has a cursor.
+            let body = match (&given, cursor) {
+                (None, None) => Some(bytes.clone()),
+                _ => with_cursor(bytes, cursor.as_deref()).map(Bytes::from),
+            };
             async move {
                 match body {
-                    Some(b) => self.ask(*m, method, Bytes::from(b), ctx).await,
+                    Some(b) => self.ask(*m, method, b, ctx).await,
                     None => Err("the request cannot be rewritten".into()),
                 }
             }
@@ -466,7 +482,7 @@ impl<'s> Fan<'_, 's> {
                 *m,
                 cursor.is_none(),
                 last,
-                &lists::names(&page, kind),
+                &lists::names(&page),
             );
             if let Some(n) = &page.next {
                 next.push((*m, n.to_string()));
@@ -478,8 +494,17 @@ impl<'s> Fan<'_, 's> {
             false => Some(self.seal_cursor(kind, &next)?),
         };
         let names = match kind {
-            ListKind::Tools | ListKind::Prompts => Some(self.dir.names(kind)),
+            ListKind::Tools | ListKind::Prompts => Some(self.dir.names(kind).clone()),
             _ => None,
+        };
+        // The profile's own rules, by the names the client sees, as the items are merged.
+        let filter =
+            crate::mcp::tools_list::ToolFilter::new(self.live.config.clone(), self.profile.clone());
+        let keep = |name: &str| filter.keeps_item(kind, name);
+        let rules = lists::Rules {
+            keep: &keep,
+            restricts: filter.restricts(kind),
+            max_ttl_ms: filter.fresh_for().as_millis() as u64,
         };
         let merged = lists::merge(
             ctx.era == Era::Modern,
@@ -487,22 +512,24 @@ impl<'s> Fan<'_, 's> {
             id,
             &pages,
             names.as_deref(),
+            &rules,
             cursor.as_deref(),
             &unavailable,
         );
-        // The profile's own rules, by the names the client sees.
-        let filter = crate::mcp::tools_list::ListRewrite {
+        if kind != ListKind::Tools || self.live.deprecated.is_empty() {
+            return Ok(merged);
+        }
+        // Deprecated tools are marked (and past their sunset, left out) by the list
+        // rewrite, as for one upstream.
+        let rewrite = crate::mcp::tools_list::ListRewrite {
             ids: vec![(id.into(), kind)],
             discover: None,
             rounds: None,
             tasks: None,
             completes: None,
-            filter: crate::mcp::tools_list::ToolFilter::new(
-                self.live.config.clone(),
-                self.profile.clone(),
-            ),
+            filter,
         };
-        match filter.apply(&merged) {
+        match rewrite.apply(&merged) {
             Ok(Some(filtered)) => Ok(filtered),
             Ok(None) => Ok(merged),
             Err(e) => Err(GateError::UpstreamBadResponse(format!(
@@ -639,7 +666,7 @@ impl<'s> Fan<'_, 's> {
                         m,
                         cursor.is_none(),
                         last,
-                        &lists::names(&page, kind),
+                        &lists::names(&page),
                     );
                     match page.next {
                         Some(n) => cursor = Some(n.into_owned()),
@@ -703,7 +730,7 @@ impl<'s> Fan<'_, 's> {
         ctx: &mut Ctx<'s>,
     ) -> Result<Response<GateBody>, GateError> {
         let member = &self.fed.members[m];
-        ctx.member = Some(member.name.clone());
+        ctx.member = Some(&member.name);
         let session = match self.session {
             Some(s) => Some(
                 self.member_session(s, m, ctx)
@@ -809,7 +836,7 @@ impl<'s> Fan<'_, 's> {
         let merged = streams::Merged {
             ack: Some(crate::mcp::transport::sse::encode_json(&ack, None)),
             streams,
-            dir: self.gw.directories.of(&self.profile.name, self.fed),
+            dir: self.gw.directories.shared(&self.profile.name, self.fed),
             questions: false,
         };
         let mut shaping =
@@ -1145,7 +1172,7 @@ fn unknown(ctx: &Ctx<'_>, kind: ListKind, name: &str) -> GateError {
 impl<'s> Ctx<'s> {
     /// The context of a request mcpgate sends to `member` as part of this one (a list
     /// fanned out): the caller's, with its own records.
-    fn for_member(&self, member: &Member) -> Ctx<'s> {
+    fn for_member(&self, member: &'s Member) -> Ctx<'s> {
         Ctx {
             request_id: self.request_id.clone(),
             route: self.route,
@@ -1167,7 +1194,8 @@ impl<'s> Ctx<'s> {
             trace: self.trace.clone(),
             era: self.era,
             first_request: None,
-            member: Some(member.name.clone()),
+            member: Some(&member.name),
+            rename: None,
         }
     }
 }
@@ -1273,6 +1301,7 @@ pub async fn probe(gw: &Gateway) -> String {
             era: Era::Modern,
             first_request: None,
             member: None,
+            rename: None,
         };
         // A directory of its own: what the probe reads is not what the gateway serves.
         let dir = crate::mcp::federation::directory::Directories::default().of(&profile.name, fed);
@@ -1300,7 +1329,7 @@ pub async fn probe(gw: &Gateway) -> String {
                         let text = String::from_utf8_lossy(&text).into_owned();
                         match lists::read(&text, ListKind::Tools) {
                             Answer::Page(p) => {
-                                let names = lists::names(&p, ListKind::Tools);
+                                let names = lists::names(&p);
                                 dir.learn(fed, ListKind::Tools, m, first, p.next.is_none(), &names);
                                 p.next.map(|n| n.into_owned())
                             }

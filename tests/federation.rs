@@ -10,7 +10,10 @@ use mcpgate::cli::sample;
 use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, free_port, node22, peers, post, python, run_client, start_peer, upstream};
+use support::{
+    Gateway, free_port, node22, peers, post, python, run_client, start_peer, ts2_server_on,
+    upstream,
+};
 
 /// The TypeScript SDK v2 client's tour of a federated route (`fed_client.mjs`).
 async fn fed_client(url: &str, plan: Value) -> Value {
@@ -27,24 +30,6 @@ async fn fed_client(url: &str, plan: Value) -> Value {
     })
     .await
     .unwrap()
-}
-
-/// The SDK v2 fixture server on `port`, recording what it receives into `record`.
-fn ts2_server_on(port: u16, record: &std::path::Path) -> support::Peer {
-    start_peer(
-        Command::new(node22())
-            .current_dir(peers())
-            .arg("ts2_server.mjs")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--legacy",
-                "reject",
-                "--record",
-            ])
-            .arg(record),
-        port,
-    )
 }
 
 /// A Python SDK server whose tools are `tools`, each answering `<name>:<tool>`.

@@ -115,7 +115,7 @@ fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
         method,
     )
     .with_first_request(ctx.first_request.as_deref())
-    .with_member(ctx.member.as_deref());
+    .with_member(ctx.member);
     Arc::new(match &ctx.caller {
         Some(c) => base.with_caller(c.sub.as_deref(), c.client_id.as_deref()),
         None => base,

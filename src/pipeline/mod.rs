@@ -215,7 +215,7 @@ async fn without_body<'s>(
             profile,
             peer,
             ctx,
-            &req,
+            req,
             shaping,
             Bytes::new(),
             upstream.timeout,
@@ -226,7 +226,7 @@ async fn without_body<'s>(
         live,
         peer,
         ctx,
-        &req,
+        req,
         Bytes::new(),
         upstream.timeout,
         body_deadline,
@@ -328,7 +328,7 @@ async fn checked<'s>(
     let meta_trace = match (&payload, &ctx.trace) {
         (Payload::Single(m), Some(_)) => m
             .meta
-            .and_then(|meta| crate::mcp::meta_trace::traceparent_in(&bytes, meta)),
+            .and_then(|meta| crate::mcp::meta_trace::traceparent_in(bytes, meta)),
         _ => None,
     };
     drop(payload);
@@ -388,27 +388,19 @@ async fn checked<'s>(
     let upstream = &profile.upstream;
     let body_deadline = !shaping.long_lived();
     let answered = async {
-        let mut out = outgoing(
-            live,
-            peer,
-            ctx,
-            &req,
-            bytes,
-            admitted.timeout,
-            body_deadline,
-        );
+        let mut out = outgoing(live, peer, ctx, req, bytes, admitted.timeout, body_deadline);
         if let Some(bridged) = bridged {
             let timeout = out.timeout;
             let body = std::mem::take(&mut out.body);
             drop(out);
-            let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+            let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
             return bridge::post(gw, bridged, sending, ctx).await;
         }
         if let Some(down) = to_legacy {
             let timeout = out.timeout;
             let body = std::mem::take(&mut out.body);
             drop(out);
-            let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+            let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
             return to_legacy::post(gw, down, sending, ctx).await;
         }
         out.pinned = pinned;
@@ -436,7 +428,7 @@ async fn checked<'s>(
                 profile,
                 peer,
                 ctx,
-                &req,
+                req,
                 shaping,
                 body.clone(),
                 *timeout,
@@ -451,7 +443,7 @@ async fn checked<'s>(
                 None => {
                     let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
                     let bridged = bridge::initializing(ctx, id.as_deref());
-                    let sending = sending(live, profile, peer, ctx, &req, shaping, body, timeout);
+                    let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
                     return bridge::post(gw, bridged, sending, ctx).await;
                 }
             },

@@ -95,7 +95,12 @@ pub fn ts2_client(url: &str, scenario: &str, bearer: Option<&str>) -> serde_json
 /// request it receives into `record` (one JSON line each: method, headers, body).
 pub fn ts2_server(record: &std::path::Path) -> (Peer, u16) {
     let port = super::free_port();
-    let peer = start_peer(
+    (ts2_server_on(port, record), port)
+}
+
+/// [`ts2_server`] on `port` (a test that stops and starts it again).
+pub fn ts2_server_on(port: u16, record: &std::path::Path) -> Peer {
+    start_peer(
         Command::new(node22())
             .current_dir(peers())
             .arg("ts2_server.mjs")
@@ -108,8 +113,7 @@ pub fn ts2_server(record: &std::path::Path) -> (Peer, u16) {
             ])
             .arg(record),
         port,
-    );
-    (peer, port)
+    )
 }
 
 /// The SDK v1 fixture server (`ts1_server.mjs`): legacy sessions only, asking its client

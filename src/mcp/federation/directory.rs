@@ -243,9 +243,17 @@ pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
     /// Per profile, the federation last asked for and its directory: a lookup without
     /// building the shape's key.
-    recent: Mutex<HashMap<String, (std::sync::Weak<Federation>, Arc<Directory>)>>,
+    recent: Mutex<HashMap<String, Recent>>,
     members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
 }
+
+/// A federation last asked for, and its directory. (The weak handle keeps the
+/// federation's address from being reused by another.)
+type Recent = (std::sync::Weak<Federation>, Arc<Directory>);
+
+/// A directory handed out on this thread: of which `Directories` (its address), for
+/// which federation.
+type Near = (usize, std::sync::Weak<Federation>, Arc<Arc<Directory>>);
 
 /// How a member answered its profile's last fan-out.
 #[derive(Debug, Clone)]
@@ -289,7 +297,7 @@ impl Directories {
         thread_local! {
             /// Per thread: which directories (of which `Directories`, for which
             /// federation) it last handed out.
-            static NEAR: std::cell::RefCell<Vec<(usize, std::sync::Weak<Federation>, Arc<Arc<Directory>>)>> =
+            static NEAR: std::cell::RefCell<Vec<Near>> =
                 const { std::cell::RefCell::new(Vec::new()) };
         }
         let me = self as *const Directories as usize;

@@ -1200,56 +1200,6 @@ impl<'s> Ctx<'s> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_list_request_gets_each_members_cursor() {
-        let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1},"cursor":"SEALED"}}"#;
-        let out = with_cursor(body, Some("m2")).unwrap();
-        assert_eq!(
-            std::str::from_utf8(&out).unwrap(),
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1},"cursor":"m2"}}"#
-        );
-        let out = with_cursor(body, None).unwrap();
-        assert_eq!(
-            std::str::from_utf8(&out).unwrap(),
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1}}}"#
-        );
-        let bare = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
-        let out = with_cursor(bare, Some("c")).unwrap();
-        assert_eq!(
-            std::str::from_utf8(&out).unwrap(),
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"cursor":"c"}}"#
-        );
-        assert_eq!(cursor_of(body).unwrap().as_deref(), Some("SEALED"));
-        assert!(cursor_of(br#"{"params":{"cursor":5}}"#).is_err());
-    }
-
-    #[test]
-    fn a_call_is_renamed_in_place_or_whole() {
-        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__search","arguments":{"name":"kb__search"}}}"#;
-        let payload = jsonrpc::parse(body).unwrap();
-        let Payload::Single(m) = &payload else {
-            panic!()
-        };
-        let out = renamed(body, m, "search").unwrap();
-        assert_eq!(
-            std::str::from_utf8(&out).unwrap(),
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"name":"kb__search"}}}"#
-        );
-        let escaped = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__se\u0061rch"}}"#;
-        let payload = jsonrpc::parse(escaped).unwrap();
-        let Payload::Single(m) = &payload else {
-            panic!()
-        };
-        let out: serde_json::Value =
-            serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
-        assert_eq!(out["params"]["name"], "search");
-    }
-}
-
 /// What `mcpgate check --probe` prints of each federated profile (SPEC §16): the members'
 /// tool lists read now as a 2026-07-28 client would, merged as the profile's clients see
 /// them, the names two members would share, and the members that did not answer.
@@ -1401,4 +1351,54 @@ pub async fn probe(gw: &Gateway) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_request_gets_each_members_cursor() {
+        let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1},"cursor":"SEALED"}}"#;
+        let out = with_cursor(body, Some("m2")).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1},"cursor":"m2"}}"#
+        );
+        let out = with_cursor(body, None).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"a":1}}}"#
+        );
+        let bare = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
+        let out = with_cursor(bare, Some("c")).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"cursor":"c"}}"#
+        );
+        assert_eq!(cursor_of(body).unwrap().as_deref(), Some("SEALED"));
+        assert!(cursor_of(br#"{"params":{"cursor":5}}"#).is_err());
+    }
+
+    #[test]
+    fn a_call_is_renamed_in_place_or_whole() {
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__search","arguments":{"name":"kb__search"}}}"#;
+        let payload = jsonrpc::parse(body).unwrap();
+        let Payload::Single(m) = &payload else {
+            panic!()
+        };
+        let out = renamed(body, m, "search").unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"name":"kb__search"}}}"#
+        );
+        let escaped = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kb__se\u0061rch"}}"#;
+        let payload = jsonrpc::parse(escaped).unwrap();
+        let Payload::Single(m) = &payload else {
+            panic!()
+        };
+        let out: serde_json::Value =
+            serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
+        assert_eq!(out["params"]["name"], "search");
+    }
 }

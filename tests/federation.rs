@@ -473,8 +473,8 @@ auth = "none"
 
 /// A member killed mid-test: lists carry the others' items and name it unavailable, its
 /// calls get the upstream-unavailable error, the others' calls go on; when it comes back,
-/// so do its items. Forged cursors, batches, and a GET or DELETE without a session are
-/// refused as a server would.
+/// so do its items. A rate rule counts a tool by the name the client sees. Forged cursors,
+/// batches, and a GET or DELETE without a session are refused as a server would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_leaves_the_others_and_hostile_requests_change_nothing() {
     let (kb_port, tickets_port) = (free_port(), free_port());
@@ -488,6 +488,10 @@ addr = "127.0.0.1:0"
 
 [transport]
 fanout_timeout = "1s"
+
+# Limits name tools as the clients see them.
+[limits]
+rate = [ {{ key = "global", tools = ["kb__search"], rate = "2/m", burst = 2 }} ]
 
 [upstreams.kb]
 url = "http://127.0.0.1:{kb_port}/mcp"
@@ -566,6 +570,25 @@ auth = "none"
             ("mcp-name", name),
         ]
     };
+    // The rate rule on `kb__search` (kb's `search`) counts its calls, not tickets'.
+    for _ in 0..2 {
+        let r = post(&url, &headers("kb__search"), &call("kb__search")).await;
+        assert_eq!(
+            r.messages()[0]["result"]["content"][0]["text"],
+            "kb:search",
+            "{}",
+            r.body
+        );
+    }
+    let r = post(&url, &headers("kb__search"), &call("kb__search")).await;
+    assert_eq!(r.status, 429, "{}", r.body);
+    let r = post(&url, &headers("tickets__search"), &call("tickets__search")).await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "tickets:search",
+        "{}",
+        r.body
+    );
     // A name whose Mcp-Name says another: refused before any routing.
     let r = post(&url, &headers("open"), &call("read")).await;
     assert_eq!(r.status, 400, "{}", r.body);

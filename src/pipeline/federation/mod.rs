@@ -8,7 +8,8 @@
 //!   and the answers are merged (`mcp::federation::lists`) under a sealed cursor; a member
 //!   that fails or passes `[transport] fanout_timeout` is named in
 //!   `_meta["mcpgate/unavailable"]`;
-//! - `server/discover` goes to every member, and the answers are merged;
+//! - `server/discover` goes to every member, and the answers are merged; a listen opens
+//!   at every member and their streams are merged (`streams`);
 //! - a call (`tools/call`, `prompts/get`, `completion/complete`) goes to the member whose
 //!   name it is, with the member's own name (and `Mcp-Name`); a `resources/read` to the
 //!   member whose list or template holds its URI;
@@ -18,7 +19,7 @@
 //! What goes to a member goes through the rest of the request path (`checked`) with the
 //! member's profile: the member's transport, its replicas, the bridge to a legacy member,
 //! the seals of its `requestState` and task ids (which name the member's profile, so they
-//! open for no other).
+//! open for no other). A legacy client's session over the members is `legacy`'s.
 
 mod legacy;
 mod streams;

@@ -473,13 +473,16 @@ auth = "none"
 
 /// A member killed mid-test: lists carry the others' items and name it unavailable, its
 /// calls get the upstream-unavailable error, the others' calls go on; when it comes back,
-/// so do its items. A rate rule counts a tool by the name the client sees. Forged cursors,
+/// so do its items; a member's replica goes down and its other replica serves its calls.
+/// A rate rule counts a tool by the name the client sees. Forged cursors,
 /// batches, and a GET or DELETE without a session are refused as a server would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_down_leaves_the_others_and_hostile_requests_change_nothing() {
-    let (kb_port, tickets_port) = (free_port(), free_port());
+    let (kb_port, tickets_port, replica_port) = (free_port(), free_port(), free_port());
     let kb = named_server(kb_port, "kb", &["search", "read"]);
     let _tickets = named_server(tickets_port, "tickets", &["search", "open"]);
+    // tickets has two replicas.
+    let replica = named_server(replica_port, "tickets", &["search", "open"]);
     let text = format!(
         r#"
 [[listen]]
@@ -497,7 +500,8 @@ rate = [ {{ key = "global", tools = ["kb__search"], rate = "2/m", burst = 2 }} ]
 url = "http://127.0.0.1:{kb_port}/mcp"
 timeout = "5s"
 [upstreams.tickets]
-url = "http://127.0.0.1:{tickets_port}/mcp"
+endpoints = ["http://127.0.0.1:{tickets_port}/mcp", "http://127.0.0.1:{replica_port}/mcp"]
+session_key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 timeout = "5s"
 
 [profiles.assistant]
@@ -643,6 +647,18 @@ auth = "none"
     );
     let page = reqwest_text(&gw.admin_url("/")).await;
     assert!(page.contains("<table id=federation>"), "{page}");
+
+    // One of tickets' replicas goes down too: its calls go to the other.
+    drop(replica);
+    for _ in 0..4 {
+        let r = post(&url, &headers("open"), &call("open")).await;
+        assert_eq!(
+            r.messages()[0]["result"]["content"][0]["text"],
+            "tickets:open",
+            "{}",
+            r.body
+        );
+    }
 
     // kb comes back on its port.
     let _kb = named_server(kb_port, "kb", &["search", "read"]);

@@ -734,3 +734,63 @@ async fn the_typescript_sdk_client_completes_the_flow_through_mcpgate() {
     s.audit_with(|l| l["sub"] == "alice" && l["tool"] == "search_knowledge")
         .await;
 }
+
+/// A federated profile (SPEC §16) behind an OAuth route: the access token's scope grants
+/// it, its names are the prefixed ones, the member never sees the token, and the audit
+/// names the caller and the member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_federated_profile_behind_an_oauth_route() {
+    let extra = r#"
+[[oauth.grants]]
+scope = "kb.write"
+profiles = ["fed"]
+
+[profiles.fed]
+upstreams = ["docs"]
+prefix = "always"
+allow = ["docs__get_document", "docs__list_documents"]
+
+[[routes]]
+listen = "main"
+path = "/fed/mcp"
+profile = "fed"
+auth = "oauth"
+"#;
+    let s = Setup::new(extra).await;
+    let read = s.idp.token("cc-read", "kb.read", &s.resource()).await;
+    let write = s
+        .idp
+        .token("cc-write", "kb.read kb.write", &s.resource())
+        .await;
+    let r = s.call("/fed/mcp", Some(&read), &list(1)).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = s.call("/fed/mcp", None, &list(1)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+    let r = s.call("/fed/mcp", Some(&write), &list(2)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let mut names = r.tool_names();
+    names.sort();
+    assert_eq!(names, ["docs__get_document", "docs__list_documents"]);
+    let r = s
+        .call("/fed/mcp", Some(&write), &call(3, "docs__get_document"))
+        .await;
+    assert!(r.json()["result"].is_object(), "{}", r.body);
+    let r = s
+        .call("/fed/mcp", Some(&write), &call(4, "docs__delete_document"))
+        .await;
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    for req in &s.up.received() {
+        assert!(
+            req.headers.get("authorization").is_none(),
+            "{:?}",
+            req.headers
+        );
+    }
+    let is_get = |l: &Value| l["tool"] == "docs__get_document";
+    let lines = s.audit_with(is_get).await;
+    let line = lines.iter().find(|l| is_get(l)).unwrap();
+    assert_eq!(line["upstream"], "docs", "{line}");
+    assert_eq!(line["client_id"], "cc-write", "{line}");
+    let text = std::fs::read_to_string(s.audit.path().join("audit.jsonl")).unwrap();
+    assert!(!text.contains(&write), "the token reached the audit trail");
+}

@@ -51,9 +51,6 @@ impl ToolFilter {
         tool: &str,
         hints: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> bool {
-        if self.profile.judged_above {
-            return true;
-        }
         !self.snapshot.hidden.matches(tool)
             && self.profile.allows_tool_with(tool, hints).unwrap_or(false)
             && self
@@ -83,9 +80,6 @@ impl ToolFilter {
 
     /// A list that depends on the caller's profile must not be shared by caches.
     pub fn restricts(&self, kind: ListKind) -> bool {
-        if self.profile.judged_above {
-            return false;
-        }
         match kind {
             ListKind::Tools => {
                 !(self.snapshot.hidden.is_empty()
@@ -547,9 +541,7 @@ fn edits_for(
                 continue;
             };
             let deprecation = match kind {
-                ListKind::Tools if !filter.profile.judged_above => {
-                    filter.snapshot.deprecation(&name)
-                }
+                ListKind::Tools => filter.snapshot.deprecation(&name),
                 _ => None,
             };
             let text = match deprecation {

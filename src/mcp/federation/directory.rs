@@ -241,15 +241,8 @@ fn merged(fed: &Federation, whole: &[Option<Vec<String>>], partial: &[Vec<String
 #[derive(Default)]
 pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
-    /// Per profile, the federation last asked for and its directory: a lookup without
-    /// building the shape's key.
-    recent: Mutex<HashMap<String, Recent>>,
     members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
 }
-
-/// A federation last asked for, and its directory. (The weak handle keeps the
-/// federation's address from being reused by another.)
-type Recent = (std::sync::Weak<Federation>, Arc<Directory>);
 
 /// A directory handed out on this thread: of which `Directories` (its address), for
 /// which federation.
@@ -322,29 +315,10 @@ impl Directories {
         d
     }
 
-    /// The directory of the federated `profile`, for what outlives a request (a stream).
-    pub fn shared(&self, profile: &str, fed: &Arc<Federation>) -> Arc<Directory> {
-        // The usual case: this configuration's federation, seen before. (The weak handle
-        // keeps its address from being reused by another.)
-        if let Some((seen, d)) = self
-            .recent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(profile)
-            && std::ptr::eq(seen.as_ptr(), Arc::as_ptr(fed))
-        {
-            return d.clone();
-        }
-        let d = self.by_shape(profile, fed);
-        self.recent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(profile.to_string(), (Arc::downgrade(fed), d.clone()));
-        d
-    }
-
-    /// The directory of `profile` as `fed` shapes its names.
-    fn by_shape(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
+    /// The directory of the federated `profile` (of `fed`), for what outlives a request
+    /// (a stream), and for a thread's first request with `fed`: a reload that keeps the
+    /// profile's members, prefix and separator keeps its directory.
+    pub fn shared(&self, profile: &str, fed: &Federation) -> Arc<Directory> {
         let mut key = String::with_capacity(64);
         key.push_str(profile);
         for m in &fed.members {

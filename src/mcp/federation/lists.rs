@@ -167,8 +167,8 @@ pub fn merge(
             let Some((at, own)) = field else {
                 continue;
             };
-            let at = at.clone();
-            let text = match names {
+            // The name the client sees, when it is not the member's own.
+            let shown = match names {
                 Some(names) => {
                     let Some(shown) = names.shown(*member, own) else {
                         continue;
@@ -176,31 +176,29 @@ pub fn merge(
                     if !(rules.keep)(shown) {
                         continue;
                     }
-                    if shown != &**own {
-                        // Written over in place, into the list.
-                        if !items.is_empty() {
-                            items.push(',');
-                        }
-                        let item = item.get();
-                        items.push_str(&item[..at.start]);
-                        push_quoted(&mut items, shown);
-                        items.push_str(&item[at.end..]);
-                        continue;
-                    }
-                    Cow::Borrowed(item.get())
+                    (shown != &**own).then_some(shown)
                 }
                 None => {
                     if uris.contains(own) || !(rules.keep)(own) {
                         continue;
                     }
                     uris.push(own.clone());
-                    Cow::Borrowed(item.get())
+                    None
                 }
             };
             if !items.is_empty() {
                 items.push(',');
             }
-            items.push_str(&text);
+            let item = item.get();
+            match shown {
+                // Written over in place, into the list.
+                Some(shown) => {
+                    items.push_str(&item[..at.start]);
+                    push_quoted(&mut items, shown);
+                    items.push_str(&item[at.end..]);
+                }
+                None => items.push_str(item),
+            }
         }
     }
     let mut out = String::with_capacity(items.len() + 128);

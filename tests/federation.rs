@@ -26,7 +26,9 @@ async fn fed_client(url: &str, plan: Value) -> Value {
                 .arg(&url)
                 .arg(plan.to_string()),
         );
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+        // The SDK warns on stdout of lists the server has no capability for.
+        let last = out.trim().lines().last().unwrap_or_default();
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
     })
     .await
     .unwrap()
@@ -880,4 +882,363 @@ auth = "none"
     let answer = r#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
     let r = post(&gw.url("/old"), &headers, answer).await;
     assert_eq!(r.status, 400, "{}", r.body);
+}
+
+/// Two members paginating at once (the sample server, 3 tools a page, twice): each page
+/// carries both members' next pages until each is done, and the TypeScript SDK v2 client
+/// follows the one cursor through them. Annotation rules on a federated profile judge each
+/// member's tools by what that member says of them, by the names the client sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_paginating_at_once_and_annotation_rules() {
+    let paged = || sample::Options {
+        page_size: Some(3),
+        ..Default::default()
+    };
+    let (a, b) = (upstream(paged()).await, upstream(paged()).await);
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.a]
+url = "{a}"
+protocol = "legacy"
+[upstreams.b]
+url = "{b}"
+protocol = "legacy"
+
+[profiles.all]
+upstreams = ["a", "b"]
+allow = ["*"]
+
+[profiles.readonly]
+upstreams = ["a", "b"]
+prefix = "always"
+allow_annotations = {{ readOnlyHint = true }}
+
+[profiles.careful]
+upstreams = ["b", "a"]
+allow = ["*"]
+deny_annotations = {{ readOnlyHint = false }}
+
+[[routes]]
+listen = "main"
+path = "/all"
+profile = "all"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/readonly"
+profile = "readonly"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/careful"
+profile = "careful"
+auth = "none"
+"#,
+        a = a.url(),
+        b = b.url(),
+    );
+    let gw = Gateway::start(&text);
+
+    // By hand: 10 tools each, 3 a page: four pages, the first three with both members'.
+    let url = gw.url("/all");
+    let mut cursor: Option<String> = None;
+    let mut pages: Vec<Vec<String>> = Vec::new();
+    loop {
+        let r = post(
+            &url,
+            &modern("tools/list"),
+            &list_body("tools/list", cursor.as_deref()),
+        )
+        .await;
+        let result = &r.messages()[0]["result"];
+        pages.push(
+            result["tools"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{}", r.body))
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_string())
+                .collect(),
+        );
+        cursor = result["nextCursor"].as_str().map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+        assert!(pages.len() < 10, "{pages:?}");
+    }
+    let own: Vec<&str> = sample::TOOLS.iter().map(|(n, _)| *n).collect();
+    let expected: Vec<Vec<String>> = own
+        .chunks(3)
+        .map(|chunk| {
+            let a = chunk.iter().map(|n| format!("a__{n}"));
+            a.chain(chunk.iter().map(|n| format!("b__{n}"))).collect()
+        })
+        .collect();
+    assert_eq!(pages, expected);
+
+    // The SDK client follows the same cursor (its listTools reads every page).
+    let out = fed_client(
+        &url,
+        json!({"calls": [["b__get_document", {"id": "welcome"}]]}),
+    )
+    .await;
+    assert_eq!(out["tools"]["names"], json!(expected.concat()), "{out}");
+    assert_eq!(
+        out["calls"]["b__get_document"],
+        "# Welcome\nThis store holds the team's notes."
+    );
+
+    // allow_annotations: only the tools each member says are read-only.
+    let read_only: Vec<&str> = own
+        .iter()
+        .copied()
+        .filter(|n| {
+            n.starts_with("get")
+                || n.starts_with("list")
+                || n.starts_with("search")
+                || *n == "batch_read"
+        })
+        .collect();
+    let out = fed_client(
+        &gw.url("/readonly"),
+        json!({"calls": [["a__search_knowledge", {"query": "notes"}], ["b__delete_document", {"id": "welcome"}], ["a__upload_document", {"id": "x", "title": "x", "text": "x"}]]}),
+    )
+    .await;
+    let shown: Vec<&str> = out["tools"]["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let mut expected: Vec<String> = read_only.iter().map(|n| format!("a__{n}")).collect();
+    expected.extend(read_only.iter().map(|n| format!("b__{n}")));
+    let mut sorted = shown.clone();
+    sorted.sort();
+    expected.sort();
+    assert_eq!(sorted, expected, "{out}");
+    assert!(out["calls"]["a__search_knowledge"].is_string(), "{out}");
+    assert_eq!(out["calls"]["b__delete_document"]["error"], -32602, "{out}");
+    assert_eq!(out["calls"]["a__upload_document"]["error"], -32602, "{out}");
+
+    // deny_annotations, on a gateway that has not read a list yet: the call is judged by
+    // what the member said, found first.
+    let gw2 = Gateway::start(&text);
+    let call = |name: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{{META},"name":"{name}","arguments":{{"id":"welcome"}}}}}}"#
+        )
+    };
+    let mut headers = modern("tools/call");
+    headers.push(("mcp-name", "b__delete_document"));
+    let r = post(&gw2.url("/careful"), &headers, &call("b__delete_document")).await;
+    assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+    assert!(r.body.contains("Tool not allowed"), "{}", r.body);
+    let mut headers = modern("tools/call");
+    headers.push(("mcp-name", "a__get_document"));
+    let r = post(&gw2.url("/careful"), &headers, &call("a__get_document")).await;
+    assert!(
+        r.messages()[0]["result"]["content"].is_array(),
+        "{}",
+        r.body
+    );
+    // Neither member ran a tool it was not allowed.
+    for s in [&a, &b] {
+        let called = s.called_tools();
+        assert!(
+            !called
+                .iter()
+                .any(|n| n == "delete_document" || n == "upload_document"),
+            "{called:?}"
+        );
+    }
+}
+
+const TASKS_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
+
+/// The tasks extension behind a federated route: a call of the tasks fixture's tool (the
+/// SDK v2 server with `tasks_ext.mjs`) makes a task whose sealed id takes `tasks/get` and
+/// `tasks/cancel` back to that member, with its own id; forged ids, another member's
+/// sealing, another caller's and a client without the extension are refused before any
+/// member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_of_a_member_is_reached_through_the_federated_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("received.jsonl");
+    let (jobs_port, kb_port) = (free_port(), free_port());
+    let _jobs = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("conformance2_server.mjs")
+            .args(["--port", &jobs_port.to_string(), "--record"])
+            .arg(&record),
+        jobs_port,
+    );
+    let _kb = named_server(kb_port, "kb", &["search"]);
+    let audit = dir.path().join("audit.jsonl");
+    let text = format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.jobs]
+url = "http://127.0.0.1:{jobs_port}/mcp"
+timeout = "10s"
+[upstreams.kb]
+url = "http://127.0.0.1:{kb_port}/mcp"
+timeout = "10s"
+
+[profiles.all]
+upstreams = ["kb", "jobs"]
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "all"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["all"]
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["all"]
+
+[audit]
+path = {audit:?}
+"#,
+        alice = support::hash("alice-token-0123456789"),
+        bob = support::hash("bob-token-0123456789ab"),
+    );
+    let gw = Gateway::start(&text);
+    let url = gw.url("/mcp");
+    let (alice, bob) = (
+        support::bearer("alice-token-0123456789"),
+        support::bearer("bob-token-0123456789ab"),
+    );
+    let headers = |method: &'static str, name: &str, who: &str| -> Vec<(String, String)> {
+        vec![
+            ("mcp-protocol-version".into(), "2026-07-28".into()),
+            ("mcp-method".into(), method.into()),
+            ("mcp-name".into(), name.into()),
+            ("authorization".into(), who.into()),
+        ]
+    };
+    let send = |h: Vec<(String, String)>, body: String| {
+        let url = url.clone();
+        async move {
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            post(&url, &h, &body).await
+        }
+    };
+    let made = send(
+        headers("tools/call", "slow_compute", &alice),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"slow_compute","arguments":{{"seconds":30,"label":"x"}},{TASKS_META}}}}}"#
+        ),
+    )
+    .await;
+    let result = made.messages()[0]["result"].clone();
+    assert_eq!(result["resultType"], "task", "{}", made.body);
+    let task = result["taskId"].as_str().unwrap().to_string();
+    let task_request = |method: &str, task: &str, meta: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"{method}","params":{{"taskId":{},{meta}}}}}"#,
+            json!(task)
+        )
+    };
+    let seen = || -> Vec<(Value, Value)> {
+        std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let r: Value = serde_json::from_str(l).unwrap();
+                let body = serde_json::from_str(r["body"].as_str().unwrap()).unwrap();
+                (r["name"].clone(), body)
+            })
+            .collect()
+    };
+
+    let r = send(
+        headers("tasks/get", &task, &alice),
+        task_request("tasks/get", &task, TASKS_META),
+    )
+    .await;
+    let got = &r.messages()[0]["result"];
+    assert_eq!(got["taskId"], task.as_str(), "{}", r.body);
+    assert_eq!(got["status"], "working", "{}", r.body);
+    let (name, body) = seen().pop().unwrap();
+    assert_eq!(body["method"], "tasks/get");
+    let original = body["params"]["taskId"].as_str().unwrap().to_string();
+    assert_ne!(original, task, "the member never sees the client's id");
+    assert_eq!(name, original.as_str());
+
+    // Refused before any member: forged, the member's own id, bob's request for alice's
+    // task, and a client that did not declare the extension.
+    let before = seen().len();
+    for (who, id) in [
+        (&alice, "forged"),
+        (&alice, original.as_str()),
+        (&bob, task.as_str()),
+    ] {
+        let r = send(
+            headers("tasks/get", id, who),
+            task_request("tasks/get", id, TASKS_META),
+        )
+        .await;
+        assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+        assert_eq!(r.messages()[0]["error"]["data"]["reason"], "unknown_task");
+    }
+    let r = send(
+        headers("tasks/get", &task, &alice),
+        task_request("tasks/get", &task, META),
+    )
+    .await;
+    assert_eq!(r.messages()[0]["error"]["code"], -32021, "{}", r.body);
+    assert_eq!(
+        seen().len(),
+        before,
+        "no refused request reached the member"
+    );
+
+    // Cancelled at its member; the audit names it.
+    let r = send(
+        headers("tasks/cancel", &task, &alice),
+        task_request("tasks/cancel", &task, TASKS_META),
+    )
+    .await;
+    assert!(r.messages()[0].get("error").is_none(), "{}", r.body);
+    let r = send(
+        headers("tasks/get", &task, &alice),
+        task_request("tasks/get", &task, TASKS_META),
+    )
+    .await;
+    assert_eq!(
+        r.messages()[0]["result"]["status"],
+        "cancelled",
+        "{}",
+        r.body
+    );
+    let records = support::eventually(Duration::from_secs(5), "the cancel's record", || async {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let records: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        records
+            .iter()
+            .any(|r| r["method"] == "tasks/cancel")
+            .then_some(records)
+    })
+    .await;
+    let cancel = records
+        .iter()
+        .find(|r| r["method"] == "tasks/cancel")
+        .unwrap();
+    assert_eq!(cancel["upstream"], "jobs", "{cancel}");
 }

@@ -46,7 +46,7 @@ impl ToolFilter {
     }
 
     /// `keeps`, for a tool whose annotations (from the list itself) are `hints`.
-    fn keeps_with(
+    pub fn keeps_with(
         &self,
         tool: &str,
         hints: Option<&serde_json::Map<String, serde_json::Value>>,
@@ -60,7 +60,7 @@ impl ToolFilter {
     }
 
     /// Whether the profile judges tools by their annotations.
-    fn judges_hints(&self) -> bool {
+    pub fn judges_hints(&self) -> bool {
         !self.profile.allow_annotations.is_empty() || !self.profile.deny_annotations.is_empty()
     }
 

@@ -39,6 +39,7 @@ use crate::observe::audit as trail;
 use crate::observe::combined;
 use crate::observe::log;
 use crate::upstream::encode::Outgoing;
+use crate::upstream::hints::HintSource;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::value::RawValue;
@@ -317,7 +318,17 @@ async fn checked<'s>(
     }
     let admitted = match admitted {
         Some(a) => a,
-        None => match judge(gw, live, profile, peer, &payload, ctx).await? {
+        None => match judge(
+            gw,
+            live,
+            profile,
+            peer,
+            &payload,
+            &*live.upstream(&profile.upstream).hints,
+            ctx,
+        )
+        .await?
+        {
             Some(a) => a,
             None => return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
         },
@@ -464,9 +475,9 @@ async fn judge(
     profile: &Profile,
     peer: &Peer,
     payload: &Payload<'_>,
+    hints: &dyn HintSource,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<limits::Admitted>, GateError> {
-    let hints = &live.upstream(&profile.upstream).hints;
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, payload)? {
         return Ok(None);
     }

@@ -8,7 +8,7 @@ use crate::config::{Profile, Snapshot};
 use crate::error::{GateError, Refusal, code};
 use crate::mcp::jsonrpc::{Message, MessageKind, Payload, ToolName};
 use crate::mcp::pointer::{self, Found};
-use crate::upstream::hints::HintStore;
+use crate::upstream::hints::HintSource;
 
 #[derive(Debug)]
 pub enum Verdict {
@@ -34,7 +34,7 @@ pub enum Admit {
 pub fn admit(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &HintStore,
+    hints: &dyn HintSource,
     payload: &Payload,
 ) -> Result<Admit, GateError> {
     match check(snapshot, profile, hints, payload) {
@@ -61,11 +61,11 @@ fn shown(name: &str) -> String {
     }
 }
 
-/// `hints`: what the profile's upstream says of its tools, for annotation rules.
+/// `hints`: what the profile's upstreams say of their tools, for annotation rules.
 pub fn check(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &HintStore,
+    hints: &dyn HintSource,
     payload: &Payload,
 ) -> Verdict {
     let messages = payload.messages();
@@ -202,7 +202,7 @@ fn target_problem(
 fn tool_problem(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &HintStore,
+    hints: &dyn HintSource,
     tool: &ToolName,
     arguments: Option<&str>,
 ) -> Option<(i64, String, Option<String>)> {
@@ -243,7 +243,7 @@ fn tool_problem(
         ));
     }
     let known = if profile.needs_hints(name) {
-        hints.get(name)
+        hints.hints_of(name)
     } else {
         None
     };

@@ -61,6 +61,18 @@ impl HintStore {
     }
 }
 
+/// Where the policy finds what an upstream says of a tool, by the name the client calls
+/// it: one upstream's store, or a federated profile's members' stores behind its names.
+pub trait HintSource: Sync {
+    fn hints_of(&self, tool: &str) -> Option<Hints>;
+}
+
+impl HintSource for HintStore {
+    fn hints_of(&self, tool: &str) -> Option<Hints> {
+        self.get(tool)
+    }
+}
+
 /// A tool object's name and annotations (an empty map when it has none: every hint then
 /// has its default), or `None` if the object cannot be read.
 pub fn tool_hints(tool: &Value) -> Option<(Box<str>, Hints)> {
@@ -70,6 +82,11 @@ pub fn tool_hints(tool: &Value) -> Option<(Box<str>, Hints)> {
         _ => Map::new(),
     };
     Some((name.into(), Arc::new(hints)))
+}
+
+/// [`tool_hints`] of a tool object's JSON text.
+pub fn item_hints(item: &str) -> Option<(Box<str>, Hints)> {
+    tool_hints(&serde_json::from_str::<Value>(item).ok()?)
 }
 
 /// The most pages of a tools/list mcpgate reads itself.

@@ -264,14 +264,6 @@ fn profile_upstreams(
     if list.get_ref().is_empty() {
         return fail(list.span(), format!("profile {name:?}: upstreams is empty"));
     }
-    if let Some(a) = p.allow_annotations.as_ref().or(p.deny_annotations.as_ref()) {
-        return fail(
-            a.span(),
-            format!(
-                "profile {name:?}: annotation rules are not available on a federated profile yet (docs/federation.md)"
-            ),
-        );
-    }
     let prefix = match &p.prefix {
         Some(v) => at(v, Prefix::parse(v.get_ref()))?,
         None => Prefix::default(),
@@ -380,8 +372,20 @@ impl Compiler<'_> {
 pub(super) fn hinted(profiles: &BTreeMap<String, Arc<Profile>>, upstreams: usize) -> Box<[bool]> {
     let mut hinted = vec![false; upstreams];
     for p in profiles.values() {
-        if !p.allow_annotations.is_empty() || !p.deny_annotations.is_empty() {
-            if let Some(h) = hinted.get_mut(p.upstream.index) {
+        if p.allow_annotations.is_empty() && p.deny_annotations.is_empty() {
+            continue;
+        }
+        // A federated profile judges its members' tools.
+        let upstreams: Vec<usize> = match &p.federation {
+            Some(fed) => fed
+                .members
+                .iter()
+                .map(|m| m.profile.upstream.index)
+                .collect(),
+            None => vec![p.upstream.index],
+        };
+        for u in upstreams {
+            if let Some(h) = hinted.get_mut(u) {
                 *h = true;
             }
         }

@@ -133,8 +133,9 @@ fn push_quoted(out: &mut String, name: &str) {
 
 /// What the profile's rules say of a merged list.
 pub struct Rules<'f> {
-    /// Whether an item, by the name the client sees, stays.
-    pub keep: &'f dyn Fn(&str) -> bool,
+    /// Whether an item stays: given its member's place, the name the client sees and the
+    /// item's whole text (where annotation rules read its annotations).
+    pub keep: &'f dyn Fn(usize, &str, &str) -> bool,
     /// Whether the list depends on the caller's profile (`cacheScope` is then private).
     pub restricts: bool,
     /// The longest `ttlMs` it may carry.
@@ -173,13 +174,13 @@ pub fn merge(
                     let Some(shown) = names.shown(*member, own) else {
                         continue;
                     };
-                    if !(rules.keep)(shown) {
+                    if !(rules.keep)(*member, shown, item.get()) {
                         continue;
                     }
                     (shown != &**own).then_some(shown)
                 }
                 None => {
-                    if uris.contains(own) || !(rules.keep)(own) {
+                    if uris.contains(own) || !(rules.keep)(*member, own, item.get()) {
                         continue;
                     }
                     uris.push(own.clone());
@@ -270,7 +271,7 @@ mod tests {
             .map(|(m, n)| (*m, n.iter().map(|x| &**x).collect()))
             .collect();
         let merged = super::super::merge(&own, Prefix::OnConflict, "__");
-        let keep = |n: &str| n != "open";
+        let keep = |_: usize, n: &str, _: &str| n != "open";
         let rules = Rules {
             keep: &keep,
             restricts: false,

@@ -37,8 +37,10 @@ use crate::mcp::federation::directory::{Directory, REREAD_AFTER, place};
 use crate::mcp::federation::lists::{self, Answer, Page};
 use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
 use crate::mcp::pointer::Entries;
+use crate::mcp::task_ids;
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay;
+use crate::upstream::hints::{HintSource, Hints, item_hints};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::borrow::Cow;
@@ -73,9 +75,6 @@ pub(super) async fn post<'s>(
         Era::Modern => None,
     };
     super::audit::note_calls(gw, &payload, ctx);
-    let Some(admitted) = judge(gw, live, profile, peer, &payload, ctx).await? else {
-        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
-    };
     let dir = gw.directories.of(&profile.name, fed);
     let fan = Fan {
         gw,
@@ -87,6 +86,21 @@ pub(super) async fn post<'s>(
         req,
         meta: m.meta,
         session: session.as_ref(),
+    };
+    // Annotation rules judge a call by what its member says of the tool: a name the
+    // directory does not know yet is looked for first.
+    if let (Some(ToolName::Name(name)), Some("tools/call")) = (&m.tool, m.method())
+        && profile.needs_hints(name)
+    {
+        let _ = fan.by_name(ListKind::Tools, name, ctx).await;
+    }
+    let hints = MemberHints {
+        live,
+        fed,
+        dir: &dir,
+    };
+    let Some(admitted) = judge(gw, live, profile, peer, &payload, &hints, ctx).await? else {
+        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
     let method = m.method().unwrap_or("");
     match (m.kind, &session) {
@@ -158,6 +172,9 @@ pub(super) async fn post<'s>(
             return Err(invalid(ctx, format!("{method} needs a string uri")));
         }
         _ if ctx.era == Era::Legacy => return Err(not_found(ctx, method)),
+        // A task's request goes to the member whose seal its id is (SPEC §15), which opens
+        // it again as for one upstream.
+        _ if jsonrpc::is_task_method(method) => (fan.by_task(m, ctx)?, None),
         _ => return Err(GateError::MethodNotFound(method.to_string())),
     };
     if session.is_some() {
@@ -206,6 +223,22 @@ pub(super) async fn post<'s>(
         ctx,
     )
     .await
+}
+
+/// What a federated profile's members say of their tools, by the names the client sees.
+struct MemberHints<'a> {
+    live: &'a Live,
+    fed: &'a Federation,
+    dir: &'a Directory,
+}
+
+impl HintSource for MemberHints<'_> {
+    fn hints_of(&self, tool: &str) -> Option<Hints> {
+        let names = self.dir.names(ListKind::Tools);
+        let (m, own) = names.route(tool)?;
+        let upstream = &self.fed.members[m].profile.upstream;
+        self.live.upstream(upstream).hints.get(own)
+    }
 }
 
 /// A method the federated profile does not serve, as a legacy server answers it (200
@@ -501,7 +534,19 @@ impl<'s> Fan<'_, 's> {
         // The profile's own rules, by the names the client sees, as the items are merged.
         let filter =
             crate::mcp::tools_list::ToolFilter::new(self.live.config.clone(), self.profile.clone());
-        let keep = |name: &str| filter.keeps_item(kind, name);
+        // With annotation rules a tool is judged by the annotations its item carries, and
+        // its member's store learns them (by the member's own name).
+        let read_hints = kind == ListKind::Tools && filter.judges_hints();
+        let learned = std::cell::RefCell::new(vec![Vec::new(); self.fed.members.len()]);
+        let keep = |m: usize, name: &str, item: &str| {
+            if !read_hints {
+                return filter.keeps_item(kind, name);
+            }
+            let hints = item_hints(item);
+            let keep = filter.keeps_with(name, hints.as_ref().map(|(_, h)| &**h));
+            learned.borrow_mut()[m].extend(hints);
+            keep
+        };
         let rules = lists::Rules {
             keep: &keep,
             restricts: filter.restricts(kind),
@@ -517,6 +562,10 @@ impl<'s> Fan<'_, 's> {
             cursor.as_deref(),
             &unavailable,
         );
+        for (m, learned) in learned.into_inner().into_iter().enumerate() {
+            let upstream = &self.fed.members[m].profile.upstream;
+            self.live.upstream(upstream).hints.learn(learned);
+        }
         if kind != ListKind::Tools || self.live.deprecated.is_empty() {
             return Ok(merged);
         }
@@ -615,6 +664,24 @@ impl<'s> Fan<'_, 's> {
         }
     }
 
+    /// The member whose task a `tasks/get|update|cancel` names: the one whose upstream
+    /// sealed its id for this caller. Refused as for one upstream otherwise.
+    fn by_task(&self, m: &jsonrpc::Message<'_>, ctx: &Ctx<'s>) -> Result<usize, GateError> {
+        if !m.meta.is_some_and(task_ids::declares_tasks) {
+            return Err(GateError::MissingTasksCapability);
+        }
+        let sealed = m.mcp_name.as_deref().ok_or(GateError::UnknownTask)?;
+        let caller = super::rounds::caller(ctx);
+        self.fed
+            .members
+            .iter()
+            .position(|member| {
+                let sealer = &self.live.upstream(&member.profile.upstream).task_sealer;
+                task_ids::open(sealer, sealed, &caller).is_ok()
+            })
+            .ok_or(GateError::UnknownTask)
+    }
+
     /// The member that serves `uri`.
     async fn by_uri(&self, uri: &str, ctx: &Ctx<'s>) -> Result<usize, GateError> {
         if let Some(m) = self.dir.resource_member(uri) {
@@ -669,6 +736,13 @@ impl<'s> Fan<'_, 's> {
                         last,
                         &lists::names(&page),
                     );
+                    // The member's store learns what it says of its tools, for annotation
+                    // rules.
+                    let upstream = &member.profile.upstream;
+                    if kind == ListKind::Tools && self.live.judges_hints(upstream) {
+                        let hints = page.items.iter().filter_map(|i| item_hints(i.get()));
+                        self.live.upstream(upstream).hints.learn(hints.collect());
+                    }
                     match page.next {
                         Some(n) => cursor = Some(n.into_owned()),
                         None => return,

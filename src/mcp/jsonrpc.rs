@@ -161,6 +161,13 @@ pub enum ToolName<'a> {
     Name(Cow<'a, str>),
 }
 
+/// A change to a message's text: the bytes `cut` replaced by `put` bytes.
+#[derive(Debug, Clone)]
+pub struct Splice {
+    pub cut: std::ops::Range<usize>,
+    pub put: usize,
+}
+
 #[derive(Debug)]
 pub struct Message<'a> {
     pub kind: MessageKind,
@@ -201,6 +208,72 @@ impl<'a> Message<'a> {
 
     pub fn method(&self) -> Option<&str> {
         self.method.as_deref()
+    }
+
+    /// This message, read from `old`, as it reads from `new`: `old` with its bytes
+    /// `splice.cut` (a string value, quotes included) replaced by `splice.put` bytes (the
+    /// new string, quoted, with no escape). Every field moves with the text; one that was
+    /// the cut string's content is the new string's. `None` when a field straddles the cut
+    /// any other way: the text must then be read again.
+    pub fn moved<'n>(&self, old: &[u8], new: &'n [u8], splice: &Splice) -> Option<Message<'n>> {
+        let (base, cut) = (old.as_ptr() as usize, &splice.cut);
+        if splice.put < 2 || cut.len() < 2 || cut.end > old.len() {
+            return None;
+        }
+        let text = |s: &str| -> Option<Cow<'n, str>> {
+            let at = (s.as_ptr() as usize).wrapping_sub(base);
+            if at > old.len() || at + s.len() > old.len() {
+                // Not a slice of the text: the message owns it.
+                return Some(Cow::Owned(s.to_owned()));
+            }
+            let end = at + s.len();
+            let range = if end <= cut.start {
+                at..end
+            } else if at >= cut.end {
+                at + splice.put - cut.len()..end + splice.put - cut.len()
+            } else if at == cut.start + 1 && end + 1 == cut.end {
+                cut.start + 1..cut.start + splice.put - 1
+            } else {
+                return None;
+            };
+            std::str::from_utf8(new.get(range)?).ok().map(Cow::Borrowed)
+        };
+        let borrowed = |s: Option<&str>| -> Option<Option<&'n str>> {
+            match s.map(text) {
+                None => Some(None),
+                Some(Some(Cow::Borrowed(t))) => Some(Some(t)),
+                Some(_) => None,
+            }
+        };
+        let cow = |c: &Option<Cow<'_, str>>| -> Option<Option<Cow<'n, str>>> {
+            match c {
+                None => Some(None),
+                Some(c) => text(c).map(Some),
+            }
+        };
+        let name = |n: &Option<ToolName<'_>>| -> Option<Option<ToolName<'n>>> {
+            Some(match n {
+                None => None,
+                Some(ToolName::Missing) => Some(ToolName::Missing),
+                Some(ToolName::NotString) => Some(ToolName::NotString),
+                Some(ToolName::Name(c)) => Some(ToolName::Name(text(c)?)),
+            })
+        };
+        let id = match self.id {
+            None => None,
+            Some(id) => Some(serde_json::from_str::<&RawValue>(borrowed(Some(id.get()))??).ok()?),
+        };
+        Some(Message {
+            kind: self.kind,
+            id,
+            method: cow(&self.method)?,
+            tool: name(&self.tool)?,
+            target: name(&self.target)?,
+            mcp_name: cow(&self.mcp_name)?,
+            arguments: borrowed(self.arguments)?,
+            meta: borrowed(self.meta)?,
+            request_state: borrowed(self.request_state)?,
+        })
     }
 
     /// The id as raw JSON text, for matching responses and for error envelopes.
@@ -573,6 +646,95 @@ fn as_text(v: Option<&RawValue>) -> Option<Text<'_>> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A message moved with a name's splice reads as the new text read whole, wherever
+    /// the name sits among the other fields, whatever their lengths.
+    #[test]
+    fn a_moved_message_is_the_new_text_read_again() {
+        // Every order of the fields, at the top and in `params`, and a few hand-made ones.
+        fn orders(items: &[String]) -> Vec<Vec<String>> {
+            if items.len() <= 1 {
+                return vec![items.to_vec()];
+            }
+            (0..items.len())
+                .flat_map(|i| {
+                    let mut rest = items.to_vec();
+                    let first = rest.remove(i);
+                    orders(&rest).into_iter().map(move |mut o| {
+                        o.insert(0, first.clone());
+                        o
+                    })
+                })
+                .collect()
+        }
+        let params: Vec<String> = [
+            r#""name":"a__x""#,
+            r#""arguments":{"name":"a__x","n":[1,2.5,null]}"#,
+            r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
+            r#""requestState":"c3RhdGU""#,
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut generated = Vec::new();
+        for p in orders(&params) {
+            let top = [
+                r#""jsonrpc":"2.0""#.to_string(),
+                r#""id":"req-1""#.to_string(),
+                r#""method":"tools/call""#.to_string(),
+                format!(r#""params":{{{}}}"#, p.join(",")),
+            ];
+            for t in orders(&top) {
+                generated.push(format!("{{{}}}", t.join(",")));
+            }
+        }
+        let hand = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__x","arguments":{"q":"é"}}}"#,
+            r#"{"params":{"arguments":{"n":[1,2]},"_meta":{"k":"v"},"name":"a__x","requestState":"st"},"method":"tools/call","id":"req-7","jsonrpc":"2.0"}"#,
+            r#"{ "jsonrpc" : "2.0" , "id" : 3 , "method" : "prompts/get" , "params" : { "name" : "a__x" , "arguments" : { } } }"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools\/call","params":{"name":"a__x"}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"},"name":"a__x"}}"#,
+        ];
+        for body in generated.iter().map(String::as_str).chain(hand) {
+            for own in ["x", "a_much_longer_name_than_before", "ünï", ""] {
+                let old = body.as_bytes();
+                let Payload::Single(m) = parse(old).unwrap() else {
+                    panic!("one message")
+                };
+                // params.name's string, not the argument of the same name.
+                let (start, _) = body
+                    .match_indices("\"a__x\"")
+                    .find(|(at, _)| !body[..*at].ends_with(r#""arguments":{"name":"#))
+                    .unwrap();
+                let quoted = serde_json::to_string(own).unwrap();
+                let new = [&old[..start], quoted.as_bytes(), &old[start + 6..]].concat();
+                let splice = Splice {
+                    cut: start..start + 6,
+                    put: quoted.len(),
+                };
+                let moved = m.moved(old, &new, &splice).expect("moves");
+                let Payload::Single(again) = parse(&new).unwrap() else {
+                    panic!("one message")
+                };
+                assert_eq!(
+                    format!("{moved:?}"),
+                    format!("{again:?}"),
+                    "{body} as {own}"
+                );
+            }
+        }
+        // A cut that is not the name's whole string: read again.
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a__x"}}"#;
+        let Payload::Single(m) = parse(body).unwrap() else {
+            panic!("one message")
+        };
+        let splice = Splice {
+            cut: 20..40,
+            put: 4,
+        };
+        let new = [&body[..20], b"\"x\"".as_slice(), &body[40..]].concat();
+        assert!(m.moved(body, &new, &splice).is_none());
+    }
+
     use super::*;
 
     fn single(s: &str) -> Message<'_> {

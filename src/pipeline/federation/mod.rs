@@ -35,7 +35,7 @@ use crate::http::request::{ClientBody, ClientRequest, Peer};
 use crate::mcp::era::Era;
 use crate::mcp::federation::directory::{Directory, REREAD_AFTER, place};
 use crate::mcp::federation::lists::{self, Answer, Page};
-use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
+use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, Splice, ToolName};
 use crate::mcp::pointer::Entries;
 use crate::mcp::task_ids;
 use crate::mcp::transport::accept::Want;
@@ -180,7 +180,7 @@ pub(super) async fn post<'s>(
     if session.is_some() {
         // A legacy session's request goes in the member's own session.
         let body = match &rename {
-            Some(own) => Bytes::from(renamed(bytes, m, own)?),
+            Some(own) => Bytes::from(renamed(bytes, m, own)?.0),
             None => bytes.clone(),
         };
         drop(payload);
@@ -206,10 +206,16 @@ pub(super) async fn post<'s>(
         .await;
     };
     // The member's own name, in the body and in `Mcp-Name`.
-    let body = Bytes::from(renamed(bytes, m, &own)?);
+    let (body, splice) = renamed(bytes, m, &own)?;
+    let body = Bytes::from(body);
+    // The request as read, moved with the name; read again only when it cannot be.
+    let moved = splice.and_then(|s| m.moved(bytes, &body, &s));
     drop(payload);
     ctx.rename = Some(own);
-    let payload = jsonrpc::parse(&body)?;
+    let payload = match moved {
+        Some(m) => Payload::Single(m),
+        None => jsonrpc::parse(&body)?,
+    };
     checked(
         gw,
         live,
@@ -255,8 +261,13 @@ fn not_found(ctx: &Ctx<'_>, method: &str) -> GateError {
     }
 }
 
-/// The body with the call's name (`params.name`) made the member's own `own`.
-fn renamed(bytes: &[u8], m: &jsonrpc::Message<'_>, own: &str) -> Result<Vec<u8>, GateError> {
+/// The body with the call's name (`params.name`) made the member's own `own`, and where it
+/// changed when that was in place.
+fn renamed(
+    bytes: &[u8],
+    m: &jsonrpc::Message<'_>,
+    own: &str,
+) -> Result<(Vec<u8>, Option<Splice>), GateError> {
     let given = match (&m.tool, &m.target) {
         (Some(ToolName::Name(n)), _) | (None, Some(ToolName::Name(n))) => n,
         _ => return Err(GateError::InvalidRequest("no name to route by".into())),
@@ -271,14 +282,18 @@ fn renamed(bytes: &[u8], m: &jsonrpc::Message<'_>, own: &str) -> Result<Vec<u8>,
             out.extend_from_slice(&bytes[..start - 1]);
             out.extend_from_slice(quoted.as_bytes());
             out.extend_from_slice(&bytes[end + 1..]);
-            return Ok(out);
+            let splice = Splice {
+                cut: start - 1..end + 1,
+                put: quoted.len(),
+            };
+            return Ok((out, Some(splice)));
         }
     }
     // A name written with escapes: the message is read and written whole (rare).
     let mut v: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| GateError::Parse(format!("the request cannot be read again: {e}")))?;
     v["params"]["name"] = serde_json::Value::String(own.to_string());
-    Ok(serde_json::to_vec(&v).expect("a value serializes"))
+    Ok((serde_json::to_vec(&v).expect("a value serializes"), None))
 }
 
 /// The client's request with `body`, as it goes to a member: `method` (for a request
@@ -1462,7 +1477,8 @@ mod tests {
         let Payload::Single(m) = &payload else {
             panic!()
         };
-        let out = renamed(body, m, "search").unwrap();
+        let (out, splice) = renamed(body, m, "search").unwrap();
+        assert!(splice.is_some());
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"name":"kb__search"}}}"#
@@ -1473,7 +1489,7 @@ mod tests {
             panic!()
         };
         let out: serde_json::Value =
-            serde_json::from_slice(&renamed(escaped, m, "search").unwrap()).unwrap();
+            serde_json::from_slice(&renamed(escaped, m, "search").unwrap().0).unwrap();
         assert_eq!(out["params"]["name"], "search");
     }
 }

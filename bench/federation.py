@@ -3,7 +3,8 @@ tools, B lists 200), each alone on a profile and both behind one federated profi
 (`prefix = "always"`). Measured in interleaved rounds, mcpgate's CPU per request:
 
 - a small tools/call on A's profile, and the same call on the federated one (`a__tool_001`,
-  renamed to `tool_001` on its way);
+  renamed to `tool_001` on its way); and a call of a tool only B has (`tool_150`) on B's
+  profile and on a federated profile that prefixes only shared names (it keeps its name);
 - tools/list of A alone, of B alone, and of both merged;
 
 and, with one connection (no queueing), the p50 latency of each list. Prints a Markdown
@@ -25,6 +26,8 @@ PORTS = {"UPSTREAM_A": 18981, "UPSTREAM_B": 18982, "MCPGATE": 18983}
 
 CALL_ONE = "tools/call, one upstream"
 CALL_FED = "tools/call, federated (renamed)"
+CALL_B = "tools/call of B's tool_150, one upstream"
+CALL_OWN = "tools/call of tool_150, federated (its own name)"
 LIST_A = "tools/list, A alone (20 tools)"
 LIST_B = "tools/list, B alone (200 tools)"
 LIST_FED = "tools/list, A and B merged"
@@ -69,6 +72,8 @@ def main():
         for _ in range(ROUNDS):
             measure(CALL_ONE, "/a", "call.lua")
             measure(CALL_FED, "/both", "call.lua", {"BENCH_TOOL": "a__tool_001"})
+            measure(CALL_B, "/b", "call.lua", {"BENCH_TOOL": "tool_150"})
+            measure(CALL_OWN, "/shared", "call.lua", {"BENCH_TOOL": "tool_150"})
             if CALLS_ONLY:
                 continue
             measure(LIST_A, "/a", "list.lua")
@@ -93,13 +98,13 @@ def main():
         alone = f"{statistics.median(latency[case]):.3f}" if case in latency else "–"
         print(f"| {case} | {med(case, 'rps'):.0f} | {med(case, 'p50'):.3f} | {med(case, 'p99'):.3f} | {med(case, 'cpu_us_per_req'):.1f} | {alone} | {n} |")
     call = med(CALL_FED, "cpu_us_per_req") / med(CALL_ONE, "cpu_us_per_req")
+    own = med(CALL_OWN, "cpu_us_per_req") / med(CALL_B, "cpu_us_per_req")
+    print(f"\nGoal: a federated call at most 1.05× the CPU of the same call on one upstream: renamed {call:.3f} {'met' if call <= 1.05 else 'MISSED'}; under its own name {own:.3f} {'met' if own <= 1.05 else 'MISSED'}.")
     if CALLS_ONLY:
-        print(f"\nGoal: a federated call at most 1.05× the CPU of the same call on one upstream: {call:.3f} {'met' if call <= 1.05 else 'MISSED'}.")
         return
     lists = med(LIST_FED, "cpu_us_per_req") / (med(LIST_A, "cpu_us_per_req") + med(LIST_B, "cpu_us_per_req"))
     slower = max(statistics.median(latency[LIST_A]), statistics.median(latency[LIST_B]))
     added = statistics.median(latency[LIST_FED]) / slower
-    print(f"\nGoal: a federated call at most 1.05× the CPU of the same call on one upstream: {call:.3f} {'met' if call <= 1.05 else 'MISSED'}.")
     print(f"Goal: a list of two members at most 1.2× the CPU of the two lists alone: {lists:.3f} {'met' if lists <= 1.2 else 'MISSED'}.")
     print(f"Goal: the merged list's p50 at most the slower member's + 10%: {added:.3f}× {'met' if added <= 1.1 else 'MISSED'}.")
     if failed:

@@ -22,6 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+mod pins;
 mod status;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -136,6 +137,10 @@ pub struct Gateway {
     sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
     /// The tasks that read what upstreams say of their tools, for annotation rules.
     hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The tasks that record and tell the changes of pinned upstreams (SPEC §17).
+    pin_watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Itself, for the tasks it starts.
+    me: std::sync::Weak<Gateway>,
     started: SystemTime,
     /// The last reload's time, trigger and error (for the status page).
     last_reload: std::sync::Mutex<Option<ReloadNote>>,
@@ -186,8 +191,11 @@ impl Gateway {
             .telemetry
             .as_ref()
             .map(|t| crate::observe::trace::Tracer::start(t, spans));
-        Ok(Arc::new(Gateway {
-            live: ArcSwap::from_pointee(live),
+        let live = Arc::new(live);
+        Ok(Arc::new_cyclic(|me| Gateway {
+            pin_watches: std::sync::Mutex::new(pins::watch(me, &live)),
+            me: me.clone(),
+            live: ArcSwap::new(live),
             pools,
             id: IDS.fetch_add(1, Ordering::Relaxed),
             generation: AtomicU64::new(0),
@@ -211,6 +219,33 @@ impl Gateway {
             last_reload: std::sync::Mutex::new(None),
             tracer,
         }))
+    }
+
+    /// The tasks of the configuration now in force that watch pinned upstreams; after a
+    /// reload from `old`, the clients hear of the approvals that changed what they see.
+    fn rewatch_pins(&self, old: &Live, next: &Arc<Live>) {
+        let watches = pins::watch(&self.me, next);
+        for gone in std::mem::replace(
+            &mut *self.pin_watches.lock().unwrap_or_else(|p| p.into_inner()),
+            watches,
+        ) {
+            gone.abort();
+        }
+        for u in next.config.upstreams.values() {
+            self.count_pins(next, &u.name);
+            let was = old.config.upstreams.get(&*u.name).map(|o| o.pin);
+            let approvals_changed = old
+                .config
+                .pins
+                .of_upstream(&u.name)
+                .ne(next.config.pins.of_upstream(&u.name));
+            if u.pin == crate::config::pins::PinMode::Enforce
+                && (approvals_changed || was != Some(u.pin))
+            {
+                use crate::config::pins::PinKind;
+                self.tell_lists(next, &u.name, &[PinKind::Tool, PinKind::Prompt]);
+            }
+        }
     }
 
     /// Closes the processes of stdio upstreams (stdin, SIGTERM, SIGKILL) and waits for
@@ -321,6 +356,7 @@ impl Gateway {
             let told = self.streams.notify(&profile, method);
             tracing::debug!(%profile, method, streams = told, "list change sent");
         }
+        self.rewatch_pins(&current, &next);
         let fetches = fetch_hints(&next);
         for old in std::mem::replace(
             &mut *self.hint_fetches.lock().unwrap_or_else(|p| p.into_inner()),
@@ -347,7 +383,7 @@ impl Gateway {
 fn fetch_hints(live: &Live) -> Vec<tokio::task::AbortHandle> {
     crate::upstream::hints::start_fetching(&live.config, |u| {
         let state = live.upstream(u);
-        (&state.endpoints[..], &state.hints)
+        (&state.endpoints[..], &state.hints, &state.pins)
     })
 }
 

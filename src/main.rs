@@ -52,6 +52,9 @@ enum Command {
     /// Work with audit files.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Review and approve the definitions of pinned upstreams' tools (docs/pinning.md).
+    #[command(subcommand)]
+    Pin(PinCommand),
     /// Exit 0 if the admin listener answers /healthz, or /readyz with --ready (for
     /// container probes: the admin listener can stay on loopback).
     Healthcheck {
@@ -96,6 +99,38 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum PinCommand {
+    /// Read the upstreams' tools and prompts and print what is new, changed or removed
+    /// since it was approved, with a diff; exit 1 when anything awaits approval.
+    Review {
+        /// Config file [default: $MCPGATE_CONFIG, then config/mcpgate.toml]
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Only this upstream [default: every pinned one].
+        #[arg(long)]
+        upstream: Option<String>,
+    },
+    /// Approve tools and prompts as the upstreams list them now, in the pins file.
+    Approve {
+        /// Config file [default: $MCPGATE_CONFIG, then config/mcpgate.toml]
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Only this upstream [default: every pinned one].
+        #[arg(long)]
+        upstream: Option<String>,
+        /// A tool to approve (repeatable), by the upstream's own name.
+        #[arg(long = "tool")]
+        tools: Vec<String>,
+        /// A prompt to approve (repeatable).
+        #[arg(long = "prompt")]
+        prompts: Vec<String>,
+        /// Every tool and prompt listed now; approved ones no longer listed are dropped.
+        #[arg(long, conflicts_with_all = ["tools", "prompts"])]
+        all: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum AuditCommand {
     /// Walk the file's hash chain; exit non-zero naming the first broken line.
     Verify { file: PathBuf },
@@ -114,6 +149,73 @@ enum TokenCommand {
     },
     /// Read a token on stdin and print its SHA-256 (the `sha256` of `[[tokens]]`).
     Hash,
+}
+
+/// `mcpgate pin review|approve`: the lists are read through a gateway of this
+/// configuration that listens nowhere and writes no audit trail.
+fn pin(command: PinCommand) -> Result<()> {
+    use mcpgate::cli::pin;
+    let (config, upstream) = match &command {
+        PinCommand::Review { config, upstream }
+        | PinCommand::Approve {
+            config, upstream, ..
+        } => (config.clone(), upstream.clone()),
+    };
+    let mut snapshot = config::compile::load_for_pins(&config_path(config))?;
+    snapshot.audit = None;
+    let book = (*snapshot.pins).clone();
+    let pins_path = snapshot.pins_path.clone();
+    let reviews = runtime()?.block_on(async {
+        let gw = Gateway::new(snapshot, None)?;
+        let reviews = pin::review(&gw, upstream.as_deref()).await;
+        gw.close_stdio().await;
+        anyhow::Ok(reviews)
+    })?;
+    let reviews = reviews.map_err(anyhow::Error::msg)?;
+    match command {
+        PinCommand::Review { .. } => {
+            print!("{}", pin::report(&reviews));
+            if reviews
+                .iter()
+                .any(|r| r.unapproved().next().is_some() || !r.removed.is_empty())
+            {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        PinCommand::Approve {
+            tools,
+            prompts,
+            all,
+            ..
+        } => {
+            if !all && tools.is_empty() && prompts.is_empty() {
+                bail!(
+                    "name what to approve: --tool NAME, --prompt NAME (each repeatable), or --all"
+                );
+            }
+            let mut book = book;
+            let done = pin::approve(
+                &mut book,
+                &reviews,
+                &pin::Choice {
+                    tools,
+                    prompts,
+                    all,
+                },
+            )
+            .map_err(anyhow::Error::msg)?;
+            if done.is_empty() {
+                println!("nothing to approve: every definition asked for is approved already");
+                return Ok(());
+            }
+            pin::write(pins_path.as_deref(), &book).map_err(anyhow::Error::msg)?;
+            for line in done {
+                println!("{line}");
+            }
+            Ok(())
+        }
+    }
 }
 
 fn main() {
@@ -143,6 +245,7 @@ fn dispatch(command: Command) -> Result<()> {
             }
             Ok(())
         }
+        Command::Pin(command) => pin(command),
         Command::Run { config } => {
             let path = config_path(config);
             let snapshot = config::load(&path)?;

@@ -1,7 +1,8 @@
 //! What the commands run beyond parsing their arguments (that stays in `main.rs`): the
-//! gateway itself (`run`), the demo, and the sample MCP server the demo and the tests put
+//! gateway itself (`run`), the demo, `pin`, and the sample MCP server the demo and the tests put
 //! behind the gateway.
 
 pub mod demo;
+pub mod pin;
 pub mod run;
 pub mod sample;

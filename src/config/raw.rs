@@ -47,6 +47,15 @@ pub struct RawConfig {
     pub oauth: Option<S<RawOAuth>>,
     /// Traces exported over OTLP/HTTP.
     pub telemetry: Option<S<RawTelemetry>>,
+    /// The pins file of tool pinning (SPEC §17).
+    pub pins: Option<S<RawPins>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPins {
+    /// The approved definitions, written by `mcpgate pin approve`.
+    pub path: S<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,6 +119,8 @@ pub struct RawUpstream {
     pub headers: BTreeMap<String, S<String>>,
     /// For an `https://` url: an extra CA, the name to verify, a client certificate.
     pub tls: Option<S<RawUpstreamTls>>,
+    /// Tool pinning (SPEC §17): `off` (default), `warn` or `enforce`.
+    pub pin: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

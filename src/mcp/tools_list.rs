@@ -8,10 +8,12 @@
 //! body, or the data of one SSE event (see `transport::relay`).
 
 use crate::config::compile::Deprecation;
+use crate::config::pins::PinKind;
 use crate::config::{Profile, Snapshot};
 use crate::mcp::jsonrpc::{ListKind, Text};
 use crate::mcp::pointer::Entries;
 use crate::upstream::hints::{HintStore, tool_hints};
+use crate::upstream::pins::PinStore;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::ops::Range;
@@ -28,6 +30,8 @@ pub struct ToolFilter {
     /// Where the annotations of the tools listed are kept, when a profile of the
     /// upstream judges by them.
     hints: Option<Arc<HintStore>>,
+    /// What the upstream's tools and prompts were last seen to be, when it is pinned.
+    pins: Option<Arc<PinStore>>,
 }
 
 impl ToolFilter {
@@ -36,7 +40,15 @@ impl ToolFilter {
             snapshot,
             profile,
             hints: None,
+            pins: None,
         }
+    }
+
+    /// The same, judging the tools and prompts of its lists against the pins file, with
+    /// `store` (the pinned upstream's) learning them.
+    pub fn pinning(mut self, store: Arc<PinStore>) -> Self {
+        self.pins = Some(store);
+        self
     }
 
     /// The same, teaching `store` the annotations of the tools its lists carry.
@@ -519,9 +531,30 @@ fn edits_for(
         let read_hints =
             kind == ListKind::Tools && (filter.hints.is_some() || filter.judges_hints());
         let mut learned = Vec::new();
+        // A pinned upstream's list: the names whose definitions are not approved (SPEC §17).
+        let unpinned = match (&filter.pins, kind) {
+            (Some(store), ListKind::Tools | ListKind::Prompts) => {
+                let pin_kind = match kind {
+                    ListKind::Tools => PinKind::Tool,
+                    _ => PinKind::Prompt,
+                };
+                let upstream = &filter.profile.upstream;
+                let hidden = store.page(
+                    &upstream.name,
+                    upstream.pin,
+                    &filter.snapshot.pins,
+                    pin_kind,
+                    whole[region.clone()].as_bytes(),
+                    tools.iter().map(|t| t.get()),
+                );
+                (!hidden.is_empty()).then_some(hidden)
+            }
+            _ => None,
+        };
         for tool in &tools {
             // An item whose name cannot be read cannot be shown to be allowed: drop it.
             let name = item_name(tool.get(), kind.key());
+            let name = name.filter(|n| unpinned.as_ref().is_none_or(|h| !h.contains(&**n)));
             let keep = match &name {
                 Some(n) if read_hints => {
                     let hints = serde_json::from_str::<serde_json::Value>(tool.get())

@@ -39,7 +39,7 @@ use crate::observe::audit as trail;
 use crate::observe::combined;
 use crate::observe::log;
 use crate::upstream::encode::Outgoing;
-use crate::upstream::hints::HintSource;
+use crate::upstream::hints::{OneUpstream, UpstreamSays};
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::value::RawValue;
@@ -324,7 +324,12 @@ async fn checked<'s>(
             profile,
             peer,
             &payload,
-            &*live.upstream(&profile.upstream).hints,
+            &OneUpstream {
+                upstream: &profile.upstream,
+                hints: &live.upstream(&profile.upstream).hints,
+                pins: &live.upstream(&profile.upstream).pins,
+                book: &live.config.pins,
+            },
             ctx,
         )
         .await?
@@ -475,7 +480,7 @@ async fn judge(
     profile: &Profile,
     peer: &Peer,
     payload: &Payload<'_>,
-    hints: &dyn HintSource,
+    hints: &dyn UpstreamSays,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<limits::Admitted>, GateError> {
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, payload)? {

@@ -4,11 +4,13 @@
 //! runs half of what a client sent.
 
 use crate::config::compile::HintsUnknown;
+use crate::config::pins::{PinKind, PinMode};
 use crate::config::{Profile, Snapshot};
 use crate::error::{GateError, Refusal, code};
 use crate::mcp::jsonrpc::{Message, MessageKind, Payload, ToolName};
 use crate::mcp::pointer::{self, Found};
-use crate::upstream::hints::HintSource;
+use crate::upstream::hints::UpstreamSays;
+use crate::upstream::pins::Standing;
 
 #[derive(Debug)]
 pub enum Verdict {
@@ -34,7 +36,7 @@ pub enum Admit {
 pub fn admit(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &dyn HintSource,
+    hints: &dyn UpstreamSays,
     payload: &Payload,
 ) -> Result<Admit, GateError> {
     match check(snapshot, profile, hints, payload) {
@@ -65,7 +67,7 @@ fn shown(name: &str) -> String {
 pub fn check(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &dyn HintSource,
+    hints: &dyn UpstreamSays,
     payload: &Payload,
 ) -> Verdict {
     let messages = payload.messages();
@@ -87,7 +89,7 @@ pub fn check(
             } else {
                 m.target
                     .as_ref()
-                    .and_then(|t| target_problem(snapshot, profile, method, t))
+                    .and_then(|t| target_problem(snapshot, profile, hints, method, t))
             }
         }
     };
@@ -161,6 +163,7 @@ fn argument_problem(
 fn target_problem(
     snapshot: &Snapshot,
     profile: &Profile,
+    says: &dyn UpstreamSays,
     method: &str,
     target: &ToolName,
 ) -> Option<(i64, String, Option<String>)> {
@@ -170,6 +173,12 @@ fn target_problem(
     } else {
         ("Resource", "params.uri", profile.resources.is_some())
     };
+    if prompt && let ToolName::Name(name) = target {
+        if let Some(why) = unpinned(says, PinKind::Prompt, name) {
+            let message = format!("Prompt not allowed: {} ({why})", shown(name));
+            return Some((snapshot.deny_code, message, None));
+        }
+    }
     if !ruled {
         return None;
     }
@@ -199,10 +208,20 @@ fn target_problem(
     (!allowed).then(|| (deny, format!("{what} not allowed: {}", shown(name)), None))
 }
 
+/// Why a pinned upstream's tool or prompt may not be used under `enforce` (SPEC §17).
+fn unpinned(says: &dyn UpstreamSays, kind: PinKind, name: &str) -> Option<&'static str> {
+    match says.pinned(kind, name)? {
+        (PinMode::Enforce, Standing::Changed) => Some("changed since it was approved"),
+        (PinMode::Enforce, Standing::New) => Some("not approved yet"),
+        (PinMode::Enforce, Standing::Unknown) => Some("its definition is not known yet"),
+        _ => None,
+    }
+}
+
 fn tool_problem(
     snapshot: &Snapshot,
     profile: &Profile,
-    hints: &dyn HintSource,
+    hints: &dyn UpstreamSays,
     tool: &ToolName,
     arguments: Option<&str>,
 ) -> Option<(i64, String, Option<String>)> {
@@ -248,7 +267,13 @@ fn tool_problem(
         None
     };
     match profile.allows_tool_with(name, known.as_deref()) {
-        Ok(true) => return argument_problem(snapshot, name, arguments),
+        Ok(true) => {
+            if let Some(why) = unpinned(hints, PinKind::Tool, name) {
+                let message = format!("Tool not allowed: {} ({why})", shown(name));
+                return Some((deny, message, Some(name.to_string())));
+            }
+            return argument_problem(snapshot, name, arguments);
+        }
         Ok(false) => {}
         // The rules need what the upstream says of this tool, and that is not known:
         // refused rather than guessed.

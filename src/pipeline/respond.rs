@@ -7,6 +7,7 @@
 use super::Ctx;
 use super::auth::Credential;
 use super::forward::Answer;
+use crate::config::pins::PinMode;
 use crate::config::{Profile, Upstream};
 use crate::error::GateError;
 use crate::gateway::Gateway;
@@ -160,8 +161,8 @@ pub struct Shaping {
     pub notices: Option<Arc<str>>,
     /// A `subscriptions/listen` stream's opt-ins (2026-07-28).
     pub listening: Option<crate::mcp::listen::Listening>,
-    /// The upstream's tool hints, when a profile judges by them: marked stale when the
-    /// upstream announces a change.
+    /// The upstream's tool hints, when mcpgate reads its lists (annotation rules,
+    /// pinning): marked stale when the upstream announces a change, so it reads them again.
     pub hints: Option<Arc<crate::upstream::hints::HintStore>>,
     /// A legacy client's GET stream served by a `subscriptions/listen` (the bridge): the
     /// listen's acknowledgement and closing answer are not for it.
@@ -193,7 +194,7 @@ impl Shaping {
             notices: None,
             listening: None,
             hints: live
-                .judges_hints(upstream)
+                .reads_lists(upstream)
                 .then(|| live.upstream(upstream).hints.clone()),
             legacy_stream: false,
             logs: None,
@@ -221,10 +222,16 @@ impl Shaping {
                 rounds: None,
                 tasks: None,
                 completes: None,
-                filter: if live.judges_hints(&profile.upstream) {
-                    filter.learning(live.upstream(&profile.upstream).hints.clone())
-                } else {
-                    filter
+                filter: {
+                    let state = live.upstream(&profile.upstream);
+                    let filter = match live.judges_hints(&profile.upstream) {
+                        true => filter.learning(state.hints.clone()),
+                        false => filter,
+                    };
+                    match profile.upstream.pin {
+                        PinMode::Off => filter,
+                        _ => filter.pinning(state.pins.clone()),
+                    }
                 },
             }
         });
@@ -249,7 +256,7 @@ impl Shaping {
             notices: None,
             listening: None,
             hints: live
-                .judges_hints(&profile.upstream)
+                .reads_lists(&profile.upstream)
                 .then(|| live.upstream(&profile.upstream).hints.clone()),
             legacy_stream: false,
             logs: None,

@@ -7,8 +7,10 @@
 //! word about its tools.
 
 use super::endpoint::EndpointState;
+use super::pins::{PinStore, Standing};
 use super::pool::Pool;
 use crate::config::generation::Era;
+use crate::config::pins::{PinBook, PinKind, PinMode, Pinned};
 use crate::config::{Endpoint, Protocol, Snapshot, Upstream};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
@@ -61,15 +63,37 @@ impl HintStore {
     }
 }
 
-/// Where the policy finds what an upstream says of a tool, by the name the client calls
-/// it: one upstream's store, or a federated profile's members' stores behind its names.
-pub trait HintSource: Sync {
+/// Where the policy finds what an upstream says of a tool or prompt, by the name the
+/// client calls it: one upstream's stores, or a federated profile's members' behind its
+/// names.
+pub trait UpstreamSays: Sync {
+    /// Its annotations, when known.
     fn hints_of(&self, tool: &str) -> Option<Hints>;
+    /// How its definition stands against the pins file, when its upstream is pinned.
+    fn pinned(&self, kind: PinKind, name: &str) -> Option<(PinMode, Standing)>;
 }
 
-impl HintSource for HintStore {
+/// [`UpstreamSays`] of one upstream, as the configuration in force pins it.
+pub struct OneUpstream<'a> {
+    pub upstream: &'a Upstream,
+    pub hints: &'a HintStore,
+    pub pins: &'a PinStore,
+    pub book: &'a PinBook,
+}
+
+impl UpstreamSays for OneUpstream<'_> {
     fn hints_of(&self, tool: &str) -> Option<Hints> {
-        self.get(tool)
+        self.hints.get(tool)
+    }
+
+    fn pinned(&self, kind: PinKind, name: &str) -> Option<(PinMode, Standing)> {
+        let mode = self.upstream.pin;
+        (mode != PinMode::Off).then(|| {
+            let standing = self
+                .pins
+                .standing(self.book, &self.upstream.name, kind, name);
+            (mode, standing)
+        })
     }
 }
 
@@ -94,15 +118,37 @@ const MAX_PAGES: usize = 50;
 /// The most of one answer read.
 const MAX_ANSWER: usize = 8 << 20;
 
-/// Reads the whole tool list of `upstream` from `endpoint` in a session of mcpgate's own.
+/// What mcpgate's own read of an upstream's lists found: every tool, and (when asked for)
+/// every prompt, as the upstream lists them.
+#[derive(Default)]
+pub struct Fetched {
+    pub tools: Vec<Value>,
+    pub prompts: Vec<Value>,
+}
+
+/// Reads the whole tool list (and with `prompts`, the prompt list) of `upstream` from
+/// `endpoint` in a session of mcpgate's own.
 pub async fn fetch(
     upstream: &Upstream,
     endpoint: &Endpoint,
     pool: &Arc<Pool>,
     era: Era,
-) -> Result<Vec<(Box<str>, Hints)>, String> {
+    prompts: bool,
+) -> Result<Fetched, String> {
+    let lists = |session: Option<String>, modern: bool| async move {
+        let session = session.as_deref();
+        let tools = list_pages(upstream, endpoint, pool, session, modern, "tools").await?;
+        // A server without prompts answers -32601: none to pin.
+        let prompts = match prompts {
+            true => list_pages(upstream, endpoint, pool, session, modern, "prompts")
+                .await
+                .unwrap_or_default(),
+            false => Vec::new(),
+        };
+        Ok::<_, String>(Fetched { tools, prompts })
+    };
     if era == Era::Modern {
-        return list_pages(upstream, endpoint, pool, None, true).await;
+        return lists(None, true).await;
     }
     let init = serde_json::json!({
         "jsonrpc": "2.0", "id": "mcpgate-hints-0", "method": "initialize",
@@ -112,8 +158,7 @@ pub async fn fetch(
             "clientInfo": {"name": "mcpgate", "version": env!("CARGO_PKG_VERSION")}
         }
     });
-    let (session, _) =
-        exchange(upstream, endpoint, pool, &Method::POST, None, &init, false).await?;
+    let (session, _) = exchange(upstream, endpoint, pool, &Method::POST, None, &init, None).await?;
     let session = session.as_deref();
     let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     exchange(
@@ -123,10 +168,10 @@ pub async fn fetch(
         &Method::POST,
         session,
         &initialized,
-        false,
+        None,
     )
     .await?;
-    let result = list_pages(upstream, endpoint, pool, session, false).await;
+    let result = lists(session.map(str::to_string), false).await;
     if session.is_some() {
         // Best effort: the session ends with us either way.
         let _ = exchange(
@@ -136,28 +181,30 @@ pub async fn fetch(
             &Method::DELETE,
             session,
             &Value::Null,
-            false,
+            None,
         )
         .await;
     }
     result
 }
 
-/// Every page of the upstream's tool list, in `session` (legacy) or as stateless
-/// 2026-07-28 requests (`modern`).
+/// Every item of every page of the upstream's `what` list (`tools`, `prompts`), in
+/// `session` (legacy) or as stateless 2026-07-28 requests (`modern`).
 async fn list_pages(
     upstream: &Upstream,
     endpoint: &Endpoint,
     pool: &Arc<Pool>,
     session: Option<&str>,
     modern: bool,
-) -> Result<Vec<(Box<str>, Hints)>, String> {
+    what: &str,
+) -> Result<Vec<Value>, String> {
+    let method = format!("{what}/list");
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
     let result = loop {
         pages += 1;
-        let mut list = serde_json::json!({"jsonrpc": "2.0", "id": format!("mcpgate-hints-{pages}"), "method": "tools/list"});
+        let mut list = serde_json::json!({"jsonrpc": "2.0", "id": format!("mcpgate-hints-{pages}"), "method": method});
         if let Some(c) = &cursor {
             list["params"] = serde_json::json!({ "cursor": c });
         }
@@ -173,22 +220,22 @@ async fn list_pages(
             &Method::POST,
             session,
             &list,
-            modern,
+            modern.then_some(method.as_str()),
         )
         .await?;
-        let Some(result) = answer.and_then(|mut a| a.get_mut("result").map(Value::take)) else {
-            break Err("tools/list answered without a result".to_string());
+        let Some(mut result) = answer.and_then(|mut a| a.get_mut("result").map(Value::take)) else {
+            break Err(format!("{method} answered without a result"));
         };
-        let tools = result["tools"]
-            .as_array()
-            .ok_or("a tools/list result without tools")?;
-        all.extend(tools.iter().filter_map(tool_hints));
+        let Value::Array(items) = result[what].take() else {
+            break Err(format!("a {method} result without {what}"));
+        };
+        all.extend(items);
         cursor = result["nextCursor"].as_str().map(str::to_string);
         if cursor.is_none() {
             break Ok(());
         }
         if pages >= MAX_PAGES {
-            break Err(format!("more than {MAX_PAGES} pages of tools"));
+            break Err(format!("more than {MAX_PAGES} pages of {what}"));
         }
     };
     result.map(|()| all)
@@ -204,15 +251,15 @@ async fn exchange(
     method: &Method,
     session: Option<&str>,
     body: &Value,
-    modern: bool,
+    modern: Option<&str>,
 ) -> Result<(Option<String>, Option<Value>), String> {
     let body = if body.is_null() {
         Vec::new()
     } else {
         body.to_string().into_bytes()
     };
-    let fields = super::encode::modern_fields("tools/list");
-    let fields: &[(&str, &str)] = if modern { &fields } else { &[] };
+    let fields = modern.map(super::encode::modern_fields);
+    let fields: &[(&str, &str)] = fields.as_ref().map_or(&[], |f| &f[..]);
     let request = super::encode::own(upstream, endpoint, method, session, &body, fields);
     let answer = pool
         .send(method, &request, &mut || {})
@@ -259,24 +306,34 @@ fn first_message(text: &[u8], sse: bool) -> Option<Value> {
 /// How often mcpgate reads an upstream's tool list itself, for annotation rules.
 pub const HINTS_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// For each HTTP upstream that a profile judges by annotations: a task that reads its
-/// tool list in a session of mcpgate's own now and every [`HINTS_EVERY`], from the first
-/// endpoint that takes requests. (A stdio upstream learns from the lists that pass.)
-/// `state` gives each upstream's endpoints and hint store in the configuration in force.
+/// For each HTTP upstream that a profile judges by annotations, or that is pinned: a
+/// task that reads its tool list (and, pinned, its prompt list) in a session of mcpgate's
+/// own now, every [`HINTS_EVERY`], and when the upstream says its list changed, from the
+/// first endpoint that takes requests. (A stdio upstream learns from the lists that
+/// pass.) `state` gives each upstream's endpoints, hint store and pin store in the
+/// configuration in force.
 pub fn start_fetching<'a>(
     config: &Snapshot,
-    state: impl Fn(&Upstream) -> (&'a [Arc<EndpointState>], &'a Arc<HintStore>),
+    state: impl Fn(
+        &Upstream,
+    ) -> (
+        &'a [Arc<EndpointState>],
+        &'a Arc<HintStore>,
+        &'a Arc<PinStore>,
+    ),
 ) -> Vec<tokio::task::AbortHandle> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return Vec::new();
     };
     let mut tasks = Vec::new();
     for u in config.upstreams.values() {
-        if u.stdio.is_some() || !config.judges_hints(u) {
+        if u.stdio.is_some() || !config.reads_lists(u) {
             continue;
         }
-        let (endpoints, store) = state(u);
+        let hinted = config.judges_hints(u);
+        let (endpoints, store, pins) = state(u);
         let (upstream, endpoints, store) = (u.clone(), endpoints.to_vec(), store.clone());
+        let (pins, book) = (pins.clone(), config.pins.clone());
         let task = rt.spawn(async move {
             let pools: Vec<_> = endpoints.iter().map(|e| e.new_pool()).collect();
             loop {
@@ -300,12 +357,22 @@ pub fn start_fetching<'a>(
                         }
                     },
                 };
-                match fetch(&upstream, &upstream.endpoints[at], &pools[at], era)
-                    .await
-                {
-                    Ok(tools) => {
-                        tracing::debug!(upstream = %upstream.name, tools = tools.len(), "tool annotations read");
-                        store.replace(tools);
+                let pinned = upstream.pin != PinMode::Off;
+                match fetch(&upstream, &upstream.endpoints[at], &pools[at], era, pinned).await {
+                    Ok(read) => {
+                        tracing::debug!(upstream = %upstream.name, tools = read.tools.len(), "tool list read");
+                        if hinted {
+                            store.replace(read.tools.iter().filter_map(tool_hints).collect());
+                        }
+                        if pinned {
+                            for (kind, items) in [(PinKind::Tool, &read.tools), (PinKind::Prompt, &read.prompts)] {
+                                let listed = items
+                                    .iter()
+                                    .filter_map(|i| Some((i["name"].as_str()?.into(), Pinned::of(kind, i)?)))
+                                    .collect();
+                                pins.learn(&upstream.name, &book, kind, listed);
+                            }
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(upstream = %upstream.name, %error, "cannot read the upstream's tool list; calls that need its annotations are refused until it is known");

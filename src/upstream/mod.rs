@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod health;
 pub mod hints;
 pub mod order;
+pub mod pins;
 pub mod pool;
 pub mod registry;
 pub mod session;

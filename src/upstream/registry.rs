@@ -9,6 +9,7 @@
 
 use super::endpoint::{EndpointFamilies, EndpointState};
 use super::hints::HintStore;
+use super::pins::PinStore;
 use super::session::{EndpointId, Purpose, Sealer};
 use crate::config::Protocol;
 use crate::config::generation::Era;
@@ -71,6 +72,9 @@ pub struct UpstreamState {
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
     pub hints: Arc<HintStore>,
+    /// What its tools and prompts were last seen to be (pinning), kept by upstream name
+    /// across reloads.
+    pub pins: Arc<PinStore>,
     /// The `x-mcp-header` marks of a legacy server's tools, learnt from the lists bridged
     /// to 2026-07-28 clients: mcpgate checks their `Mcp-Param-*` headers for it.
     pub bridge_params: Arc<crate::upstream::stdio::params::ParamHeaders>,
@@ -165,6 +169,8 @@ pub struct Registry {
     stdio: Mutex<HashMap<StdioKey, Arc<StdioUpstream>>>,
     /// What each upstream says of its tools, by upstream name.
     hints: Mutex<HashMap<String, Arc<HintStore>>>,
+    /// What each upstream's tools and prompts were last seen to be, for pinning.
+    pins: Mutex<HashMap<String, Arc<PinStore>>>,
 }
 
 impl Registry {
@@ -183,6 +189,8 @@ impl Registry {
         let mut stdio_next = HashMap::new();
         let mut hints_current = self.hints.lock().unwrap_or_else(|p| p.into_inner());
         let mut hints_next: HashMap<String, Arc<HintStore>> = HashMap::new();
+        let mut pins_current = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pins_next: HashMap<String, Arc<PinStore>> = HashMap::new();
         let mut ordered: Vec<&Arc<Upstream>> = upstreams.values().collect();
         ordered.sort_by_key(|u| u.index);
         let table = ordered
@@ -239,6 +247,8 @@ impl Registry {
                 });
                 let hints = hints_current.get(&*u.name).cloned().unwrap_or_default();
                 hints_next.insert(u.name.to_string(), hints.clone());
+                let pins = pins_current.get(&*u.name).cloned().unwrap_or_default();
+                pins_next.insert(u.name.to_string(), pins.clone());
                 let keys = if u.session_keys.is_empty() {
                     std::slice::from_ref(&*PROCESS_KEY)
                 } else {
@@ -246,6 +256,7 @@ impl Registry {
                 };
                 UpstreamState {
                     hints,
+                    pins,
                     endpoints,
                     sealer: (!u.session_keys.is_empty())
                         .then(|| Sealer::new(&u.name, &u.session_keys)),
@@ -279,6 +290,7 @@ impl Registry {
         }
         *stdio_current = stdio_next;
         *hints_current = hints_next;
+        *pins_current = pins_next;
         table
     }
 

@@ -39,6 +39,7 @@ pub use upstreams::{
     Upstream,
 };
 
+use super::pins::{self, PinMode};
 use super::raw::{RawConfig, S};
 use std::fmt;
 use std::ops::Range;
@@ -79,6 +80,16 @@ impl std::error::Error for ConfigError {}
 
 /// Reads and compiles the file at `path`.
 pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
+    load_with(path, true)
+}
+
+/// [`load`] for `mcpgate pin`, which writes the pins file: an `enforce` upstream needs
+/// none yet.
+pub fn load_for_pins(path: &Path) -> Result<Snapshot, ConfigError> {
+    load_with(path, false)
+}
+
+fn load_with(path: &Path, pins_needed: bool) -> Result<Snapshot, ConfigError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
         file: file.clone(),
@@ -86,7 +97,7 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
         message: format!("cannot read configuration: {e}"),
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut snapshot = compile_text(&text, &file, &base)?;
+    let mut snapshot = compile_text(&text, &file, &base, pins_needed)?;
     snapshot.files.insert(0, path.to_path_buf());
     Ok(snapshot)
 }
@@ -94,10 +105,15 @@ pub fn load(path: &Path) -> Result<Snapshot, ConfigError> {
 /// Compiles configuration text; `file` names it in errors. Relative paths in it are taken
 /// from the current folder.
 pub fn load_str(text: &str, file: &str) -> Result<Snapshot, ConfigError> {
-    compile_text(text, file, Path::new(""))
+    compile_text(text, file, Path::new(""), true)
 }
 
-fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigError> {
+fn compile_text(
+    text: &str,
+    file: &str,
+    base: &Path,
+    pins_needed: bool,
+) -> Result<Snapshot, ConfigError> {
     let located = |span: Option<Range<usize>>, message: String| ConfigError {
         file: file.to_string(),
         position: span.map(|s| line_col(text, s.start)),
@@ -107,16 +123,47 @@ fn compile_text(text: &str, file: &str, base: &Path) -> Result<Snapshot, ConfigE
         let message = e.message().trim_end().replace('\n', " ");
         located(e.span(), message)
     })?;
-    Compiler {
+    let pins_at = raw.pins.as_ref().map(|p| p.get_ref().path.span());
+    let mut snapshot = Compiler {
         source: file,
         base,
         files: std::cell::RefCell::new(Vec::new()),
     }
     .compile(raw)
-    .map_err(|(span, message)| located(Some(span), message))
+    .map_err(|(span, message)| located(Some(span), message))?;
+    // The pins file, with its own name in its errors.
+    if let Some(path) = &snapshot.pins_path {
+        let enforced = snapshot
+            .upstreams
+            .values()
+            .find(|u| u.pin == PinMode::Enforce);
+        match pins::load(path) {
+            Ok(Some(book)) => snapshot.pins = Arc::new(book),
+            Ok(None) => {
+                if let Some(u) = enforced.filter(|_| pins_needed) {
+                    return Err(located(
+                        pins_at,
+                        format!(
+                            "upstream {:?} has pin = \"enforce\" and the pins file {} does not exist: review the upstreams' tools with `mcpgate pin review -c {file}`, then write it with `mcpgate pin approve --all -c {file}`",
+                            u.name,
+                            path.display()
+                        ),
+                    ));
+                }
+            }
+            Err(e) => {
+                return Err(ConfigError {
+                    file: path.display().to_string(),
+                    position: e.position,
+                    message: e.message,
+                });
+            }
+        }
+    }
+    Ok(snapshot)
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
@@ -182,6 +229,25 @@ impl Compiler<'_> {
             &mut warnings,
         )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
+        let pins_path = raw
+            .pins
+            .as_ref()
+            .map(|p| self.path(p.get_ref().path.get_ref()));
+        if pins_path.is_none() {
+            for (name, u) in &raw.upstreams {
+                if let Some(pin) = &u.get_ref().pin
+                    && pin.get_ref() != "off"
+                {
+                    return fail(
+                        pin.span(),
+                        format!(
+                            "upstream {name:?}: pin = {:?} needs the pins file: [pins] path = \"…\" (docs/pinning.md)",
+                            pin.get_ref()
+                        ),
+                    );
+                }
+            }
+        }
 
         Ok(Snapshot {
             hinted: profiles::hinted(&profiles, upstreams.len()),
@@ -201,6 +267,8 @@ impl Compiler<'_> {
             list_ttl,
             input_timeout,
             fanout_timeout,
+            pins: Arc::default(),
+            pins_path,
             admin,
             audit,
             oauth,

@@ -52,6 +52,25 @@ impl NameRules {
 }
 
 impl Profile {
+    /// A profile that lets everything of `upstream` through and leaves its lists as they
+    /// are: a federated profile's member (judged by the federated profile), or mcpgate's
+    /// own reader of an upstream's lists.
+    pub fn member(name: &str, upstream: Arc<Upstream>) -> Arc<Profile> {
+        Arc::new(Profile {
+            name: name.into(),
+            upstream,
+            allow: Matcher::new(["*"]),
+            deny: Matcher::new(std::iter::empty::<&str>()),
+            methods: None,
+            resources: None,
+            prompts: None,
+            allow_annotations: Box::default(),
+            deny_annotations: Box::default(),
+            federation: None,
+            judged_above: true,
+        })
+    }
+
     /// Whether this profile may list, read or subscribe to the resource `uri` (or list
     /// the template `uri`). A URI that could name another than it seems, by a dot
     /// segment or an encoded slash, never passes rules ([`plain_uri`]).
@@ -289,19 +308,7 @@ fn profile_upstreams(
         }
         members.push(Member {
             name: upstream.name.clone(),
-            profile: Arc::new(Profile {
-                name: format!("{name}/{}", upstream.name).into(),
-                upstream,
-                allow: Matcher::new(["*"]),
-                deny: Matcher::new(std::iter::empty::<&str>()),
-                methods: None,
-                resources: None,
-                prompts: None,
-                allow_annotations: Box::default(),
-                deny_annotations: Box::default(),
-                federation: None,
-                judged_above: true,
-            }),
+            profile: Profile::member(&format!("{name}/{}", upstream.name), upstream),
         });
     }
     let first = members[0].profile.upstream.clone();

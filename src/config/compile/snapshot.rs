@@ -103,6 +103,11 @@ pub struct Snapshot {
     pub input_timeout: Duration,
     /// `[transport] fanout_timeout`: how long a federated list waits for a member (SPEC §16).
     pub fanout_timeout: Duration,
+    /// The approved definitions of pinned upstreams (SPEC §17); empty without `[pins]`
+    /// or before the file is first written.
+    pub pins: Arc<crate::config::pins::PinBook>,
+    /// `[pins] path`.
+    pub pins_path: Option<PathBuf>,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
     /// `[oauth]`, when routes take OAuth access tokens.
@@ -175,6 +180,12 @@ impl Snapshot {
     /// keeps what the upstream says of its tools).
     pub fn judges_hints(&self, upstream: &super::upstreams::Upstream) -> bool {
         self.hinted.get(upstream.index).copied().unwrap_or(false)
+    }
+
+    /// Whether mcpgate reads `upstream`'s lists itself: a profile judges its tools by
+    /// annotations, or it is pinned.
+    pub fn reads_lists(&self, upstream: &super::upstreams::Upstream) -> bool {
+        self.judges_hints(upstream) || upstream.pin != crate::config::pins::PinMode::Off
     }
 
     /// `tool`'s deprecation, if it has one.

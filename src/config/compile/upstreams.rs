@@ -58,6 +58,8 @@ pub struct Upstream {
     pub stream_idle_timeout: Duration,
     /// Configured headers with secrets resolved. Never printed.
     pub headers: HeaderMap,
+    /// `pin`: whether its tools' definitions are pinned (SPEC §17).
+    pub pin: crate::config::pins::PinMode,
     /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
     /// upstream's runtime state (pools, health) for this snapshot.
     pub index: usize,
@@ -208,6 +210,13 @@ pub(super) fn parse_url(text: &str) -> Result<(Address, Uri, bool), String> {
 }
 
 /// A duration key's value, or `default` when it is absent.
+fn pin_mode(u: &raw::RawUpstream) -> Result<crate::config::pins::PinMode, Fail> {
+    match &u.pin {
+        Some(v) => at(v, crate::config::pins::PinMode::parse(v.get_ref())),
+        None => Ok(Default::default()),
+    }
+}
+
 fn duration_or(v: &Option<S<String>>, default: Duration) -> Result<Duration, Fail> {
     match v {
         Some(v) => at(v, parse_duration(v.get_ref())),
@@ -491,6 +500,7 @@ impl Compiler<'_> {
                     timeout,
                     stream_idle_timeout,
                     headers,
+                    pin: pin_mode(u)?,
                     index: out.len(),
                 }),
             );
@@ -611,6 +621,7 @@ impl Compiler<'_> {
             timeout,
             stream_idle_timeout,
             headers: HeaderMap::new(),
+            pin: pin_mode(u)?,
             index: 0,
         })
     }

@@ -13,6 +13,8 @@ use std::borrow::Cow;
 #[derive(Debug, Default)]
 pub struct Page<'a> {
     pub items: Vec<&'a RawValue>,
+    /// The items' text, from the first one's start to the last one's end.
+    pub region: &'a str,
     /// Each item's name (`kind.key()`) and where its value is in the item, read once.
     fields: Vec<Option<(std::ops::Range<usize>, Cow<'a, str>)>>,
     /// The member's cursor of its next page.
@@ -101,8 +103,17 @@ pub fn read(text: &str, kind: ListKind) -> Answer<'_> {
         .iter()
         .map(|i| item_field(i.get(), kind.key()))
         .collect();
+    let region = match (items.first(), items.last()) {
+        (Some(first), Some(last)) => {
+            let start = first.get().as_ptr() as usize - text.as_ptr() as usize;
+            let end = last.get().as_ptr() as usize - text.as_ptr() as usize + last.get().len();
+            &text[start..end]
+        }
+        _ => "",
+    };
     Answer::Page(Page {
         fields,
+        region,
         items,
         next: text_of(r.next),
         ttl_ms: r.ttl.and_then(|t| t.get().parse().ok()),
@@ -133,9 +144,9 @@ fn push_quoted(out: &mut String, name: &str) {
 
 /// What the profile's rules say of a merged list.
 pub struct Rules<'f> {
-    /// Whether an item stays: given its member's place, the name the client sees and the
-    /// item's whole text (where annotation rules read its annotations).
-    pub keep: &'f dyn Fn(usize, &str, &str) -> bool,
+    /// Whether an item stays: given its member's place, its own name, the name the client
+    /// sees and the item's whole text (where annotation rules read its annotations).
+    pub keep: &'f dyn Fn(usize, &str, &str, &str) -> bool,
     /// Whether the list depends on the caller's profile (`cacheScope` is then private).
     pub restricts: bool,
     /// The longest `ttlMs` it may carry.
@@ -174,13 +185,13 @@ pub fn merge(
                     let Some(shown) = names.shown(*member, own) else {
                         continue;
                     };
-                    if !(rules.keep)(*member, shown, item.get()) {
+                    if !(rules.keep)(*member, own, shown, item.get()) {
                         continue;
                     }
                     (shown != &**own).then_some(shown)
                 }
                 None => {
-                    if uris.contains(own) || !(rules.keep)(*member, own, item.get()) {
+                    if uris.contains(own) || !(rules.keep)(*member, own, own, item.get()) {
                         continue;
                     }
                     uris.push(own.clone());
@@ -271,7 +282,7 @@ mod tests {
             .map(|(m, n)| (*m, n.iter().map(|x| &**x).collect()))
             .collect();
         let merged = super::super::merge(&own, Prefix::OnConflict, "__");
-        let keep = |_: usize, n: &str, _: &str| n != "open";
+        let keep = |_: usize, _: &str, n: &str, _: &str| n != "open";
         let rules = Rules {
             keep: &keep,
             restricts: false,

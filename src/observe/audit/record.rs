@@ -142,6 +142,18 @@ pub struct Record {
     pub gateway_ms: Option<f64>,
     pub outcome: Option<Option<&'static str>>,
     pub total_ms: Option<f64>,
+    /// A pinned tool's or prompt's definition seen for the first time (SPEC §17).
+    pub pin: Option<Box<PinNote>>,
+}
+
+/// What a pin record says: what changed (`kind`: `tool` or `prompt`), the upstream's
+/// `pin` mode, and the approved and the new fingerprints (hex).
+#[derive(Debug, Clone)]
+pub struct PinNote {
+    pub kind: &'static str,
+    pub mode: &'static str,
+    pub old: Option<String>,
+    pub new: String,
 }
 
 impl Record {
@@ -169,6 +181,7 @@ impl Record {
             gateway_ms: None,
             outcome: None,
             total_ms: None,
+            pin: None,
         }
     }
 }
@@ -244,6 +257,21 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     if let Some(p) = r.phase {
         key(out, "phase");
         push_plain(out, p);
+    }
+    if let Some(p) = &r.pin {
+        key(out, "pin");
+        out.push_str("{\"kind\":");
+        push_plain(out, p.kind);
+        out.push_str(",\"mode\":");
+        push_plain(out, p.mode);
+        out.push_str(",\"new\":");
+        push_plain(out, &p.new);
+        out.push_str(",\"old\":");
+        match &p.old {
+            Some(old) => push_plain(out, old),
+            None => out.push_str("null"),
+        }
+        out.push('}');
     }
     // `prev` is never first or last: `client` comes before it and `time` after.
     out.push(',');

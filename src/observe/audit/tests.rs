@@ -314,6 +314,12 @@ fn lines_are_serde_json_text() {
     full.gateway_ms = Some(0.013904999999999945);
     full.outcome = Some(Some("ok"));
     full.total_ms = Some(12345.678);
+    full.pin = Some(Box::new(PinNote {
+        kind: "tool",
+        mode: "enforce",
+        old: Some("ab".repeat(32)),
+        new: "cd".repeat(32),
+    }));
     let mut nulls = Record::new(
         base(None, None),
         Some(Arc::new(Call {
@@ -390,6 +396,12 @@ fn lines_are_serde_json_text() {
         put("gateway_ms", r.gateway_ms.map(|x| json!(ms(x))));
         put("outcome", r.outcome.map(|x| json!(x)));
         put("total_ms", r.total_ms.map(|x| json!(ms(x))));
+        put(
+            "pin",
+            r.pin
+                .as_ref()
+                .map(|p| json!({"kind": p.kind, "mode": p.mode, "new": p.new, "old": p.old})),
+        );
         // The id goes in as the client wrote it, not re-encoded.
         let mut raw: BTreeMap<&str, Box<serde_json::value::RawValue>> = m
             .into_iter()

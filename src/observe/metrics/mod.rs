@@ -92,6 +92,13 @@ pub struct UpstreamErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PinLabels {
+    pub upstream: Label,
+    pub kind: &'static str,
+    pub tool: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MemberLabels {
     pub profile: Label,
     pub member: Label,
@@ -111,6 +118,9 @@ pub struct Metrics {
     /// and how many it did not.
     member_available: Family<MemberLabels, prometheus_client::metrics::gauge::Gauge>,
     member_unavailable: Family<MemberLabels, Counter>,
+    /// Per pinned upstream: its tools and prompts whose definitions are not approved
+    /// (SPEC §17), each 1 while it is so.
+    pin_unapproved: Family<PinLabels, prometheus_client::metrics::gauge::Gauge>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -162,7 +172,14 @@ impl Metrics {
             "Fan-outs of a federated profile that a member did not answer in time or at all",
             member_unavailable.clone(),
         );
+        let pin_unapproved = Family::default();
+        registry.register(
+            "pin_unapproved",
+            "Tools (kind=\"tool\") and prompts of pinned upstreams whose definitions the pins file does not approve (1 while so)",
+            pin_unapproved.clone(),
+        );
         Metrics {
+            pin_unapproved,
             member_available,
             member_unavailable,
             registry,
@@ -191,6 +208,30 @@ impl Metrics {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { upstream, kind })
             .inc();
+    }
+
+    /// Sets the series of a pinned upstream: `unapproved` are its names whose definitions
+    /// are not approved, `approved` the others it has; series of neither are left as
+    /// they are.
+    pub fn pins(
+        &self,
+        upstream: &str,
+        unapproved: &[(&'static str, &str)],
+        approved: &[(&'static str, &str)],
+    ) {
+        let labels = |kind: &'static str, name: &str| PinLabels {
+            upstream: Label(upstream.into()),
+            kind,
+            tool: Label(name.into()),
+        };
+        for (kind, name) in approved {
+            self.pin_unapproved.remove(&labels(kind, name));
+        }
+        for (kind, name) in unapproved {
+            self.pin_unapproved
+                .get_or_create(&labels(kind, name))
+                .set(1);
+        }
     }
 
     /// Notes whether `member` of the federated `profile` answered a fan-out.

@@ -28,6 +28,7 @@ use super::{Ctx, checked, judge, limits, respond};
 use crate::config::Profile;
 use crate::config::federation::{Federation, Member};
 use crate::config::generation::{MODERN, encode_header};
+use crate::config::pins::{PinKind, PinMode};
 use crate::error::{GateError, Refusal, code};
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -40,7 +41,8 @@ use crate::mcp::pointer::Entries;
 use crate::mcp::task_ids;
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay;
-use crate::upstream::hints::{HintSource, Hints, item_hints};
+use crate::upstream::hints::{Hints, OneUpstream, UpstreamSays, item_hints};
+use crate::upstream::pins::Standing;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::borrow::Cow;
@@ -87,12 +89,22 @@ pub(super) async fn post<'s>(
         meta: m.meta,
         session: session.as_ref(),
     };
-    // Annotation rules judge a call by what its member says of the tool: a name the
-    // directory does not know yet is looked for first.
-    if let (Some(ToolName::Name(name)), Some("tools/call")) = (&m.tool, m.method())
-        && profile.needs_hints(name)
-    {
-        let _ = fan.by_name(ListKind::Tools, name, ctx).await;
+    // Annotation rules and pins judge a call by what its member says of the tool or
+    // prompt: a name the directory does not know yet is looked for first.
+    let pinned = fed
+        .members
+        .iter()
+        .any(|m| m.profile.upstream.pin != PinMode::Off);
+    match (m.method(), &m.tool, &m.target) {
+        (Some("tools/call"), Some(ToolName::Name(name)), _)
+            if pinned || profile.needs_hints(name) =>
+        {
+            let _ = fan.by_name(ListKind::Tools, name, ctx).await;
+        }
+        (Some("prompts/get"), _, Some(ToolName::Name(name))) if pinned => {
+            let _ = fan.by_name(ListKind::Prompts, name, ctx).await;
+        }
+        _ => {}
     }
     let hints = MemberHints {
         live,
@@ -238,12 +250,41 @@ struct MemberHints<'a> {
     dir: &'a Directory,
 }
 
-impl HintSource for MemberHints<'_> {
-    fn hints_of(&self, tool: &str) -> Option<Hints> {
-        let names = self.dir.names(ListKind::Tools);
-        let (m, own) = names.route(tool)?;
+impl MemberHints<'_> {
+    /// What the member of a shown name says of it, by its own name.
+    fn member<T>(
+        &self,
+        kind: ListKind,
+        name: &str,
+        f: impl FnOnce(OneUpstream<'_>, &str) -> T,
+    ) -> Option<T> {
+        let names = self.dir.names(kind);
+        let (m, own) = names.route(name)?;
         let upstream = &self.fed.members[m].profile.upstream;
-        self.live.upstream(upstream).hints.get(own)
+        let state = self.live.upstream(upstream);
+        let one = OneUpstream {
+            upstream,
+            hints: &state.hints,
+            pins: &state.pins,
+            book: &self.live.config.pins,
+        };
+        Some(f(one, own))
+    }
+}
+
+impl UpstreamSays for MemberHints<'_> {
+    fn hints_of(&self, tool: &str) -> Option<Hints> {
+        self.member(ListKind::Tools, tool, |one, own| one.hints_of(own))?
+    }
+
+    fn pinned(&self, kind: PinKind, name: &str) -> Option<(PinMode, Standing)> {
+        let list = match kind {
+            PinKind::Tool => ListKind::Tools,
+            PinKind::Prompt => ListKind::Prompts,
+        };
+        // A name no member is known to show (after the lists were read for it) is refused
+        // as unknown by its route.
+        self.member(list, name, |one, own| one.pinned(kind, own))?
     }
 }
 
@@ -553,7 +594,18 @@ impl<'s> Fan<'_, 's> {
         // its member's store learns them (by the member's own name).
         let read_hints = kind == ListKind::Tools && filter.judges_hints();
         let learned = std::cell::RefCell::new(vec![Vec::new(); self.fed.members.len()]);
-        let keep = |m: usize, name: &str, item: &str| {
+        // A pinned member's names whose definitions are not approved (SPEC §17).
+        let unpinned: Vec<Option<Arc<std::collections::HashSet<Box<str>>>>> = {
+            let mut by_member = vec![None; self.fed.members.len()];
+            for (m, page) in &pages {
+                by_member[*m] = self.unpinned(*m, kind, page);
+            }
+            by_member
+        };
+        let keep = |m: usize, own: &str, name: &str, item: &str| {
+            if unpinned[m].as_ref().is_some_and(|h| h.contains(own)) {
+                return false;
+            }
             if !read_hints {
                 return filter.keeps_item(kind, name);
             }
@@ -601,6 +653,34 @@ impl<'s> Fan<'_, 's> {
                 "cannot filter the merged list: {e}"
             ))),
         }
+    }
+
+    /// The names of a member's page that its pins hide (none unless it is pinned and the
+    /// list is of tools or prompts); the page is learnt either way.
+    fn unpinned(
+        &self,
+        m: usize,
+        kind: ListKind,
+        page: &Page<'_>,
+    ) -> Option<Arc<std::collections::HashSet<Box<str>>>> {
+        let upstream = &self.fed.members[m].profile.upstream;
+        let pin_kind = match kind {
+            ListKind::Tools => PinKind::Tool,
+            ListKind::Prompts => PinKind::Prompt,
+            _ => return None,
+        };
+        if upstream.pin == PinMode::Off {
+            return None;
+        }
+        let hidden = self.live.upstream(upstream).pins.page(
+            &upstream.name,
+            upstream.pin,
+            &self.live.config.pins,
+            pin_kind,
+            page.region.as_bytes(),
+            page.items.iter().map(|i| i.get()),
+        );
+        (!hidden.is_empty()).then_some(hidden)
     }
 
     /// Logs and counts a member that did not answer a fan-out.
@@ -751,6 +831,8 @@ impl<'s> Fan<'_, 's> {
                         last,
                         &lists::names(&page),
                     );
+                    // What a pinned member lists is learnt (and its changes reported).
+                    self.unpinned(m, kind, &page);
                     // The member's store learns what it says of its tools, for annotation
                     // rules.
                     let upstream = &member.profile.upstream;
@@ -1290,15 +1372,13 @@ impl<'s> Ctx<'s> {
     }
 }
 
-/// What `mcpgate check --probe` prints of each federated profile (SPEC §16): the members'
-/// tool lists read now as a 2026-07-28 client would, merged as the profile's clients see
-/// them, the names two members would share, and the members that did not answer.
-pub async fn probe(gw: &Gateway) -> String {
-    use std::fmt::Write;
-    let here = gw.live_here();
-    let live: &Arc<Live> = &here;
-    let mut out = String::new();
-    let req = ClientRequest {
+/// The `_meta` of the 2026-07-28 requests mcpgate's commands send (`check --probe`,
+/// `pin review`).
+const OWN_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcpgate-check","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+/// The client request mcpgate's commands stand in for: a 2026-07-28 JSON POST.
+fn own_client_request() -> ClientRequest {
+    ClientRequest {
         method: http::Method::POST,
         target: crate::http::request::Target::parse("/").expect("a plain path"),
         fields: Fields::from_map(&HeaderMap::from_iter([
@@ -1312,37 +1392,115 @@ pub async fn probe(gw: &Gateway) -> String {
             ),
         ])),
         body: ClientBody::Read(Bytes::new()),
+    }
+}
+
+/// The context of a request of mcpgate's commands: no route, token or audit.
+fn own_ctx(peer: &Peer) -> Ctx<'static> {
+    Ctx {
+        request_id: Arc::from("mcpgate-check"),
+        route: None,
+        token_id: None,
+        rpc_id: None,
+        rpc_method: None,
+        tool: None,
+        want: Ok(Want::Json),
+        token: None,
+        caller: None,
+        proto: "http",
+        listener: "",
+        peer: peer.clone(),
+        calls: Vec::new(),
+        upstream_ms: None,
+        started: Instant::now(),
+        audit_base: None,
+        access: None,
+        trace: None,
+        era: Era::Modern,
+        first_request: None,
+        member: None,
+        rename: None,
+    }
+}
+
+/// Every tool and every prompt `upstream` lists, read page by page through the request
+/// path as a 2026-07-28 client would (so a legacy, stdio or replicated upstream is read
+/// as the gateway serves it), unfiltered: what `mcpgate pin review` compares with the
+/// pins file. A server without prompts has none.
+pub async fn own_lists(
+    gw: &Gateway,
+    upstream: &Arc<crate::config::Upstream>,
+) -> Result<[Vec<serde_json::Value>; 2], String> {
+    let here = gw.live_here();
+    let live: &Arc<Live> = &here;
+    let member = Profile::member(&format!("pin/{}", upstream.name), upstream.clone());
+    let fed = Arc::new(Federation {
+        members: vec![Member {
+            name: upstream.name.clone(),
+            profile: member.clone(),
+        }]
+        .into(),
+        prefix: crate::config::federation::Prefix::Never,
+        separator: "__".into(),
+    });
+    let (req, peer) = (
+        own_client_request(),
+        Peer::new(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+    );
+    let ctx = own_ctx(&peer);
+    let dir = crate::mcp::federation::directory::Directories::default().of(&member.name, &fed);
+    let fan = Fan {
+        gw,
+        live,
+        profile: &member,
+        fed: &fed,
+        dir: &dir,
+        peer: &peer,
+        req: &req,
+        meta: Some(OWN_META),
+        session: None,
     };
+    let mut out: [Vec<serde_json::Value>; 2] = Default::default();
+    for (at, kind) in [ListKind::Tools, ListKind::Prompts].into_iter().enumerate() {
+        let method = kind_method(kind);
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let body = own_request(method, Some(OWN_META), cursor.as_deref());
+            let text = fan.ask(0, method, body, &ctx).await?;
+            let text = std::str::from_utf8(&text).map_err(|_| "an answer that is not UTF-8")?;
+            let page = match lists::read(text, kind) {
+                Answer::Page(p) => p,
+                Answer::Lacks => break,
+                Answer::Failed(why) => return Err(format!("{method}: {why}")),
+            };
+            for item in &page.items {
+                let v = serde_json::from_str(item.get()).map_err(|e| e.to_string())?;
+                out[at].push(v);
+            }
+            match page.next {
+                Some(next) => cursor = Some(next.into_owned()),
+                None => break,
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What `mcpgate check --probe` prints of each federated profile (SPEC §16): the members'
+/// tool lists read now as a 2026-07-28 client would, merged as the profile's clients see
+/// them, the names two members would share, and the members that did not answer.
+pub async fn probe(gw: &Gateway) -> String {
+    use std::fmt::Write;
+    let here = gw.live_here();
+    let live: &Arc<Live> = &here;
+    let mut out = String::new();
+    let req = own_client_request();
     let peer = Peer::new(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcpgate-check","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
     for profile in live.config.profiles.values() {
         let Some(fed) = &profile.federation else {
             continue;
         };
-        let ctx = Ctx {
-            request_id: Arc::from("mcpgate-check"),
-            route: None,
-            token_id: None,
-            rpc_id: None,
-            rpc_method: None,
-            tool: None,
-            want: Ok(Want::Json),
-            token: None,
-            caller: None,
-            proto: "http",
-            listener: "",
-            peer: peer.clone(),
-            calls: Vec::new(),
-            upstream_ms: None,
-            started: Instant::now(),
-            audit_base: None,
-            access: None,
-            trace: None,
-            era: Era::Modern,
-            first_request: None,
-            member: None,
-            rename: None,
-        };
+        let ctx = own_ctx(&peer);
         // A directory of its own: what the probe reads is not what the gateway serves.
         let dir = crate::mcp::federation::directory::Directories::default().of(&profile.name, fed);
         let fan = Fan {
@@ -1353,7 +1511,7 @@ pub async fn probe(gw: &Gateway) -> String {
             dir: &dir,
             peer: &peer,
             req: &req,
-            meta: Some(META),
+            meta: Some(OWN_META),
             session: None,
         };
         let members: Vec<&str> = fed.members.iter().map(|m| &*m.name).collect();
@@ -1363,7 +1521,7 @@ pub async fn probe(gw: &Gateway) -> String {
             let mut cursor: Option<String> = None;
             let mut first = true;
             loop {
-                let body = own_request("tools/list", Some(META), cursor.as_deref());
+                let body = own_request("tools/list", Some(OWN_META), cursor.as_deref());
                 let page = match fan.ask(m, "tools/list", body, &ctx).await {
                     Ok(text) => {
                         let text = String::from_utf8_lossy(&text).into_owned();

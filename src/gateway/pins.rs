@@ -1,0 +1,161 @@
+//! What the gateway does when a pinned upstream's definitions change or are approved
+//! (SPEC §17): an audit record of each new definition, the `mcpgate_pin_unapproved`
+//! series, and, under `enforce`, a list change told to the clients of every profile that
+//! shows the upstream's tools (its own, and the federated ones it is a member of).
+
+use super::{Gateway, Live};
+use crate::config::pins::{PinKind, PinMode};
+use crate::observe::audit::{Base, Call, PinNote, Record};
+use crate::upstream::pins::{Change, Standing};
+use std::sync::{Arc, Weak};
+
+const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
+
+/// One task per pinned upstream: each change its store reports is recorded and told.
+/// Replaced on every reload.
+pub(super) fn watch(gw: &Weak<Gateway>, live: &Arc<Live>) -> Vec<tokio::task::AbortHandle> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return Vec::new();
+    };
+    live.config
+        .upstreams
+        .values()
+        .filter(|u| u.pin != PinMode::Off)
+        .map(|u| {
+            let (gw, store, name) = (gw.clone(), live.upstream(u).pins.clone(), u.name.clone());
+            rt.spawn(async move {
+                loop {
+                    let changes = store.take_changes();
+                    if !changes.is_empty() {
+                        let Some(gw) = gw.upgrade() else { return };
+                        gw.pins_changed(&name, changes);
+                    }
+                    store.wake.notified().await;
+                }
+            })
+            .abort_handle()
+        })
+        .collect()
+}
+
+impl Gateway {
+    /// New definitions of `upstream`'s tools or prompts that the pins file does not
+    /// approve: recorded, counted, and (under `enforce`) told as list changes.
+    fn pins_changed(&self, upstream: &str, changes: Vec<Change>) {
+        let live = self.live();
+        let Some(u) = live.config.upstreams.get(upstream) else {
+            return;
+        };
+        for c in &changes {
+            let why = match &c.approved {
+                Some(_) => "changed since it was approved",
+                None => "not approved yet",
+            };
+            tracing::warn!(
+                upstream,
+                kind = c.kind.name(),
+                name = ?c.name,
+                fingerprint = %c.seen.hex(),
+                mode = u.pin.name(),
+                "pinned definition {why}; review it with `mcpgate pin review`"
+            );
+            if let Some(audit) = &self.audit {
+                audit.record(pin_record(upstream, u.pin, c, why));
+            }
+        }
+        self.count_pins(&live, upstream);
+        if u.pin == PinMode::Enforce {
+            let kinds: Vec<PinKind> = changes.iter().map(|c| c.kind).collect();
+            self.tell_lists(&live, upstream, &kinds);
+        }
+    }
+
+    /// Sets `mcpgate_pin_unapproved` for what `upstream` was last seen to have.
+    pub(super) fn count_pins(&self, live: &Live, upstream: &str) {
+        let Some(u) = live.config.upstreams.get(upstream) else {
+            return;
+        };
+        let seen = live.upstream(u).pins.seen();
+        let (mut unapproved, mut approved) = (Vec::new(), Vec::new());
+        for (kind, name, _) in &seen {
+            let standing = live
+                .upstream(u)
+                .pins
+                .standing(&live.config.pins, upstream, *kind, name);
+            let list = match (u.pin, standing) {
+                (PinMode::Off, _) | (_, Standing::Approved) => &mut approved,
+                _ => &mut unapproved,
+            };
+            list.push((kind.name(), &**name));
+        }
+        self.metrics.pins(upstream, &unapproved, &approved);
+    }
+
+    /// Tells the clients of every profile showing `upstream` that its `kinds` lists
+    /// changed.
+    pub(super) fn tell_lists(&self, live: &Live, upstream: &str, kinds: &[PinKind]) {
+        for p in live.config.profiles.values() {
+            let shows = match &p.federation {
+                Some(fed) => fed
+                    .members
+                    .iter()
+                    .any(|m| &*m.profile.upstream.name == upstream),
+                None => &*p.upstream.name == upstream && !p.judged_above,
+            };
+            if !shows {
+                continue;
+            }
+            for method in [
+                (PinKind::Tool, TOOLS_CHANGED),
+                (PinKind::Prompt, PROMPTS_CHANGED),
+            ]
+            .into_iter()
+            .filter(|(k, _)| kinds.contains(k))
+            .map(|(_, m)| m)
+            {
+                let told = self.streams.notify(&p.name, method);
+                tracing::info!(profile = %p.name, method, streams = told, "pinned list change sent");
+            }
+        }
+    }
+}
+
+/// The audit record of a definition seen for the first time.
+fn pin_record(upstream: &str, mode: PinMode, c: &Change, why: &'static str) -> Record {
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let method = match c.kind {
+        PinKind::Tool => "tools/list",
+        PinKind::Prompt => "prompts/list",
+    };
+    let base = Base::new(
+        format!("pin-{n}").into(),
+        "-",
+        None,
+        None,
+        std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        method,
+    )
+    .with_member(Some(upstream));
+    let call = Call {
+        rpc_id: None,
+        tool: Arc::from(&*c.name),
+        arguments: None,
+        durable: true,
+    };
+    let mut r = Record::new(Arc::new(base), Some(Arc::new(call)));
+    r.phase = Some("pin");
+    r.decision = Some(match mode {
+        PinMode::Enforce => "hidden",
+        _ => "warned",
+    });
+    r.reason = Some(Some(why.to_string()));
+    r.pin = Some(Box::new(PinNote {
+        kind: c.kind.name(),
+        mode: mode.name(),
+        old: c.approved.as_ref().map(|a| a.hex()),
+        new: c.seen.hex(),
+    }));
+    r
+}

@@ -286,6 +286,57 @@ fn toml_string(text: &str) -> String {
     out
 }
 
+/// A definition as lines to show: its description's own lines, then the rest of it as
+/// pretty JSON (keys sorted), every control character escaped.
+pub fn lines(p: &Pinned) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = (*p.definition).clone();
+    if let Some(serde_json::Value::String(d)) =
+        rest.as_object_mut().and_then(|o| o.remove("description"))
+    {
+        out.push("description:".to_string());
+        out.extend(d.split('\n').map(|l| format!("  {}", visible(l))));
+    }
+    let pretty = serde_json::to_string_pretty(&rest).expect("a value serializes");
+    out.extend(pretty.lines().map(visible));
+    out
+}
+
+/// The lines that differ between two definitions, `-` the approved and `+` the new, with
+/// two lines around each change.
+pub fn diff(old: &Pinned, new: &Pinned) -> String {
+    let (a, b) = (lines(old).join("\n"), lines(new).join("\n"));
+    let diff = similar::TextDiff::from_lines(&a, &b);
+    let mut out = String::new();
+    for group in diff.grouped_ops(2) {
+        out.push_str("    @@\n");
+        for op in group {
+            for change in diff.iter_changes(&op) {
+                let sign = match change.tag() {
+                    similar::ChangeTag::Delete => '-',
+                    similar::ChangeTag::Insert => '+',
+                    similar::ChangeTag::Equal => ' ',
+                };
+                let _ = writeln!(out, "    {sign} {}", change.value().trim_end_matches('\n'));
+            }
+        }
+    }
+    out
+}
+
+/// `text` with every control character (but none other) written as `\u{…}`.
+pub fn visible(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawUpstreamPins {

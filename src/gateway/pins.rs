@@ -159,3 +159,44 @@ fn pin_record(upstream: &str, mode: PinMode, c: &Change, why: &'static str) -> R
     }));
     r
 }
+
+impl Gateway {
+    /// What the status page shows of pinned upstreams: every tool and prompt last seen
+    /// with a definition the pins file does not approve, with its diff.
+    pub(super) fn awaiting_approval(&self) -> Vec<crate::observe::status::StatusPin> {
+        let live = self.live();
+        let mut out = Vec::new();
+        for u in live
+            .config
+            .upstreams
+            .values()
+            .filter(|u| u.pin != PinMode::Off)
+        {
+            let mut seen = live.upstream(u).pins.seen();
+            seen.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+            for (kind, name, now) in seen {
+                let approved = live.config.pins.get(&u.name, kind, &name);
+                let (standing, diff) = match approved {
+                    Some(a) if a.sha256 == now.sha256 => continue,
+                    Some(a) => ("changed", crate::config::pins::diff(a, &now)),
+                    None => {
+                        let lines = crate::config::pins::lines(&now);
+                        let text = lines.iter().map(|l| format!("    + {l}\n")).collect();
+                        ("new", text)
+                    }
+                };
+                out.push(crate::observe::status::StatusPin {
+                    upstream: u.name.to_string(),
+                    kind: kind.name(),
+                    name: crate::config::pins::visible(&name),
+                    standing,
+                    mode: u.pin.name(),
+                    sha256: now.hex(),
+                    approved_sha256: approved.map(|a| a.hex()),
+                    diff,
+                });
+            }
+        }
+        out
+    }
+}

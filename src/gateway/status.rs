@@ -128,6 +128,7 @@ impl Gateway {
             open_sessions: sessions,
             rows,
             upstreams,
+            pins: self.awaiting_approval(),
             federation: self
                 .directories
                 .members()

@@ -136,6 +136,23 @@ pub fn render(s: &Status, out: &mut String) {
         }
         out.push_str("</table></div>");
     }
+    if !s.pins.is_empty() {
+        out.push_str("<h2>Awaiting approval</h2><p class=dim>Pinned definitions that changed or are new: approve with <code>mcpgate pin approve</code> after <code>mcpgate pin review</code>.</p><div class=wide><table id=pins><tr><th>upstream</th><th>kind</th><th>name</th><th>status</th><th>pin</th><th>sha256</th></tr>");
+        for p in &s.pins {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td class=down>{}</td><td>{}</td><td class=dim>{}</td></tr><tr><td colspan=6><pre>{}</pre></td></tr>",
+                esc(&p.upstream),
+                esc(p.kind),
+                esc(&p.name),
+                esc(p.standing),
+                esc(p.mode),
+                esc(p.sha256.get(..12).unwrap_or(&p.sha256)),
+                esc(&p.diff),
+            );
+        }
+        out.push_str("</table></div>");
+    }
     out.push_str("<h2>Last reload</h2><div id=reload>");
     match &s.reload {
         None => out.push_str("<p class=dim>none since start</p>"),
@@ -314,6 +331,17 @@ mod tests {
                 available: false,
                 at: "2026-11-26T12:00:00.000Z".into(),
                 error: Some(tool.into()),
+            }],
+            // A definition's text is the upstream's: escaped too.
+            pins: vec![crate::observe::status::StatusPin {
+                upstream: "kb".into(),
+                kind: "tool",
+                name: tool.into(),
+                standing: "changed",
+                mode: "enforce",
+                sha256: "ab".repeat(32),
+                approved_sha256: None,
+                diff: format!("    + {tool}"),
             }],
             reload: None,
             decisions: vec![],

@@ -23,6 +23,8 @@ pub struct Status {
     pub upstreams: Vec<StatusUpstream>,
     /// The members of federated profiles (SPEC §16), as their last fan-out found them.
     pub federation: Vec<StatusMember>,
+    /// Tools and prompts of pinned upstreams whose definitions await approval (SPEC §17).
+    pub pins: Vec<StatusPin>,
     /// `None` before the first reload.
     pub reload: Option<ReloadStatus>,
     /// The latest tools/call decisions, newest first.
@@ -60,6 +62,24 @@ pub struct StatusMember {
     /// When that was (RFC 3339), and why it did not answer.
     pub at: String,
     pub error: Option<String>,
+}
+
+/// A pinned upstream's tool or prompt whose definition is not approved.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusPin {
+    pub upstream: String,
+    /// `tool` or `prompt`.
+    pub kind: &'static str,
+    pub name: String,
+    /// `changed` (since it was approved) or `new`.
+    pub standing: &'static str,
+    /// The upstream's `pin`: `enforce` (hidden until approved) or `warn`.
+    pub mode: &'static str,
+    pub sha256: String,
+    pub approved_sha256: Option<String>,
+    /// What changed, as `mcpgate pin review` prints it (the upstream's text, control
+    /// characters escaped).
+    pub diff: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -48,6 +48,10 @@ struct Page {
     /// Held so that its address is not reused by another book while the page is kept.
     book: Arc<PinBook>,
     hidden: Arc<HashSet<Box<str>>>,
+    /// What it lists, to learn again when the store saw something else since.
+    listed: Arc<Vec<(Box<str>, Pinned)>>,
+    /// The store's generation once this page was learnt.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -61,6 +65,9 @@ pub struct PinStore {
     changes: Mutex<Vec<Change>>,
     /// Woken when `changes` has some.
     pub wake: tokio::sync::Notify,
+    /// Counts the changes of `seen`: a page seen again after another definition of its
+    /// names was learnt is learnt again.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl PinStore {
@@ -86,14 +93,31 @@ impl PinStore {
         text: &[u8],
         items: impl Iterator<Item = &'i str>,
     ) -> Arc<HashSet<Box<str>>> {
-        {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        let hit = {
             let pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(p) = pages
+            pages
                 .iter()
                 .find(|p| p.kind == kind && Arc::ptr_eq(&p.book, book) && *p.text == *text)
-            {
-                return p.hidden.clone();
+                .map(|p| {
+                    let fresh = p.generation.load(Acquire) == self.generation.load(Acquire);
+                    (p.hidden.clone(), (!fresh).then(|| p.listed.clone()))
+                })
+        };
+        match hit {
+            Some((hidden, None)) => return hidden,
+            // The same page again, after another definition of its names was seen: what
+            // it lists is what the upstream says now.
+            Some((hidden, Some(listed))) => {
+                self.learn(upstream, book, kind, (*listed).clone());
+                let now = self.generation.load(Acquire);
+                let pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(p) = pages.iter().find(|p| Arc::ptr_eq(&p.listed, &listed)) {
+                    p.generation.store(now, Release);
+                }
+                return hidden;
             }
+            None => {}
         }
         let listed: Vec<(Box<str>, Pinned)> = items
             .filter_map(|i| serde_json::from_str::<Value>(i).ok())
@@ -103,8 +127,9 @@ impl PinStore {
                 Some((name, pinned))
             })
             .collect();
+        let listed = Arc::new(listed);
         let hidden: HashSet<Box<str>> = self
-            .learn(upstream, book, kind, listed)
+            .learn(upstream, book, kind, (*listed).clone())
             .into_iter()
             .filter(|_| mode == PinMode::Enforce)
             .collect();
@@ -118,6 +143,8 @@ impl PinStore {
             text: text.into(),
             book: book.clone(),
             hidden: hidden.clone(),
+            listed,
+            generation: self.generation.load(Acquire).into(),
         });
         hidden
     }
@@ -160,6 +187,8 @@ impl PinStore {
                 .any(|(n, p)| seen[kind as usize].get(n) != Some(p))
         };
         if changed {
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             self.seen.rcu(|old| {
                 let mut next = (**old).clone();
                 for (n, p) in &listed {
@@ -257,6 +286,16 @@ mod tests {
         page(&store, &book, &poisoned);
         page(&store, &book, &tool("Find."));
         assert!(store.take_changes().is_empty());
+        // The page seen again is what the upstream says now, for calls too.
+        assert_eq!(
+            store.standing(&book, "kb", PinKind::Tool, "search"),
+            Standing::Approved
+        );
+        page(&store, &book, &poisoned);
+        assert_eq!(
+            store.standing(&book, "kb", PinKind::Tool, "search"),
+            Standing::Changed
+        );
         // Approved: the same page under the new book hides nothing.
         let mut next = (*book).clone();
         let new = Pinned::of(PinKind::Tool, &serde_json::from_str(&poisoned).unwrap()).unwrap();

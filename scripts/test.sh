@@ -46,6 +46,7 @@ if [ $# -eq 0 ]; then
   bench/scale.sh --smoke
   bench/trace.sh --smoke
   bench/federation.sh --smoke
+  bench/pinning.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

@@ -180,7 +180,12 @@ path = {audit:?}
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("approved tool search of kb: sha256 "), "{out}");
     assert!(out.contains("approved prompt greet of kb"), "{out}");
-    assert_eq!(mcpgate(&["check"], &config).0, 0);
+    let (code, out) = mcpgate(&["check"], &config);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("pin: enforce (3 definitions approved in "),
+        "{out}"
+    );
     let approved_file = std::fs::read_to_string(&pins).unwrap();
     assert!(
         approved_file.contains("[kb.tools.search]"),
@@ -317,8 +322,30 @@ path = {audit:?}
     assert_eq!(out["calls"]["search"], "found: old pins", "{out}");
     std::fs::write(&pins, &approved_file).unwrap();
 
-    // Approved with the real command: back without a restart.
+    // Approved with the real command: back without a restart, and a client holding a GET
+    // stream (the TypeScript SDK v1 client) is told its list changed, and lists again.
     call(&url, "rug_pull", json!({"version": "v3"})).await;
+    ts2(&url, json!([])).await;
+    let listener = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            run_client(Command::new(node22()).current_dir(peers()).args([
+                "ts_list_changed.mjs",
+                &url,
+                "unused",
+                "1",
+            ]))
+        })
+    };
+    support::eventually(
+        Duration::from_secs(10),
+        "the listener's GET stream",
+        || async {
+            let s: Value = serde_json::from_str(&text(&gw.admin_url("/status")).await).ok()?;
+            (s["open_streams"].as_u64()? >= 1).then_some(())
+        },
+    )
+    .await;
     let (code, out) = mcpgate(&["pin", "approve", "--tool", "search"], &config);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("approved tool search of kb"), "{out}");
@@ -330,6 +357,19 @@ path = {audit:?}
     })
     .await;
     assert_eq!(out["calls"]["search"], "found: new (at most 2)", "{out}");
+    let heard = listener.await.unwrap();
+    let changed = heard
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l.get("changed").is_some())
+        .unwrap_or_else(|| panic!("{heard}"));
+    assert!(
+        changed["changed"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("search")),
+        "{heard}"
+    );
     let metrics = text(&gw.admin_url("/metrics")).await;
     assert!(!metrics.contains(r#"tool="search"} 1"#), "{metrics}");
     assert_eq!(mcpgate(&["pin", "review"], &config).0, 0);

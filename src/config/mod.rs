@@ -6,6 +6,7 @@ pub mod federation;
 pub mod generation;
 pub mod glob;
 pub mod pins;
+pub mod position;
 pub mod raw;
 pub mod restart;
 pub mod tls;

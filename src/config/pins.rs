@@ -363,7 +363,7 @@ pub struct PinsError {
 /// Reads a pins file's text.
 pub fn parse(text: &str) -> Result<PinBook, PinsError> {
     let at = |span: Option<std::ops::Range<usize>>, message: String| PinsError {
-        position: span.map(|s| super::compile::line_col(text, s.start)),
+        position: span.map(|s| super::position::line_col(text, s.start)),
         message,
     };
     let raw: BTreeMap<String, RawUpstreamPins> = toml::from_str(text).map_err(|e| {

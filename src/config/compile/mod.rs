@@ -40,6 +40,7 @@ pub use upstreams::{
 };
 
 use super::pins::{self, PinMode};
+use super::position::line_col;
 use super::raw::{RawConfig, S};
 use std::fmt;
 use std::ops::Range;
@@ -161,13 +162,6 @@ fn compile_text(
         }
     }
     Ok(snapshot)
-}
-
-pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 pub(super) type Fail = (Range<usize>, String);

@@ -294,6 +294,17 @@ impl Snapshot {
                     }
                 }
             );
+            if u.pin != crate::config::pins::PinMode::Off {
+                let approved = self.pins.of_upstream(&u.name).count();
+                let _ = writeln!(
+                    out,
+                    "    pin: {} ({approved} definitions approved in {})",
+                    u.pin.name(),
+                    self.pins_path
+                        .as_ref()
+                        .map_or("(no pins file)".into(), |p| p.display().to_string())
+                );
+            }
             if let Some(c) = &u.stdio {
                 let mut names: Vec<&str> = c.env.iter().map(|(k, _)| k.as_str()).collect();
                 names.sort_unstable();

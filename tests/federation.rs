@@ -11,28 +11,9 @@ use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    Gateway, free_port, node22, peers, post, python, run_client, start_peer, ts2_server_on,
-    upstream,
+    Gateway, fed_client, free_port, node22, peers, post, python, run_client, start_peer,
+    ts2_server_on, upstream,
 };
-
-/// The TypeScript SDK v2 client's tour of a federated route (`fed_client.mjs`).
-async fn fed_client(url: &str, plan: Value) -> Value {
-    let url = url.to_string();
-    tokio::task::spawn_blocking(move || {
-        let out = run_client(
-            Command::new(node22())
-                .current_dir(peers())
-                .arg("fed_client.mjs")
-                .arg(&url)
-                .arg(plan.to_string()),
-        );
-        // The SDK warns on stdout of lists the server has no capability for.
-        let last = out.trim().lines().last().unwrap_or_default();
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
-    })
-    .await
-    .unwrap()
-}
 
 /// A Python SDK server whose tools are `tools`, each answering `<name>:<tool>`.
 fn named_server(port: u16, name: &str, tools: &[&str]) -> support::Peer {

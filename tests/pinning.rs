@@ -47,20 +47,7 @@ async fn py_legacy(url: &str, tool: &str, args: Value, refused: &str) -> Value {
 
 /// The TypeScript SDK v2 client (2026-07-28): every tool name, and each call's answer.
 async fn ts2(url: &str, calls: Value) -> Value {
-    let url = url.to_string();
-    tokio::task::spawn_blocking(move || {
-        let out = run_client(
-            Command::new(node22())
-                .current_dir(peers())
-                .arg("fed_client.mjs")
-                .arg(&url)
-                .arg(json!({ "calls": calls }).to_string()),
-        );
-        serde_json::from_str(out.trim().lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{e}: {out}"))
-    })
-    .await
-    .unwrap()
+    support::fed_client(url, json!({ "calls": calls })).await
 }
 
 const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;

@@ -130,3 +130,23 @@ pub fn ts1_server(record: &std::path::Path) -> (Peer, u16) {
     );
     (peer, port)
 }
+
+/// The TypeScript SDK v2 client's tour of a route (`fed_client.mjs`, 2026-07-28): discover,
+/// every tool (all pages), prompts, resources, and each call, read and prompt of `plan`.
+pub async fn fed_client(url: &str, plan: serde_json::Value) -> serde_json::Value {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = run_client(
+            Command::new(node22())
+                .current_dir(peers())
+                .arg("fed_client.mjs")
+                .arg(&url)
+                .arg(plan.to_string()),
+        );
+        // The SDK warns on stdout of lists the server has no capability for.
+        let last = out.trim().lines().last().unwrap_or_default();
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
+    })
+    .await
+    .unwrap()
+}

@@ -124,12 +124,19 @@ url = "http://127.0.0.1:{kb_port}/mcp"
 pin = "enforce"
 [upstreams.other]
 url = "http://127.0.0.1:{other_port}/mcp"
+# The same server, pinned to warn only.
+[upstreams.watched]
+url = "http://127.0.0.1:{kb_port}/mcp"
+pin = "warn"
 
 [pins]
 path = {pins:?}
 
 [profiles.notes]
 upstream = "kb"
+allow = ["*"]
+[profiles.watched]
+upstream = "watched"
 allow = ["*"]
 [profiles.fed]
 upstreams = ["kb", "other"]
@@ -140,6 +147,11 @@ allow = ["*"]
 listen = "main"
 path = "/mcp"
 profile = "notes"
+auth = "none"
+[[routes]]
+listen = "main"
+path = "/watched"
+profile = "watched"
 auth = "none"
 [[routes]]
 listen = "main"
@@ -222,14 +234,38 @@ path = {audit:?}
     assert_eq!(out["calls"]["other__open"], "other:open", "{out}");
     let r = call(&url, "search", json!({"query": "x"})).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
+    // `warn`: the same change passes, recorded and counted.
+    let out = ts2(
+        &gw.url("/watched"),
+        json!([["search", {"query": "warned"}]]),
+    )
+    .await;
+    assert!(
+        names(&out["tools"]["names"]).contains(&"search".to_string()),
+        "{out}"
+    );
+    assert_eq!(out["calls"]["search"], "found: warned", "{out}");
 
     // Recorded once, counted, shown escaped.
-    let records = support::eventually(Duration::from_secs(5), "the pin record", || async {
+    let all = support::eventually(Duration::from_secs(5), "the pin records", || async {
         let r = pin_records(&audit);
-        (!r.is_empty()).then_some(r)
+        (r.len() >= 2).then_some(r)
     })
     .await;
+    let of = |records: &[Value], upstream: &str| -> Vec<Value> {
+        records
+            .iter()
+            .filter(|r| r["upstream"] == upstream)
+            .cloned()
+            .collect()
+    };
+    let warned = of(&all, "watched");
+    assert_eq!(warned.len(), 1, "{all:?}");
+    assert_eq!(warned[0]["decision"], "warned");
+    assert_eq!(warned[0]["pin"]["mode"], "warn");
+    let records = of(&all, "kb");
     assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["decision"], "hidden");
     let v1_hex = records[0]["pin"]["old"].as_str().unwrap().to_string();
     let v2_hex = records[0]["pin"]["new"].as_str().unwrap().to_string();
     assert_eq!(records[0]["tool"], "search");
@@ -237,10 +273,12 @@ path = {audit:?}
     assert_eq!(records[0]["pin"]["kind"], "tool");
     assert!(approved_file.contains(&v1_hex));
     let metrics = text(&gw.admin_url("/metrics")).await;
-    assert!(
-        metrics.contains(r#"mcpgate_pin_unapproved{upstream="kb",kind="tool",tool="search"} 1"#),
-        "{metrics}"
-    );
+    for upstream in ["kb", "watched"] {
+        let series = format!(
+            r#"mcpgate_pin_unapproved{{upstream="{upstream}",kind="tool",tool="search"}} 1"#
+        );
+        assert!(metrics.contains(&series), "{metrics}");
+    }
     let page = text(&gw.admin_url("/")).await;
     assert!(page.contains("Awaiting approval"), "{page}");
     assert!(
@@ -281,7 +319,7 @@ path = {audit:?}
         "{out}"
     );
     let records = support::eventually(Duration::from_secs(5), "the v3 record", || async {
-        let r = pin_records(&audit);
+        let r = of(&pin_records(&audit), "kb");
         (r.len() >= 2).then_some(r)
     })
     .await;

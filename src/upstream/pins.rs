@@ -13,9 +13,13 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// The most pages remembered per upstream, and the most changes reported per process
-/// (beyond them, the oldest are forgotten: a change is then reported again if seen again).
+/// The most pages remembered per upstream, and their most bytes: beyond them the oldest
+/// are forgotten (a server with huge pages is judged again more often rather than held in
+/// memory).
 const MAX_PAGES: usize = 64;
+const MAX_PAGE_BYTES: usize = 16 << 20;
+/// The most changes remembered as reported per upstream: beyond it they are forgotten, and
+/// a change seen again is then reported again.
 const MAX_REPORTED: usize = 16_384;
 
 /// How a tool or prompt stands against the pins file.
@@ -135,8 +139,10 @@ impl PinStore {
             .collect();
         let hidden = Arc::new(hidden);
         let mut pages = self.pages.lock().unwrap_or_else(|p| p.into_inner());
-        if pages.len() >= MAX_PAGES {
-            pages.remove(0);
+        let mut held: usize = pages.iter().map(|p| p.text.len()).sum();
+        while !pages.is_empty() && (pages.len() >= MAX_PAGES || held + text.len() > MAX_PAGE_BYTES)
+        {
+            held -= pages.remove(0).text.len();
         }
         pages.push(Page {
             kind,

@@ -296,6 +296,33 @@ path = {audit:?}
     );
     assert!(!review.contains('\u{1b}'), "{review}");
 
+    // The approved definition with its schema's keys in another order: the same
+    // fingerprint, shown, not reported.
+    let direct = format!("http://127.0.0.1:{kb_port}/mcp");
+    let listed = || async {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{META}}}}}"#);
+        let h = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ];
+        post(&direct, &h, &body).await.body
+    };
+    call(&url, "rug_pull", json!({"version": "v1"})).await;
+    let before = listed().await;
+    call(&url, "rug_pull", json!({"version": "v1r"})).await;
+    assert_ne!(
+        listed().await,
+        before,
+        "the server writes the keys in another order"
+    );
+    let out = ts2(&url, json!([["search", {"query": "reordered"}]])).await;
+    assert!(
+        names(&out["tools"]["names"]).contains(&"search".to_string()),
+        "{out}"
+    );
+    assert_eq!(out["calls"]["search"], "found: reordered", "{out}");
+
     // Flapping between the approved definition and the poisoned one: each is judged as
     // it is, and the poisoned one is not reported again.
     call(&url, "rug_pull", json!({"version": "v1"})).await;

@@ -207,17 +207,6 @@ impl PinBook {
             .is_some_and(|t| t[kind as usize].remove(name).is_some())
     }
 
-    pub fn len(&self) -> usize {
-        self.approved
-            .values()
-            .map(|t| t[0].len() + t[1].len())
-            .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The pins file's text: upstreams, kinds and names in order, so that a change shows
     /// in git as the lines of what changed.
     pub fn to_text(&self) -> String {

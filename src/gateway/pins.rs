@@ -5,12 +5,10 @@
 
 use super::{Gateway, Live};
 use crate::config::pins::{PinKind, PinMode};
+use crate::mcp::list_changes::{PROMPTS_CHANGED, TOOLS_CHANGED};
 use crate::observe::audit::{Base, Call, PinNote, Record};
-use crate::upstream::pins::{Change, Standing};
+use crate::upstream::pins::Change;
 use std::sync::{Arc, Weak};
-
-const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
-const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
 
 /// One task per pinned upstream: each change its store reports is recorded and told.
 /// Replaced on every reload.
@@ -78,14 +76,15 @@ impl Gateway {
         };
         let seen = live.upstream(u).pins.seen();
         let (mut unapproved, mut approved) = (Vec::new(), Vec::new());
-        for (kind, name, _) in &seen {
-            let standing = live
-                .upstream(u)
+        for (kind, name, now) in &seen {
+            let approves = live
+                .config
                 .pins
-                .standing(&live.config.pins, upstream, *kind, name);
-            let list = match (u.pin, standing) {
-                (PinMode::Off, _) | (_, Standing::Approved) => &mut approved,
-                _ => &mut unapproved,
+                .get(upstream, *kind, name)
+                .is_some_and(|a| a.sha256 == now.sha256);
+            let list = match u.pin == PinMode::Off || approves {
+                true => &mut approved,
+                false => &mut unapproved,
             };
             list.push((kind.name(), &**name));
         }

@@ -8,9 +8,9 @@ use crate::runtime::streams::StreamRegistry;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+pub const TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 const RESOURCES_CHANGED: &str = "notifications/resources/list_changed";
-const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
+pub const PROMPTS_CHANGED: &str = "notifications/prompts/list_changed";
 
 /// The list notifications a change from `old` to `new` owes each profile's clients: for
 /// each profile in both, whether what it may see of tools, resources and prompts differs

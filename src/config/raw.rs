@@ -49,6 +49,27 @@ pub struct RawConfig {
     pub telemetry: Option<S<RawTelemetry>>,
     /// The pins file of tool pinning (SPEC §17).
     pub pins: Option<S<RawPins>>,
+    /// Calls a person confirms before they run (SPEC §18), in order: the first rule that
+    /// matches a call decides.
+    #[serde(default)]
+    pub approvals: Vec<S<RawApproval>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApproval {
+    /// The profiles the rule applies to; absent: every profile.
+    pub profiles: Option<Vec<S<String>>>,
+    /// Tool name globs (as the profile's clients name the tools).
+    pub tools: Option<Vec<S<String>>>,
+    /// Hints that must all hold, like `deny_annotations`.
+    pub annotations: Option<S<BTreeMap<String, S<toml::Value>>>>,
+    /// What the person is asked: `{name}` and `{/pointer}` filled from the arguments.
+    pub message: Option<S<String>>,
+    /// `client` (default): the person at the client; `admin`: an operator.
+    pub approver: Option<S<String>>,
+    /// How long a call waits for the answer. Default 5m.
+    pub timeout: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

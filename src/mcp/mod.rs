@@ -3,6 +3,7 @@
 //! (`tools_list`), JSON pointers into arguments (`pointer`), and the Streamable HTTP
 //! transport's formats (`transport`).
 
+pub mod approvals;
 pub mod bridge;
 pub mod discover;
 pub mod era;

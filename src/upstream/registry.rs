@@ -68,6 +68,9 @@ pub struct UpstreamState {
     /// Seals the cursors and legacy session ids of the federated profiles whose first
     /// member this upstream is.
     pub fed_sealer: Sealer,
+    /// Seals the `requestState` of the approvals asked of 2026-07-28 clients (SPEC §18)
+    /// on profiles of this upstream (a federated one's: its first member's).
+    pub approval_sealer: Sealer,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -268,6 +271,7 @@ impl Registry {
                     task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
                     bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
                     fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
+                    approval_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Approval),
                     bridge_params: Default::default(),
                     stdio,
                     next: AtomicUsize::new(0),

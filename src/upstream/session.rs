@@ -67,7 +67,13 @@ pub enum Purpose {
     /// What a federated profile seals (SPEC §16): its lists' cursors (each member's own)
     /// and its legacy sessions' ids, at most [`MAX_FEDERATION`] bytes.
     Federation,
+    /// What an approval's `requestState` holds (SPEC §18), at most [`MAX_APPROVAL`]
+    /// bytes.
+    Approval,
 }
+
+/// The longest approval state sealed: expiry, caller, digest, nonce and rule.
+pub const MAX_APPROVAL: usize = 128;
 
 /// The longest federated cursor or session sealed: the members' cursors, or the client's
 /// capabilities and info, with the profile's name.
@@ -117,6 +123,11 @@ impl Sealer {
                 b"mcpgate federation: seal",
                 b"mcpgate federation: nonce",
                 MAX_FEDERATION,
+            ),
+            Purpose::Approval => (
+                b"mcpgate approval: seal",
+                b"mcpgate approval: nonce",
+                MAX_APPROVAL,
             ),
         };
         let derive = |key: &SessionKey, label: &[u8]| {

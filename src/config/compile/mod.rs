@@ -5,6 +5,7 @@
 //! of the offending value so `mcpgate check` can print `FILE:LINE:COL: message`.
 
 mod admin;
+mod approvals;
 mod arguments;
 mod audit;
 mod limits;
@@ -20,6 +21,7 @@ mod tools;
 mod transport;
 mod upstreams;
 
+pub use approvals::{ApprovalRule, Approver, DEFAULT_TIMEOUT as DEFAULT_APPROVAL_TIMEOUT};
 pub use arguments::{ArgumentRule, Deprecation, pointer_tokens};
 pub use audit::AuditSettings;
 pub use limits::{
@@ -188,7 +190,12 @@ impl Compiler<'_> {
 
         let listeners = self.listeners(&raw.listen)?;
         let upstreams = self.upstreams(&raw.upstreams, &mut warnings)?;
-        let profiles = self.profiles(&raw.profiles, &upstreams, &mut warnings)?;
+        let approvals = approvals::approvals(
+            &raw.approvals,
+            &raw.profiles,
+            raw.admin.is_some(),
+        )?;
+        let profiles = self.profiles(&raw.profiles, &upstreams, approvals, &mut warnings)?;
 
         let tools = tools::tools(raw.tools.as_ref())?;
         let (max_body, limits) = self.limits_section(raw.limits.as_ref())?;

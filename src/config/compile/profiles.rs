@@ -1,6 +1,7 @@
 //! `[profiles.*]`: what each profile may send (tools by name and by annotations, methods,
 //! resources, prompts) and to which upstream.
 
+use super::approvals::ApprovalRule;
 use super::{Compiler, Fail, Upstream, at, check_patterns, fail};
 use crate::config::federation::{Federation, Member, Prefix, SEPARATOR, check_separator};
 use crate::config::glob::Matcher;
@@ -29,6 +30,8 @@ pub struct Profile {
     /// A federated member's profile: its lists pass whole to the federated profile,
     /// whose rules judge them by the names its clients see.
     pub judged_above: bool,
+    /// The `[[approvals]]` that apply to this profile, in order (SPEC §18).
+    pub approvals: Box<[Arc<ApprovalRule>]>,
 }
 
 /// Hint names and the value each must have (`allow_annotations`, `deny_annotations`).
@@ -68,6 +71,7 @@ impl Profile {
             deny_annotations: Box::default(),
             federation: None,
             judged_above: true,
+            approvals: Box::default(),
         })
     }
 
@@ -144,7 +148,7 @@ impl Profile {
 /// Whether every hint of `rules` holds in `hints`. The four hints MCP defines have its
 /// defaults when absent (`readOnlyHint` false, `destructiveHint` true unless read-only,
 /// `idempotentHint` false, `openWorldHint` true); any other absent hint holds nothing.
-fn hints_hold(
+pub(super) fn hints_hold(
     hints: &serde_json::Map<String, serde_json::Value>,
     rules: &[(Box<str>, serde_json::Value)],
 ) -> bool {
@@ -187,7 +191,7 @@ pub fn plain_uri(uri: &str) -> bool {
 
 /// `allow_annotations` or `deny_annotations`: hint names and the value each must have
 /// (a boolean, a string or an integer).
-fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> Result<HintRules, Fail> {
+pub(super) fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> Result<HintRules, Fail> {
     let Some(table) = raw else {
         return Ok(Box::default());
     };
@@ -327,6 +331,7 @@ impl Compiler<'_> {
         &self,
         raw: &BTreeMap<String, S<raw::RawProfile>>,
         upstreams: &BTreeMap<String, Arc<Upstream>>,
+        mut approvals: BTreeMap<String, Vec<Arc<ApprovalRule>>>,
         warnings: &mut Vec<String>,
     ) -> Result<BTreeMap<String, Arc<Profile>>, Fail> {
         let mut out = BTreeMap::new();
@@ -367,6 +372,7 @@ impl Compiler<'_> {
                     deny_annotations: hint_rules(p.deny_annotations.as_ref())?,
                     federation,
                     judged_above: false,
+                    approvals: approvals.remove(name).unwrap_or_default().into(),
                 }),
             );
         }
@@ -379,7 +385,8 @@ impl Compiler<'_> {
 pub(super) fn hinted(profiles: &BTreeMap<String, Arc<Profile>>, upstreams: usize) -> Box<[bool]> {
     let mut hinted = vec![false; upstreams];
     for p in profiles.values() {
-        if p.allow_annotations.is_empty() && p.deny_annotations.is_empty() {
+        let rules_read_hints = p.approvals.iter().any(|r| !r.annotations.is_empty());
+        if p.allow_annotations.is_empty() && p.deny_annotations.is_empty() && !rules_read_hints {
             continue;
         }
         // A federated profile judges its members' tools.

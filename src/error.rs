@@ -21,6 +21,9 @@ pub mod code {
     pub const UPSTREAM_TIMEOUT: i64 = -32004;
     pub const RATE_LIMITED: i64 = -32005;
     pub const UPSTREAM: i64 = -32006;
+    /// A call that needs a person's approval (SPEC §18) and was declined, cancelled or
+    /// not answered in time, or whose client cannot be asked.
+    pub const APPROVAL: i64 = -32007;
     /// MCP 2026-07-28's HeaderMismatch: a mirrored header missing, doubled, or saying
     /// something the body does not.
     pub const HEADER_MISMATCH: i64 = -32020;
@@ -327,6 +330,20 @@ pub enum GateError {
     /// only JSON, or did not declare the capability), or did not give.
     #[error("Input required: {0}")]
     InputNotBridged(String),
+    /// A call that needs approval (SPEC §18), not approved: `declined`, `cancelled` (by
+    /// the person at the client) or `expired` (no answer in time). Never forwarded.
+    #[error("Call declined")]
+    CallDeclined(&'static str),
+    /// A call that needs approval by the person at a client that cannot be asked: why.
+    #[error("Approval required: {0}")]
+    NotAskable(String),
+    /// A retry whose approval is not valid for it (another caller's, another call's,
+    /// expired, used already) or whose answer is not the form's one boolean.
+    #[error("Invalid params: {0}")]
+    BadApproval(String),
+    /// `[limits.store]` could not say whether an approval was used already.
+    #[error("Service unavailable: the store that keeps approvals single-use cannot be reached; retry later")]
+    ApprovalStoreUnavailable,
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),
     #[error("Upstream error: {0}")]
@@ -365,12 +382,19 @@ impl GateError {
             | MissingTasksCapability
             | MissingClientCapability(_) => StatusCode::BAD_REQUEST,
             MethodNotFound(_) => StatusCode::NOT_FOUND,
-            Refused { .. } | BadRequestState | UnknownTask | InputNotBridged(_) => StatusCode::OK,
+            Refused { .. }
+            | BadRequestState
+            | UnknownTask
+            | InputNotBridged(_)
+            | CallDeclined(_)
+            | NotAskable(_)
+            | BadApproval(_) => StatusCode::OK,
             RateLimited { .. } | ConcurrencyLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             UpstreamUnreachable(_) | UpstreamBadResponse(_) => StatusCode::BAD_GATEWAY,
             UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             AuditUnavailable
             | LimitStoreUnavailable
+            | ApprovalStoreUnavailable
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -390,7 +414,8 @@ impl GateError {
             UnsupportedVersion { .. } => code::UNSUPPORTED_VERSION,
             MissingTasksCapability | MissingClientCapability(_) => code::MISSING_CAPABILITY,
             MethodNotFound(_) => code::METHOD_NOT_FOUND,
-            BadRequestState | UnknownTask | InvalidMeta(_) => code::INVALID_PARAMS,
+            BadRequestState | UnknownTask | InvalidMeta(_) | BadApproval(_) => code::INVALID_PARAMS,
+            CallDeclined(_) | NotAskable(_) => code::APPROVAL,
             MethodNotAllowed
             | StreamConflict
             | BodyTooLarge { .. }
@@ -403,6 +428,7 @@ impl GateError {
             UpstreamTimeout => code::UPSTREAM_TIMEOUT,
             AuditUnavailable
             | LimitStoreUnavailable
+            | ApprovalStoreUnavailable
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => code::UNAVAILABLE,
         }
@@ -417,7 +443,7 @@ impl GateError {
             | SessionNotFound
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => Side::Upstream,
-            AuditUnavailable | LimitStoreUnavailable => Side::Gateway,
+            AuditUnavailable | LimitStoreUnavailable | ApprovalStoreUnavailable => Side::Gateway,
             // The issuer could not be asked: not the client's doing.
             OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => Side::Upstream,
             _ => Side::Downstream,
@@ -442,7 +468,9 @@ impl GateError {
             // A concurrency cap frees when a call ends: a short, fixed hint.
             GateError::ConcurrencyLimited { .. } => Some(std::time::Duration::from_secs(1)),
             // The store reconnects by itself within seconds.
-            GateError::LimitStoreUnavailable => Some(std::time::Duration::from_secs(1)),
+            GateError::LimitStoreUnavailable | GateError::ApprovalStoreUnavailable => {
+                Some(std::time::Duration::from_secs(1))
+            }
             _ => None,
         }
     }
@@ -480,6 +508,10 @@ impl GateError {
             UpstreamTimeout => "upstream_timeout",
             AuditUnavailable => "audit_unavailable",
             LimitStoreUnavailable => "limit_store_unavailable",
+            CallDeclined(reason) => reason,
+            NotAskable(_) => "approval_not_askable",
+            BadApproval(_) => "bad_approval",
+            ApprovalStoreUnavailable => "approval_store_unavailable",
             SessionNotFound => "session_not_found",
             NoHealthyEndpoint => "no_healthy_endpoint",
             TooManyProcesses { .. } => "too_many_processes",

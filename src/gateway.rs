@@ -117,6 +117,8 @@ pub struct Gateway {
     pub streams: Arc<StreamRegistry>,
     /// Questions bridged legacy clients were asked and have not answered yet.
     pub waits: Arc<crate::runtime::waits::Waits>,
+    /// Calls waiting for an operator, approvals used, sessions that can be asked (SPEC §18).
+    pub approvals: Arc<crate::runtime::approvals::Approvals>,
     /// Calls of 2026-07-28 clients held at legacy servers until their retry.
     pub held: Arc<crate::runtime::held::Held>,
     /// The log levels and subscriptions of bridged legacy sessions.
@@ -204,6 +206,7 @@ impl Gateway {
             streams,
             waits: Default::default(),
             held: Default::default(),
+            approvals: Default::default(),
             legacy_sessions: Default::default(),
             directories: Default::default(),
             fed_sessions: Default::default(),
@@ -268,6 +271,12 @@ impl Gateway {
     /// The configuration a new request should use, for its whole life.
     pub fn live(&self) -> Arc<Live> {
         self.live.load_full()
+    }
+
+    /// The gateway itself, for work that outlives a request's stages (a call held for its
+    /// client's approval, SPEC §18). `None` while it is being dropped.
+    pub fn arc(&self) -> Option<Arc<Gateway>> {
+        self.me.upgrade()
     }
 
     /// The same, through this thread's own handle on it (see [`LiveHere`]): what the request
@@ -455,6 +464,9 @@ impl crate::observe::admin::Admin for Gateway {
     }
 
     fn metrics(&self) -> String {
+        let waiting = self.approvals.waiting().len();
+        let oldest = self.approvals.oldest().unwrap_or_default();
+        self.metrics.approvals_waiting(waiting, oldest);
         self.metrics.render()
     }
 

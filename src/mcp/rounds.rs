@@ -49,12 +49,18 @@ pub fn caller_key(credential: Option<&[u8; 32]>, route: &str) -> CallerKey {
         .expect("a SHA-256 has 16 bytes")
 }
 
-/// What a retry must be to use a state: its method and what it names.
-fn binding(method: &str, name: Option<&str>) -> [u8; 8] {
+/// What a retry must be to use a state: its method and what it names, and for a call that
+/// needed approval (SPEC §18), the call approved (its tool and arguments' digest), so that
+/// the upstream's later rounds of an approved call cannot carry other arguments.
+fn binding(method: &str, name: Option<&str>, approved: Option<&[u8; 32]>) -> [u8; 8] {
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update([0]);
     h.update(name.unwrap_or("").as_bytes());
+    if let Some(call) = approved {
+        h.update([0]);
+        h.update(call);
+    }
     h.finalize()[..8].try_into().expect("a SHA-256 has 8 bytes")
 }
 
@@ -75,6 +81,8 @@ pub struct Issue {
     /// The first round's request id (this one's, unless it is a retry).
     first: Box<str>,
     life: Duration,
+    /// The approved call, when the request needed approval.
+    approved: Option<[u8; 32]>,
 }
 
 /// Who a state is for: known already (a retry's, whose state was opened), or what it is
@@ -119,7 +127,14 @@ impl Issue {
             name: name.map(Into::into),
             first: first.into(),
             life,
+            approved: None,
         }
+    }
+
+    /// Binds the states sealed for this request to the approved call `call` (SPEC §18).
+    pub fn approved(mut self, call: Option<[u8; 32]>) -> Issue {
+        self.approved = call;
+        self
     }
 
     /// Seals the state of the `input_required` answer to this request in `text` (one
@@ -196,7 +211,11 @@ impl Issue {
         let mut inner = Vec::with_capacity(8 + 16 + 8 + 2 + first.len() + 64);
         inner.extend_from_slice(&expires.to_be_bytes());
         inner.extend_from_slice(&self.caller.key());
-        inner.extend_from_slice(&binding(&self.method, self.name.as_deref()));
+        inner.extend_from_slice(&binding(
+            &self.method,
+            self.name.as_deref(),
+            self.approved.as_ref(),
+        ));
         inner.push(first.len() as u8);
         inner.extend_from_slice(first);
         match original {
@@ -239,13 +258,14 @@ pub enum Refused {
 }
 
 /// Opens the `requestState` of a retry (its JSON text, `state`) by `caller`, of `method`
-/// naming `name`.
+/// naming `name` (and, for a call that needs approval, of the call `approved`).
 pub fn open(
     sealer: &Sealer,
     state: &str,
     caller: &CallerKey,
     method: &str,
     name: Option<&str>,
+    approved: Option<&[u8; 32]>,
 ) -> Result<Opened, Refused> {
     let Ok(Value::String(sealed)) = serde_json::from_str::<Value>(state) else {
         return Err(Refused::Unreadable);
@@ -269,7 +289,7 @@ pub fn open(
     if sealed_caller != caller {
         return Err(Refused::OtherCaller);
     }
-    if sealed_binding != binding(method, name) {
+    if sealed_binding != binding(method, name, approved) {
         return Err(Refused::OtherRequest);
     }
     let original = match rest.split_first() {
@@ -349,7 +369,7 @@ mod tests {
             .unwrap();
         assert!(!out.contains("upstream-secret"));
         let state = state_of(&out);
-        let opened = open(&s, &state, &alice, "tools/call", Some("delete_note")).unwrap();
+        let opened = open(&s, &state, &alice, "tools/call", Some("delete_note"), None).unwrap();
         assert_eq!(
             opened,
             Opened {
@@ -360,11 +380,11 @@ mod tests {
         );
         let bob = caller_key(Some(&[2; 32]), "/r");
         assert_eq!(
-            open(&s, &state, &bob, "tools/call", Some("delete_note")),
+            open(&s, &state, &bob, "tools/call", Some("delete_note"), None),
             Err(Refused::OtherCaller)
         );
         assert_eq!(
-            open(&s, &state, &alice, "tools/call", Some("echo")),
+            open(&s, &state, &alice, "tools/call", Some("echo"), None),
             Err(Refused::OtherRequest)
         );
         assert_eq!(
@@ -373,7 +393,7 @@ mod tests {
                 &state,
                 &alice,
                 "tools/call",
-                Some("delete_note")
+                Some("delete_note"), None
             ),
             Err(Refused::Unreadable)
         );
@@ -386,14 +406,34 @@ mod tests {
                 &format!("\"{id}\""),
                 &alice,
                 "tools/call",
-                Some("delete_note")
+                Some("delete_note"), None
             ),
             Err(Refused::Unreadable)
         );
         for junk in ["7", "null", "\"\"", "\"upstream-secret\"", "{}"] {
             assert_eq!(
-                open(&s, junk, &alice, "tools/call", Some("delete_note")),
+                open(&s, junk, &alice, "tools/call", Some("delete_note"), None),
                 Err(Refused::Unreadable)
+            );
+        }
+    }
+
+    #[test]
+    fn a_state_of_an_approved_call_opens_for_that_call_only() {
+        let s = sealer(1);
+        let c = caller_key(None, "/open");
+        let out = issue(&s, c, Duration::from_secs(60))
+            .approved(Some([5; 32]))
+            .seal_answer(ASKS)
+            .unwrap()
+            .unwrap();
+        let state = state_of(&out);
+        let name = Some("delete_note");
+        assert!(open(&s, &state, &c, "tools/call", name, Some(&[5; 32])).is_ok());
+        for other in [None, Some(&[6; 32])] {
+            assert_eq!(
+                open(&s, &state, &c, "tools/call", name, other),
+                Err(Refused::OtherRequest)
             );
         }
     }
@@ -408,7 +448,7 @@ mod tests {
             .unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(
-            open(&s, &state_of(&out), &c, "tools/call", Some("delete_note")),
+            open(&s, &state_of(&out), &c, "tools/call", Some("delete_note"), None),
             Err(Refused::Expired)
         );
     }
@@ -422,7 +462,7 @@ mod tests {
             .seal_answer(asks)
             .unwrap()
             .unwrap();
-        let opened = open(&s, &state_of(&out), &c, "tools/call", Some("delete_note")).unwrap();
+        let opened = open(&s, &state_of(&out), &c, "tools/call", Some("delete_note"), None).unwrap();
         assert_eq!(opened.original, None);
         let retry = br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delete_note","requestState":"x","inputResponses":{}}}"#;
         let body: Value = serde_json::from_slice(&restore(retry, None).unwrap()).unwrap();
@@ -466,7 +506,7 @@ mod tests {
                 &format!("\"{sealed}\""),
                 &c,
                 "tools/call",
-                Some("delete_note")
+                Some("delete_note"), None
             )
             .is_err()
         );

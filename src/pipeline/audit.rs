@@ -105,7 +105,7 @@ pub(super) fn answered(guard: &mut Option<Unanswered<'_>>, ctx: &mut Ctx<'_>) {
 }
 
 /// The fields every audit record of this request shares.
-fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
+pub(super) fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
     let base = audit::Base::new(
         ctx.request_id.clone(),
         ctx.listener,

@@ -9,6 +9,7 @@
 //! A stage returns `Err(GateError)` to end the request; `finish` turns that into the answer
 //! in exactly one place. What the request learns on the way is kept in a small [`Ctx`].
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod body;
@@ -90,6 +91,12 @@ struct Ctx<'s> {
     member: Option<&'s str>,
     /// The name that member knows the called tool or prompt by, for its `Mcp-Name`.
     rename: Option<String>,
+    /// The listener's number, for a call sent again once approved (SPEC §18).
+    listener_at: usize,
+    /// The `[[approvals]]` rule that holds the request's call, and what the call does.
+    approval: Option<approvals::Need>,
+    /// Who approved the request's call (`client`, or the operator), once approved.
+    approved: Option<Box<str>>,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -99,6 +106,28 @@ pub async fn handle(
     listener: usize,
     peer: Peer,
     req: ClientRequest,
+) -> Response<GateBody> {
+    serve(gw, listener, peer, req, None).await
+}
+
+/// Serves a call that a person approved (`by`) after it was first sent: it goes through
+/// every stage again but the approval (SPEC §18).
+pub(super) async fn handle_approved(
+    gw: &Gateway,
+    listener: usize,
+    peer: Peer,
+    req: ClientRequest,
+    by: &str,
+) -> Response<GateBody> {
+    serve(gw, listener, peer, req, Some(by.into())).await
+}
+
+async fn serve(
+    gw: &Gateway,
+    listener: usize,
+    peer: Peer,
+    req: ClientRequest,
+    approved: Option<Box<str>>,
 ) -> Response<GateBody> {
     let started = Instant::now();
     let live = gw.live_here();
@@ -133,6 +162,9 @@ pub async fn handle(
         first_request: None,
         member: None,
         rename: None,
+        listener_at: listener,
+        approval: None,
+        approved,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -253,16 +285,70 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
-    if let Some(fed) = &profile.federation {
-        return federation::post(
-            gw, live, profile, fed, peer, &req, &bytes, payload, want, ctx,
-        )
-        .await;
+    if profile.approvals.is_empty() {
+        return dispatch(gw, live, profile, peer, &req, &bytes, payload, want, ctx).await;
     }
-    checked(
-        gw, live, profile, peer, &req, &bytes, payload, want, None, ctx,
-    )
-    .await
+    // Approvals (SPEC §18): a legacy client's answer to mcpgate's question; the rule that
+    // holds the call; a 2026-07-28 retry's approval, opened.
+    if ctx.era == Era::Legacy
+        && let Some(answered) = approvals::answer(gw, &payload, &bytes, &req.fields, ctx)?
+    {
+        return Ok(answered);
+    }
+    let remember = ctx.era == Era::Legacy && approvals::notes_elicitation(profile, &payload, &bytes);
+    match &profile.federation {
+        Some(fed) => {
+            let dir = gw.directories.of(&profile.name, fed);
+            let says = federation::MemberHints {
+                live,
+                fed,
+                dir: &dir,
+            };
+            approvals::find(profile, &says, &payload, ctx)?;
+        }
+        None => {
+            let state = live.upstream(&profile.upstream);
+            let says = OneUpstream {
+                upstream: &profile.upstream,
+                hints: &state.hints,
+                pins: &state.pins,
+                book: &live.config.pins,
+            };
+            approvals::find(profile, &says, &payload, ctx)?;
+        }
+    }
+    let answer = match approvals::opened(gw, live, profile, &payload, &bytes, ctx).await? {
+        Some(stripped) => {
+            drop(payload);
+            let payload = jsonrpc::parse(&stripped)?;
+            dispatch(gw, live, profile, peer, &req, &stripped, payload, want, ctx).await
+        }
+        None => dispatch(gw, live, profile, peer, &req, &bytes, payload, want, ctx).await,
+    };
+    if remember && let Ok(r) = &answer {
+        approvals::note_session(gw, r, ctx);
+    }
+    answer
+}
+
+/// A POST, read and checked, to its profile's upstream or federation.
+#[allow(clippy::too_many_arguments)]
+async fn dispatch<'s>(
+    gw: &Gateway,
+    live: &'s Arc<Live>,
+    profile: &'s Arc<Profile>,
+    peer: &Peer,
+    req: &ClientRequest,
+    bytes: &Bytes,
+    payload: Payload<'_>,
+    want: Want,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
+    if let Some(fed) = &profile.federation {
+        return federation::post(gw, live, profile, fed, peer, req, bytes, payload, want, ctx)
+            .await;
+    }
+    checked(gw, live, profile, peer, req, bytes, payload, want, None, ctx).await
 }
 
 /// The rest of a POST once its payload is read and its headers checked: to `profile`'s
@@ -334,7 +420,16 @@ async fn checked<'s>(
         )
         .await?
         {
-            Some(a) => a,
+            Some(a) => {
+                if let Some(asked) = approvals::ask(
+                    gw, live, profile, peer, req, bytes, &payload, want, ctx,
+                )
+                .await?
+                {
+                    return Ok(asked);
+                }
+                a
+            }
             None => return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
         },
     };

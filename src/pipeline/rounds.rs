@@ -67,7 +67,8 @@ pub(super) fn prepare(
     let retry = match m.request_state {
         Some(state) => {
             let key = caller(ctx);
-            let opened = rounds::open(&sealer, state, &key, method, name).map_err(|why| {
+            let approved = ctx.approval.as_ref().map(|n| &n.call);
+            let opened = rounds::open(&sealer, state, &key, method, name, approved).map_err(|why| {
                 tracing::info!(?why, "a requestState that does not open here");
                 GateError::BadRequestState
             })?;
@@ -87,7 +88,8 @@ pub(super) fn prepare(
         name,
         first,
         live.config.input_timeout,
-    );
+    )
+    .approved(ctx.approval.as_ref().map(|n| n.call));
     Ok(Some(Round { issue, retry }))
 }
 

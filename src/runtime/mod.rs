@@ -4,6 +4,7 @@
 //! the bridge between MCP's generations keeps between requests (`waits`, `held`,
 //! `legacy_sessions`).
 
+pub mod approvals;
 pub mod deadline;
 pub mod held;
 pub mod legacy_sessions;

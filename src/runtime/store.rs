@@ -632,7 +632,7 @@ async fn connect(
     Ok(redis)
 }
 
-fn client(settings: &StoreSettings) -> Result<redis::Client, RedisError> {
+pub(crate) fn client(settings: &StoreSettings) -> Result<redis::Client, RedisError> {
     let info = settings.url.as_str().into_connection_info()?;
     let mut redis = info.redis_settings().clone();
     if let Some(u) = &settings.username {

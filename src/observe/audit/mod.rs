@@ -16,7 +16,7 @@ mod writer;
 
 pub use crate::config::compile::AuditSettings;
 pub use chain::GENESIS;
-pub use record::{Base, Call, PinNote, Record};
+pub use record::{ApprovalNote, Base, Call, PinNote, Record};
 pub use redact::redact_arguments;
 pub use tap::{AuditTap, record_whole_answer};
 pub use verify::{VerifyError, verify};

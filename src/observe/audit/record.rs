@@ -144,6 +144,17 @@ pub struct Record {
     pub total_ms: Option<f64>,
     /// A pinned tool's or prompt's definition seen for the first time (SPEC §17).
     pub pin: Option<Box<PinNote>>,
+    /// A step of a call's approval (SPEC §18).
+    pub approval: Option<Box<ApprovalNote>>,
+}
+
+/// What an approval record says: the rule that holds the call (its number among the
+/// `[[approvals]]`), who is asked (`client` or `admin`), and who answered, once known.
+#[derive(Debug, Clone)]
+pub struct ApprovalNote {
+    pub rule: usize,
+    pub approver: &'static str,
+    pub by: Option<String>,
 }
 
 /// What a pin record says: what changed (`kind`: `tool` or `prompt`), the upstream's
@@ -182,6 +193,7 @@ impl Record {
             outcome: None,
             total_ms: None,
             pin: None,
+            approval: None,
         }
     }
 }
@@ -195,7 +207,7 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     use wire::json::text::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
     let r = record;
     let b = &*r.base;
-    // `,"name":` before every field but the first (`arguments` or `client`).
+    // `,"name":` before every field but the first (`approval`, `arguments` or `client`).
     let key = |out: &mut String, name: &str| {
         out.push_str(",\"");
         out.push_str(name);
@@ -206,6 +218,15 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
         None => out.push_str("null"),
     };
     out.push('{');
+    if let Some(a) = &r.approval {
+        out.push_str("\"approval\":{\"approver\":");
+        push_plain(out, a.approver);
+        out.push_str(",\"by\":");
+        optional_str(out, a.by.as_deref());
+        out.push_str(",\"rule\":");
+        push_u64(out, a.rule as u64);
+        out.push_str("},");
+    }
     if let Some(c) = &r.call {
         out.push_str("\"arguments\":");
         match &c.arguments {

@@ -320,6 +320,11 @@ fn lines_are_serde_json_text() {
         old: Some("ab".repeat(32)),
         new: "cd".repeat(32),
     }));
+    full.approval = Some(Box::new(ApprovalNote {
+        rule: 3,
+        approver: "admin",
+        by: Some("admin \"ops\" from 127.0.0.1".into()),
+    }));
     let mut nulls = Record::new(
         base(None, None),
         Some(Arc::new(Call {
@@ -401,6 +406,12 @@ fn lines_are_serde_json_text() {
             r.pin
                 .as_ref()
                 .map(|p| json!({"kind": p.kind, "mode": p.mode, "new": p.new, "old": p.old})),
+        );
+        put(
+            "approval",
+            r.approval
+                .as_ref()
+                .map(|a| json!({"approver": a.approver, "by": a.by, "rule": a.rule})),
         );
         // The id goes in as the client wrote it, not re-encoded.
         let mut raw: BTreeMap<&str, Box<serde_json::value::RawValue>> = m

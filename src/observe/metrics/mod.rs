@@ -99,6 +99,12 @@ pub struct PinLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApprovalLabels {
+    pub profile: Label,
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MemberLabels {
     pub profile: Label,
     pub member: Label,
@@ -121,6 +127,13 @@ pub struct Metrics {
     /// Per pinned upstream: its tools and prompts whose definitions are not approved
     /// (SPEC §17), each 1 while it is so.
     pin_unapproved: Family<PinLabels, prometheus_client::metrics::gauge::Gauge>,
+    /// Approvals (SPEC §18) by profile and step: asked, approved, declined, cancelled,
+    /// expired, refused.
+    approvals: Family<ApprovalLabels, Counter>,
+    /// Calls waiting for an operator, and how long the oldest has waited (set when
+    /// scraped).
+    approvals_waiting: prometheus_client::metrics::gauge::Gauge,
+    approval_oldest_wait: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -178,7 +191,30 @@ impl Metrics {
             "Tools (kind=\"tool\") and prompts of pinned upstreams whose definitions the pins file does not approve (1 while so)",
             pin_unapproved.clone(),
         );
+        let approvals = Family::default();
+        registry.register(
+            "approvals",
+            "Steps of calls that need a person's approval, by profile and decision (asked, approved, declined, cancelled, expired, refused)",
+            approvals.clone(),
+        );
+        let approvals_waiting = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "approvals_waiting",
+            "Calls waiting for an operator's approval on the admin listener",
+            approvals_waiting.clone(),
+        );
+        let approval_oldest_wait =
+            prometheus_client::metrics::gauge::Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register_with_unit(
+            "approval_oldest_wait",
+            "How long the oldest call waiting for an operator has waited (0 when none waits)",
+            prometheus_client::registry::Unit::Seconds,
+            approval_oldest_wait.clone(),
+        );
         Metrics {
+            approvals,
+            approvals_waiting,
+            approval_oldest_wait,
             pin_unapproved,
             member_available,
             member_unavailable,
@@ -232,6 +268,22 @@ impl Metrics {
                 .get_or_create(&labels(kind, name))
                 .set(1);
         }
+    }
+
+    /// Counts a step of an approval on `profile`.
+    pub fn count_approval(&self, profile: &Arc<str>, decision: &'static str) {
+        self.approvals
+            .get_or_create(&ApprovalLabels {
+                profile: Label(profile.clone()),
+                decision,
+            })
+            .inc();
+    }
+
+    /// Sets how many calls wait for an operator and the oldest one's wait.
+    pub fn approvals_waiting(&self, waiting: usize, oldest: std::time::Duration) {
+        self.approvals_waiting.set(waiting as i64);
+        self.approval_oldest_wait.set(oldest.as_secs_f64());
     }
 
     /// Notes whether `member` of the federated `profile` answered a fan-out.

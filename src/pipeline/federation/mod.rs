@@ -114,6 +114,11 @@ pub(super) async fn post<'s>(
     let Some(admitted) = judge(gw, live, profile, peer, &payload, &hints, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
+    if let Some(asked) =
+        super::approvals::ask(gw, live, profile, peer, req, bytes, &payload, want, ctx).await?
+    {
+        return Ok(asked);
+    }
     let method = m.method().unwrap_or("");
     match (m.kind, &session) {
         (MessageKind::Request, _) => {}
@@ -244,10 +249,10 @@ pub(super) async fn post<'s>(
 }
 
 /// What a federated profile's members say of their tools, by the names the client sees.
-struct MemberHints<'a> {
-    live: &'a Live,
-    fed: &'a Federation,
-    dir: &'a Directory,
+pub(in crate::pipeline) struct MemberHints<'a> {
+    pub live: &'a Live,
+    pub fed: &'a Federation,
+    pub dir: &'a Directory,
 }
 
 impl MemberHints<'_> {
@@ -1368,6 +1373,9 @@ impl<'s> Ctx<'s> {
             first_request: None,
             member: Some(&member.name),
             rename: None,
+            listener_at: self.listener_at,
+            approval: None,
+            approved: None,
         }
     }
 }
@@ -1420,6 +1428,9 @@ fn own_ctx(peer: &Peer) -> Ctx<'static> {
         first_request: None,
         member: None,
         rename: None,
+        listener_at: 0,
+        approval: None,
+        approved: None,
     }
 }
 

@@ -1,0 +1,159 @@
+//! A legacy client's call held for its approval (SPEC §18): the question on the call's
+//! event stream, the wait for the client's answer, and the approved call sent again
+//! through the request path. Its own module: the request path's future holds the future
+//! of [`super::ask`], and this one holds the request path's.
+
+use super::{QUESTION, record, write};
+use crate::config::compile::ApprovalRule;
+use crate::error::GateError;
+use crate::gateway::Gateway;
+use crate::http::body::GateBody;
+use crate::http::request::{ClientBody, ClientRequest, Peer};
+use crate::mcp::approvals::{self as msg, Answer};
+use crate::mcp::transport::sse;
+use crate::observe::audit;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Response, header};
+use http_body_util::BodyExt;
+use std::sync::Arc;
+use wire::fields::Fields;
+
+/// A legacy client's call asked about on its event stream: owned, as the answer's body
+/// outlives the request's stages. Approved, the call goes through the request path again
+/// (so it is judged as it is sent), and its answer follows the question on the stream.
+pub(super) struct Asking {
+    pub(super) gw: Arc<Gateway>,
+    pub(super) listener: usize,
+    pub(super) peer: Peer,
+    pub(super) target: crate::http::request::Target,
+    pub(super) fields: Fields,
+    pub(super) body: Bytes,
+    pub(super) rule: Arc<ApprovalRule>,
+    pub(super) question: String,
+    pub(super) owner: [u8; 32],
+    /// The call's JSON-RPC id, as JSON text.
+    pub(super) id: String,
+    pub(super) request_id: String,
+    pub(super) profile: Arc<str>,
+    pub(super) base: Arc<audit::Base>,
+    pub(super) call: Option<Arc<audit::Call>>,
+}
+
+impl Asking {
+    /// The call's answer: an event stream that asks the question first.
+    pub(super) fn stream(self) -> Response<GateBody> {
+        let request_id = self.request_id.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let driven = crate::pipeline::bridge::Driven {
+            task: Some(Box::pin(self.run(tx))),
+            rx,
+        };
+        let mut r = Response::new(GateBody::Boxed(driven.boxed_unsync()));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        crate::pipeline::respond::set_request_id(&mut r, &request_id);
+        r
+    }
+
+    async fn run(self, tx: tokio::sync::mpsc::Sender<Bytes>) {
+        let qid = format!("{QUESTION}{}\"", self.gw.waits.next());
+        let mut waiter = self.gw.waits.ask(&qid, self.owner);
+        let asked = msg::elicitation_request(&qid, &self.question);
+        if tx.send(sse::encode_json(&asked, None)).await.is_err() {
+            return;
+        }
+        let answer = tokio::select! {
+            a = &mut waiter.answer => a.ok(),
+            _ = tokio::time::sleep(self.rule.timeout) => None,
+            _ = tx.closed() => {
+                self.note("cancelled", None, Some("the client left before answering")).await;
+                return;
+            }
+        };
+        drop(waiter);
+        let outcome = match answer.as_deref().map(msg::legacy_answer) {
+            None => Err(("expired", GateError::CallDeclined("expired"))),
+            Some(Ok(Answer::Approved)) => Ok(()),
+            Some(Ok(other)) => Err((other.reason(), GateError::CallDeclined(other.reason()))),
+            Some(Err(e)) => Err(("refused", GateError::BadApproval(e))),
+        };
+        match outcome {
+            Ok(()) => {
+                if !self.note("approved", Some("client"), None).await {
+                    self.fail(&tx, &GateError::AuditUnavailable).await;
+                    return;
+                }
+                self.run_approved(&tx).await;
+            }
+            Err((decision, e)) => {
+                let why = match &e {
+                    GateError::BadApproval(why) => Some(why.clone()),
+                    _ => None,
+                };
+                let by = (decision != "expired" && decision != "refused").then_some("client");
+                self.note(decision, by, why.as_deref()).await;
+                self.fail(&tx, &e).await;
+            }
+        }
+    }
+
+    /// Sends the approved call through the request path and its answer on the stream.
+    async fn run_approved(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+        let req = ClientRequest {
+            method: Method::POST,
+            target: self.target.clone(),
+            fields: crate::pipeline::bridge::copy_fields(&self.fields),
+            body: ClientBody::Read(self.body.clone()),
+        };
+        // Boxed: the request path is the one that made this call's stream.
+        let again: std::pin::Pin<Box<dyn Future<Output = Response<GateBody>> + Send + '_>> =
+            Box::pin(crate::pipeline::handle_approved(
+                &self.gw,
+                self.listener,
+                self.peer.clone(),
+                req,
+                "client",
+            ));
+        let answer = again.await;
+        let sse = wire::headval::body_format(answer.headers()) == wire::headval::BodyFormat::Sse;
+        let mut body = answer.into_body();
+        if sse {
+            while let Some(frame) = body.frame().await {
+                let Ok(Some(data)) = frame.map(|f| f.into_data().ok()) else {
+                    break;
+                };
+                if tx.send(data).await.is_err() {
+                    return;
+                }
+            }
+            return;
+        }
+        let Ok(whole) = body.collect().await.map(|c| c.to_bytes()) else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&whole);
+        let _ = tx.send(sse::encode_json(&text, None)).await;
+    }
+
+    async fn fail(&self, tx: &tokio::sync::mpsc::Sender<Bytes>, e: &GateError) {
+        let id = serde_json::value::RawValue::from_string(self.id.clone()).ok();
+        let json = crate::error::envelope(e, id.as_deref(), &self.request_id);
+        let text = String::from_utf8_lossy(&json);
+        let _ = tx.send(sse::encode_json(&text, None)).await;
+    }
+
+    /// Records and counts a step; `false` when a durable record could not be written.
+    async fn note(&self, decision: &'static str, by: Option<&str>, reason: Option<&str>) -> bool {
+        self.gw.metrics.count_approval(&self.profile, decision);
+        tracing::info!(decision, rule = self.rule.number, by, "approval");
+        let Some(a) = &self.gw.audit else {
+            return true;
+        };
+        let r = record(self.base.clone(), self.call.clone(), &self.rule, decision, by, reason);
+        write(a, r).await.is_ok()
+    }
+}

@@ -1,0 +1,459 @@
+//! The approvals stage (SPEC §18): a call an `[[approvals]]` rule holds runs only once a
+//! person has said yes.
+//!
+//! - [`find`] (after the headers): which rule, if any, holds the request's one call, and
+//!   the digest of what it would do. A batch with such a call is refused: the question
+//!   is about one call.
+//! - [`opened`]: a 2026-07-28 retry carrying an approval's `requestState` is opened
+//!   (caller, call, expiry), its answer read, its single use taken; approved, it goes on
+//!   without the approval's fields; otherwise it ends here, never forwarded.
+//! - [`ask`] (after policy and limits, so nobody is asked about a call that would be
+//!   refused anyway): the person is asked. A 2026-07-28 client gets `input_required`; a
+//!   legacy client the question on its call's event stream, the call being sent again
+//!   through the request path once approved ([`Asking`]); with `approver = "admin"` the
+//!   request waits for an operator.
+//! - [`answer`]: a legacy client's POSTed answer to such a question reaches its call.
+//!
+//! Every step is an audit record (`phase: "approval"`) and counted.
+
+use super::Ctx;
+use crate::config::compile::{ApprovalRule, Approver};
+use crate::config::generation::Era;
+use crate::config::Profile;
+use crate::error::GateError;
+use crate::gateway::{Gateway, Live};
+use crate::http::body::GateBody;
+use crate::http::request::{ClientRequest, Peer};
+use crate::mcp::approvals::{self as msg, Answer, CallDigest};
+use crate::mcp::jsonrpc::{MessageKind, Payload, ToolName};
+use crate::mcp::transport::accept::Want;
+use crate::observe::audit;
+use crate::runtime::approvals::{Decision, Waiting};
+use crate::upstream::hints::UpstreamSays;
+use crate::upstream::session::Sealer;
+use bytes::Bytes;
+use http::Response;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wire::fields::{FieldKind, Fields};
+
+/// The call a rule holds: the rule, and the digest of the tool and arguments.
+pub(super) struct Need {
+    pub rule: Arc<ApprovalRule>,
+    pub call: CallDigest,
+}
+
+mod asking;
+
+/// The ids of the questions asked of legacy clients start so.
+const QUESTION: &str = "\"mcpgate-approval-";
+
+/// Notes in `ctx` the rule that holds the request's call, if any. `says` tells the
+/// tools' annotations (by the names the profile's clients use).
+pub(super) fn find(
+    profile: &Profile,
+    says: &dyn UpstreamSays,
+    payload: &Payload<'_>,
+    ctx: &mut Ctx<'_>,
+) -> Result<(), GateError> {
+    if ctx.approved.is_some() {
+        return Ok(());
+    }
+    let rule_for = |tool: &str| {
+        profile
+            .approvals
+            .iter()
+            .find(|r| {
+                let hints = if r.needs_hints(tool) {
+                    says.hints_of(tool)
+                } else {
+                    None
+                };
+                r.matches(tool, hints.as_deref())
+            })
+            .cloned()
+    };
+    let called = |m: &crate::mcp::jsonrpc::Message<'_>| match (&m.kind, m.method(), &m.tool) {
+        (MessageKind::Request, Some("tools/call"), Some(ToolName::Name(t))) => rule_for(t),
+        _ => None,
+    };
+    match payload {
+        Payload::Batch(all) => {
+            if all.iter().any(|m| called(m).is_some()) {
+                return Err(GateError::InvalidRequest(
+                    "a call that needs approval cannot be sent in a batch: send it alone".into(),
+                ));
+            }
+        }
+        Payload::Single(m) => {
+            if let (Some(rule), Some(ToolName::Name(tool))) = (called(m), &m.tool) {
+                let call = msg::digest(tool, m.arguments).ok_or_else(|| {
+                    GateError::InvalidRequest("the call's arguments are not JSON".into())
+                })?;
+                ctx.approval = Some(Need { rule, call });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The key an approval's state is sealed with: its profile's upstream's (a federated
+/// profile's first member's).
+fn sealer<'l>(live: &'l Live, profile: &Profile) -> &'l Sealer {
+    &live.upstream(&profile.upstream).approval_sealer
+}
+
+/// A 2026-07-28 retry with an approval's `requestState`: `Some(body)` when approved, the
+/// body to send on; `None` when the request carries no approval state (a first call, or
+/// the upstream's own state of a call approved before, which the rounds stage opens).
+pub(super) async fn opened(
+    gw: &Gateway,
+    live: &Live,
+    profile: &Profile,
+    payload: &Payload<'_>,
+    bytes: &Bytes,
+    ctx: &mut Ctx<'_>,
+) -> Result<Option<Bytes>, GateError> {
+    let (Some(need), Payload::Single(m)) = (&ctx.approval, payload) else {
+        return Ok(None);
+    };
+    let Some(state) = m.request_state else {
+        return Ok(None);
+    };
+    let rule = need.rule.clone();
+    let asked = match msg::open(
+        sealer(live, profile),
+        state,
+        &super::rounds::caller(ctx),
+        &need.call,
+    ) {
+        Ok(a) => a,
+        Err(msg::Refused::NotOurs) => return Ok(None),
+        Err(why) => {
+            let text = match why {
+                msg::Refused::Expired => "this approval has expired: call again to be asked anew",
+                msg::Refused::OtherCaller => "this approval was given to another caller",
+                _ => "this approval was given for another call: the tool and arguments must be those shown",
+            };
+            note(gw, profile, ctx, &rule, "refused", None, Some(text)).await?;
+            return Err(GateError::BadApproval(text.into()));
+        }
+    };
+    super::audit::note_calls(gw, payload, ctx);
+    let answer = match msg::retry_answer(bytes) {
+        Ok(a) => a,
+        Err(e) => {
+            note(gw, profile, ctx, &rule, "refused", None, Some(&e)).await?;
+            return Err(GateError::BadApproval(e));
+        }
+    };
+    let expires = UNIX_EPOCH + Duration::from_secs(asked.expires);
+    match gw
+        .approvals
+        .use_once(&asked.nonce, expires, live.config.limits.store.as_deref())
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            let text = "this approval was used already: call again to be asked anew";
+            note(gw, profile, ctx, &rule, "refused", None, Some(text)).await?;
+            return Err(GateError::BadApproval(text.into()));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e.0, "the approval store cannot be reached");
+            return Err(GateError::ApprovalStoreUnavailable);
+        }
+    }
+    match answer {
+        Answer::Approved => {
+            note(gw, profile, ctx, &rule, "approved", Some("client"), None).await?;
+            ctx.approved = Some("client".into());
+            let body = msg::strip(bytes).map_err(GateError::InvalidRequest)?;
+            Ok(Some(Bytes::from(body)))
+        }
+        other => {
+            note(gw, profile, ctx, &rule, other.reason(), Some("client"), None).await?;
+            Err(GateError::CallDeclined(other.reason()))
+        }
+    }
+}
+
+/// Asks for the approval the request's call needs, once policy and limits have let it
+/// through: `Some(answer)` when the request ends here for now (the question), `None` when
+/// it goes on (approved already, or by an operator just now).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn ask(
+    gw: &Gateway,
+    live: &Arc<Live>,
+    profile: &Profile,
+    peer: &Peer,
+    req: &ClientRequest,
+    bytes: &Bytes,
+    payload: &Payload<'_>,
+    want: Want,
+    ctx: &mut Ctx<'_>,
+) -> Result<Option<Response<GateBody>>, GateError> {
+    let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
+        return Ok(None);
+    };
+    if m.request_state.is_some() {
+        // The upstream's own round of a call approved before: the rounds stage opened
+        // its state, which binds the call approved.
+        return Ok(None);
+    }
+    let rule = need.rule.clone();
+    let call = need.call;
+    if ctx.calls.is_empty() {
+        super::audit::note_calls(gw, payload, ctx);
+    }
+    let tool = match &m.tool {
+        Some(ToolName::Name(t)) => t.to_string(),
+        _ => return Ok(None),
+    };
+    let arguments = m.arguments;
+    let question = msg::question(&rule.message.render(parsed(arguments).as_ref()), &tool, arguments);
+    if rule.approver == Approver::Admin {
+        return by_operator(gw, profile, ctx, &rule, &tool, arguments, question).await;
+    }
+    let id = m.id_text().unwrap_or("null").to_string();
+    match ctx.era {
+        Era::Modern => {
+            let declared = crate::mcp::to_legacy::ClientMeta::of(m.meta).declares("elicitation");
+            if !declared {
+                let why = "this call needs a person's approval, and the client did not declare elicitation (io.modelcontextprotocol/clientCapabilities) to be asked";
+                note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
+                return Err(GateError::NotAskable(why.into()));
+            }
+            let asked = msg::Asked::new(super::rounds::caller(ctx), call, rule.number, rule.timeout);
+            let state = asked.seal(sealer(live, profile));
+            note(gw, profile, ctx, &rule, "asked", None, None).await?;
+            // Asked, not run: the call's own records come with its approved retry.
+            ctx.calls.clear();
+            let json = msg::input_required(&id, &question, &state);
+            Ok(Some(super::respond::own(json, want, &ctx.request_id)))
+        }
+        Era::Legacy => {
+            let session = req.fields.get(FieldKind::McpSessionId);
+            let owner = session.map(|s| session_key(ctx, s));
+            let why = if want == Want::Json {
+                Some("this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)")
+            } else if session.is_none() {
+                Some("this call needs a person's approval, and it was sent outside a session, where the client cannot be asked")
+            } else if !owner.is_some_and(|o| gw.approvals.elicits(&o)) {
+                Some("this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
+                return Err(GateError::NotAskable(why.into()));
+            }
+            let Some(gw_arc) = gw.arc() else {
+                return Err(GateError::NotAskable("the gateway is stopping".into()));
+            };
+            note(gw, profile, ctx, &rule, "asked", None, None).await?;
+            let records = std::mem::take(&mut ctx.calls);
+            let asking = asking::Asking {
+                gw: gw_arc,
+                listener: ctx.listener_at,
+                peer: peer.clone(),
+                target: req.target.clone(),
+                fields: super::bridge::copy_fields(&req.fields),
+                body: bytes.clone(),
+                rule,
+                question,
+                owner: owner.expect("checked above"),
+                id,
+                request_id: ctx.request_id.to_string(),
+                profile: profile.name.clone(),
+                base: super::audit::base(ctx, "tools/call"),
+                call: records.into_iter().next(),
+            };
+            let r = asking.stream();
+            Ok(Some(r))
+        }
+    }
+}
+
+/// The arguments as JSON, for the message.
+fn parsed(arguments: Option<&str>) -> Option<serde_json::Value> {
+    arguments.and_then(|a| serde_json::from_str(a).ok())
+}
+
+/// Waits for an operator's answer on the admin listener (at most the rule's timeout).
+async fn by_operator(
+    gw: &Gateway,
+    profile: &Profile,
+    ctx: &mut Ctx<'_>,
+    rule: &Arc<ApprovalRule>,
+    tool: &str,
+    arguments: Option<&str>,
+    question: String,
+) -> Result<Option<Response<GateBody>>, GateError> {
+    let now = SystemTime::now();
+    let shown = Waiting {
+        id: String::new(),
+        profile: profile.name.to_string(),
+        tool: crate::config::message::escape(tool),
+        caller: ctx.who().to_string(),
+        message: question,
+        arguments: arguments
+            .and_then(|a| msg::canonical(a).ok())
+            .map(|a| crate::config::message::escape(&a))
+            .unwrap_or_else(|| "{}".into()),
+        rule: rule.number,
+        asked: now,
+        expires: now + rule.timeout,
+    };
+    let mut held = gw.approvals.hold(shown);
+    note(gw, profile, ctx, rule, "asked", None, None).await?;
+    tracing::info!(approval = %held.id, tool = ?tool, "a call waits for an operator's approval");
+    let decision = tokio::select! {
+        d = &mut held.answer => d.ok(),
+        _ = tokio::time::sleep(rule.timeout) => None,
+    };
+    drop(held);
+    match decision {
+        Some(Decision { approve: true, by }) => {
+            note(gw, profile, ctx, rule, "approved", Some(&by), None).await?;
+            ctx.approved = Some(by.into());
+            Ok(None)
+        }
+        Some(Decision { approve: false, by }) => {
+            note(gw, profile, ctx, rule, "declined", Some(&by), None).await?;
+            Err(GateError::CallDeclined("declined"))
+        }
+        None => {
+            note(gw, profile, ctx, rule, "expired", None, None).await?;
+            Err(GateError::CallDeclined("expired"))
+        }
+    }
+}
+
+/// What tells apart the legacy sessions a question may be answered in: the caller and the
+/// session id it holds.
+fn session_key(ctx: &Ctx<'_>, session: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"approval session\0");
+    h.update(super::rounds::caller(ctx));
+    h.update(session);
+    h.finalize().into()
+}
+
+/// A legacy client's answer (a JSON-RPC response it POSTed) to a question mcpgate asked
+/// it: handed to the waiting call, answered 202. `None`: not such an answer.
+pub(super) fn answer(
+    gw: &Gateway,
+    payload: &Payload<'_>,
+    bytes: &Bytes,
+    fields: &Fields,
+    ctx: &Ctx<'_>,
+) -> Result<Option<Response<GateBody>>, GateError> {
+    let Payload::Single(m) = payload else {
+        return Ok(None);
+    };
+    let Some(id) = m.id_text().filter(|id| id.starts_with(QUESTION)) else {
+        return Ok(None);
+    };
+    if m.kind != MessageKind::Response {
+        return Ok(None);
+    }
+    let owner = fields
+        .get(FieldKind::McpSessionId)
+        .map(|s| session_key(ctx, s))
+        .unwrap_or_default();
+    gw.waits
+        .answer(id, &owner, bytes.clone())
+        .map_err(|why| {
+            tracing::info!(?why, "an answer no approval question of this session waits for");
+            GateError::InvalidRequest(format!(
+                "no approval question of this session waits for an answer with id {id}"
+            ))
+        })?;
+    Ok(Some(super::respond::empty(
+        http::StatusCode::ACCEPTED,
+        &ctx.request_id,
+    )))
+}
+
+/// Whether a legacy `initialize` on `profile` must be remembered: the profile has rules a
+/// client answers, and the client declares elicitation.
+pub(super) fn notes_elicitation(profile: &Profile, payload: &Payload<'_>, bytes: &Bytes) -> bool {
+    let Payload::Single(m) = payload else {
+        return false;
+    };
+    if m.method() != Some("initialize")
+        || !profile
+            .approvals
+            .iter()
+            .any(|r| r.approver == Approver::Client)
+    {
+        return false;
+    }
+    serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| {
+        v.pointer("/params/capabilities/elicitation")
+            .is_some_and(serde_json::Value::is_object)
+    })
+}
+
+/// Remembers the session an `initialize` that declared elicitation was answered with.
+pub(super) fn note_session(gw: &Gateway, response: &Response<GateBody>, ctx: &Ctx<'_>) {
+    if let Some(s) = response.headers().get("mcp-session-id") {
+        gw.approvals.note_elicits(session_key(ctx, s.as_bytes()));
+    }
+}
+
+/// Writes the approval record of a step (durably when the tool's records are) and counts
+/// it. A durable record that cannot be written refuses the call.
+#[allow(clippy::too_many_arguments)]
+async fn note(
+    gw: &Gateway,
+    profile: &Profile,
+    ctx: &mut Ctx<'_>,
+    rule: &ApprovalRule,
+    decision: &'static str,
+    by: Option<&str>,
+    reason: Option<&str>,
+) -> Result<(), GateError> {
+    gw.metrics.count_approval(&profile.name, decision);
+    tracing::info!(decision, rule = rule.number, by, "approval");
+    let Some(a) = &gw.audit else {
+        return Ok(());
+    };
+    let call = ctx.calls.first().cloned();
+    let r = record(super::audit::base(ctx, "tools/call"), call, rule, decision, by, reason);
+    write(a, r).await
+}
+
+pub(super) fn record(
+    base: Arc<audit::Base>,
+    call: Option<Arc<audit::Call>>,
+    rule: &ApprovalRule,
+    decision: &'static str,
+    by: Option<&str>,
+    reason: Option<&str>,
+) -> audit::Record {
+    let mut r = audit::Record::new(base, call);
+    r.phase = Some("approval");
+    r.decision = Some(decision);
+    r.reason = Some(reason.map(str::to_string));
+    r.approval = Some(Box::new(audit::ApprovalNote {
+        rule: rule.number,
+        approver: rule.approver.as_str(),
+        by: by.map(str::to_string),
+    }));
+    r
+}
+
+pub(super) async fn write(a: &audit::Audit, r: audit::Record) -> Result<(), GateError> {
+    if r.call.as_ref().is_some_and(|c| c.durable) {
+        a.durable(r).await.map_err(|e| {
+            tracing::error!(error = %e, "durable approval record failed; call refused");
+            GateError::AuditUnavailable
+        })
+    } else {
+        a.record(r);
+        Ok(())
+    }
+}

@@ -477,6 +477,11 @@ impl crate::observe::admin::Admin for Gateway {
     async fn reload(&self, trigger: &'static str) -> Result<(), ReloadError> {
         Gateway::reload(self, trigger).await
     }
+
+    fn decide(&self, id: &str, approve: bool, by: String) -> bool {
+        let decision = crate::runtime::approvals::Decision { approve, by };
+        self.approvals.decide(id, decision).is_ok()
+    }
 }
 
 impl config::watch::Reload for Gateway {

@@ -129,6 +129,22 @@ impl Gateway {
             rows,
             upstreams,
             pins: self.awaiting_approval(),
+            approvals: self
+                .approvals
+                .waiting()
+                .into_iter()
+                .map(|w| crate::observe::status::StatusApproval {
+                    id: w.id,
+                    profile: w.profile,
+                    tool: w.tool,
+                    caller: w.caller,
+                    message: w.message,
+                    arguments: w.arguments,
+                    rule: w.rule,
+                    asked: rfc3339(w.asked),
+                    expires: rfc3339(w.expires),
+                })
+                .collect(),
             federation: self
                 .directories
                 .members()

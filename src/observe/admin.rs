@@ -1,5 +1,6 @@
-//! The admin listener (SPEC §8, §14): `GET /` (the status page), `GET /status` (its data),
-//! `GET /healthz`, `GET /readyz`, `GET /metrics`, `POST /reload`. Plain HTTP/1.1 on its own address (loopback by default), never on a
+//! The admin listener (SPEC §8, §14, §18): `GET /` (the status page), `GET /status` (its
+//! data), `GET /healthz`, `GET /readyz`, `GET /metrics`, `POST /reload`, and
+//! `POST /approvals/{id}` (an operator's answer to a call waiting for approval). Plain HTTP/1.1 on its own address (loopback by default), never on a
 //! public route; it shares nothing with the MCP listeners but the gateway state, which it
 //! reads through [`Admin`].
 
@@ -28,6 +29,9 @@ pub trait Admin: Send + Sync + 'static {
     /// Reloads the configuration; `Err` says why the running one stays.
     fn reload(&self, trigger: &'static str)
     -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// An operator's answer to the call waiting for approval `id`, given by `by`: `false`
+    /// when no call waits under that id (answered already, gone, never asked).
+    fn decide(&self, id: &str, approve: bool, by: String) -> bool;
 }
 
 fn text(
@@ -44,8 +48,19 @@ fn text(
     r
 }
 
-async fn route<A: Admin>(gw: &A, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route<A: Admin>(
+    gw: &A,
+    peer: std::net::SocketAddr,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     const PLAIN: &str = "text/plain; charset=utf-8";
+    if let Some(id) = req.uri().path().strip_prefix("/approvals/") {
+        if req.method() != Method::POST {
+            return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n");
+        }
+        let id = id.to_string();
+        return decide(gw, peer, &id, req).await;
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/") => super::page::response(&gw.status()),
         (&Method::GET, "/status") => {
@@ -95,6 +110,79 @@ async fn route<A: Admin>(gw: &A, req: Request<Incoming>) -> Response<Full<Bytes>
     }
 }
 
+/// The most bytes of an operator's answer read.
+const MOST_ANSWER: usize = 1024;
+
+/// `POST /approvals/{id}`: `approve` or `decline`, as the body's text, as the form field
+/// `decision` (the status page's buttons) or as JSON `{"decision": …}`. A browser's form
+/// from another origin is refused (the page's own forms are same-origin), and the page's
+/// form is answered with a redirect back to it.
+async fn decide<A: Admin>(
+    gw: &A,
+    peer: std::net::SocketAddr,
+    id: &str,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    use http_body_util::BodyExt;
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    let host = req.headers().get(header::HOST).map(|h| h.as_bytes().to_vec());
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let same = host.as_ref().is_some_and(|h| {
+            let mut own = b"http://".to_vec();
+            own.extend_from_slice(h);
+            origin.as_bytes() == own
+        });
+        if !same {
+            return text(
+                StatusCode::FORBIDDEN,
+                PLAIN,
+                "forbidden: an answer from another origin\n",
+            );
+        }
+    }
+    let form = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/x-www-form-urlencoded"));
+    let limited = http_body_util::Limited::new(req.into_body(), MOST_ANSWER);
+    let Ok(body) = limited.collect().await.map(|b| b.to_bytes()) else {
+        return text(StatusCode::PAYLOAD_TOO_LARGE, PLAIN, "answer too large\n");
+    };
+    let said = String::from_utf8_lossy(&body);
+    let said = said.trim();
+    let decision = serde_json::from_str::<serde_json::Value>(said)
+        .ok()
+        .and_then(|v| v.get("decision")?.as_str().map(str::to_string))
+        .or_else(|| said.strip_prefix("decision=").map(str::to_string))
+        .unwrap_or_else(|| said.to_string());
+    let approve = match decision.as_str() {
+        "approve" => true,
+        "decline" => false,
+        _ => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                PLAIN,
+                "say approve or decline (the body, decision=…, or {\"decision\":…})\n",
+            );
+        }
+    };
+    if !gw.decide(id, approve, format!("admin@{}", peer.ip())) {
+        return text(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "no call waits for that approval (answered already, gone, or past its time)\n",
+        );
+    }
+    if form {
+        let mut r = text(StatusCode::SEE_OTHER, PLAIN, "answered\n");
+        r.headers_mut()
+            .insert(header::LOCATION, header::HeaderValue::from_static("/"));
+        return r;
+    }
+    let said = if approve { "approved\n" } else { "declined\n" };
+    text(StatusCode::OK, PLAIN, said)
+}
+
 /// Whether the scraper lists OpenMetrics among the types it accepts.
 fn wants_openmetrics(req: &Request<Incoming>) -> bool {
     const TYPE: &[u8] = b"application/openmetrics-text";
@@ -108,14 +196,14 @@ fn wants_openmetrics(req: &Request<Incoming>) -> bool {
 /// Serves the admin endpoints on `socket` until the task is dropped.
 pub async fn serve<A: Admin>(gw: Arc<A>, socket: TcpListener) {
     loop {
-        let Ok((stream, _)) = socket.accept().await else {
+        let Ok((stream, peer)) = socket.accept().await else {
             continue;
         };
         let gw = gw.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let gw = gw.clone();
-                async move { Ok::<_, Infallible>(route(&*gw, req).await) }
+                async move { Ok::<_, Infallible>(route(&*gw, peer, req).await) }
             });
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)

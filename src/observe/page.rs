@@ -24,6 +24,8 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);white-
 td.n,th.n{text-align:right}.dim{color:var(--dim)}
 .up,.ok,.forwarded{color:var(--ok)}.down,.error,.refused,.rejected,.upstream_error,.timeout{color:var(--bad)}
 .ejected,.degraded,.draining{color:var(--warn)}pre{white-space:pre-wrap;margin:.3em 0}
+button{font:inherit;padding:2px 10px;border-radius:5px;border:1px solid var(--line);cursor:pointer}
+button.approve{color:var(--ok)}button.decline{color:var(--bad)}
 @media (max-width:600px){body{padding:8px}th,td{padding:3px 5px;font-size:13px}.facts li{padding:3px 8px}}
 "#;
 
@@ -132,6 +134,23 @@ pub fn render(s: &Status, out: &mut String) {
                 esc(&m.member),
                 esc(&m.at),
                 esc(m.error.as_deref().unwrap_or("")),
+            );
+        }
+        out.push_str("</table></div>");
+    }
+    if !s.approvals.is_empty() {
+        out.push_str("<h2>Calls waiting for approval</h2><p class=dim>Each call runs only once approved here; declined or past its time, it is refused.</p><div class=wide><table id=approvals><tr><th>asked</th><th>caller</th><th>profile</th><th>tool</th><th>waits until</th><th></th></tr>");
+        for a in &s.approvals {
+            let id = esc(&a.id);
+            let _ = write!(
+                out,
+                "<tr id=\"approval-{id}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><form method=post action=\"/approvals/{id}\"><button name=decision value=approve class=approve>Approve</button> <button name=decision value=decline class=decline>Decline</button></form></td></tr><tr><td colspan=6><pre>{}</pre></td></tr>",
+                esc(&a.asked),
+                esc(&a.caller),
+                esc(&a.profile),
+                esc(&a.tool),
+                esc(&a.expires),
+                esc(&a.message),
             );
         }
         out.push_str("</table></div>");
@@ -252,7 +271,7 @@ pub fn page(status: &Status) -> String {
 pub fn response(status: &Status) -> Response<Full<Bytes>> {
     let (_, hash) = script();
     let csp = format!(
-        "default-src 'none'; style-src 'unsafe-inline'; script-src {hash}; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+        "default-src 'none'; style-src 'unsafe-inline'; script-src {hash}; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
     );
     html(page(status), &csp)
 }
@@ -343,6 +362,18 @@ mod tests {
                 approved_sha256: None,
                 diff: format!("    + {tool}"),
             }],
+            // A waiting call's tool, message and id reach the page escaped.
+            approvals: vec![crate::observe::status::StatusApproval {
+                id: "0123abcd".into(),
+                profile: "gpt-full".into(),
+                tool: tool.into(),
+                caller: "alice".into(),
+                message: format!("Delete {tool}?"),
+                arguments: "{}".into(),
+                rule: 1,
+                asked: "2026-11-26T12:00:00.000Z".into(),
+                expires: "2026-11-26T12:05:00.000Z".into(),
+            }],
             reload: None,
             decisions: vec![],
         }
@@ -355,6 +386,7 @@ mod tests {
         assert!(!page.contains("<script>alert"));
         assert!(page.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
         assert_eq!(page.matches("<script>").count(), 1);
+        assert!(page.contains("<form method=post action=\"/approvals/0123abcd\">"));
     }
 
     /// The page's first render and the script's redraws are one markup: the fragment the

@@ -1,7 +1,9 @@
 //! The status page's data, typed: what `GET /status` serves as JSON and what `page`
 //! renders (the whole page, and the fragment its script fetches to redraw). Names, ids and
 //! counts only: tokens never reach it (callers are token ids or OAuth subjects), nor do
-//! arguments. The gateway fills it (`gateway/status.rs`).
+//! arguments, but those of a call waiting for an operator's approval, which the operator
+//! decides on (redacted as the audit trail redacts them). The gateway fills it
+//! (`gateway/status.rs`).
 
 use serde::Serialize;
 
@@ -25,6 +27,8 @@ pub struct Status {
     pub federation: Vec<StatusMember>,
     /// Tools and prompts of pinned upstreams whose definitions await approval (SPEC §17).
     pub pins: Vec<StatusPin>,
+    /// Calls waiting for an operator's approval (SPEC §18), oldest first.
+    pub approvals: Vec<StatusApproval>,
     /// `None` before the first reload.
     pub reload: Option<ReloadStatus>,
     /// The latest tools/call decisions, newest first.
@@ -62,6 +66,23 @@ pub struct StatusMember {
     /// When that was (RFC 3339), and why it did not answer.
     pub at: String,
     pub error: Option<String>,
+}
+
+/// A call waiting for an operator: what it would do, and until when it waits. Approved
+/// or declined with `POST /approvals/{id}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusApproval {
+    pub id: String,
+    pub profile: String,
+    pub tool: String,
+    pub caller: String,
+    /// The rule's message, the tool and the arguments, as the approver is asked.
+    pub message: String,
+    pub arguments: String,
+    /// The `[[approvals]]` rule, from 1.
+    pub rule: usize,
+    pub asked: String,
+    pub expires: String,
 }
 
 /// A pinned upstream's tool or prompt whose definition is not approved.

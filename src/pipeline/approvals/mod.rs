@@ -212,10 +212,18 @@ pub(super) async fn ask(
         _ => return Ok(None),
     };
     let arguments = m.arguments;
-    let question = msg::question(&rule.message.render(parsed(arguments).as_ref()), &tool, arguments);
+    let rendered = rule.message.render(parsed(arguments).as_ref());
     if rule.approver == Approver::Admin {
-        return by_operator(gw, profile, ctx, &rule, &tool, arguments, question).await;
+        // The status page shows the arguments as the audit trail keeps them (redacted).
+        let kept = ctx.calls.first().map(|c| c.arguments.clone());
+        let shown = match &kept {
+            Some(kept) => kept.as_deref(),
+            None => arguments,
+        };
+        let question = msg::question(&rendered, &tool, shown);
+        return by_operator(gw, profile, ctx, &rule, &tool, shown, question).await;
     }
+    let question = msg::question(&rendered, &tool, arguments);
     let id = m.id_text().unwrap_or("null").to_string();
     match ctx.era {
         Era::Modern => {

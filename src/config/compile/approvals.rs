@@ -2,7 +2,7 @@
 //! person is asked, who answers and how long the call waits. Each profile gets the rules
 //! that apply to it, in the file's order: the first that matches a call decides.
 
-use super::profiles::{HintRules, hint_rules, hints_hold};
+use super::hints::{HintRules, hint_rules, hints_hold};
 use super::{Fail, at, check_patterns, fail};
 use crate::config::glob::Matcher;
 use crate::config::message::Template;

@@ -8,6 +8,7 @@ mod admin;
 mod approvals;
 mod arguments;
 mod audit;
+mod hints;
 mod limits;
 mod log;
 mod oauth;

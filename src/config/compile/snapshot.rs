@@ -411,6 +411,25 @@ impl Snapshot {
                     let _ = writeln!(out, "    {what}: {}", list.join(", "));
                 }
             }
+            for r in &p.approvals {
+                let mut what = Vec::new();
+                if let Some(t) = &r.tools {
+                    what.push(format!("tools {}", t.patterns().join(", ")));
+                }
+                if !r.annotations.is_empty() {
+                    let list: Vec<String> =
+                        r.annotations.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    what.push(format!("annotations {}", list.join(", ")));
+                }
+                let _ = writeln!(
+                    out,
+                    "    approval #{}: {}; approver={} timeout={}",
+                    r.number,
+                    what.join("; "),
+                    r.approver.as_str(),
+                    humantime::format_duration(r.timeout)
+                );
+            }
             for (what, rules) in [("resources", &p.resources), ("prompts", &p.prompts)] {
                 let Some(r) = rules else { continue };
                 let deny = if r.deny.is_empty() {

@@ -719,3 +719,47 @@ fn oauth_mistakes_are_named() {
     let local = OAUTH.replace("https://idp.example.com", "http://127.0.0.1:8080");
     assert!(load_str(&with_oauth(&local, "oauth"), "f.toml").is_ok());
 }
+
+#[test]
+fn approval_rules_compile_per_profile_and_mistakes_are_named() {
+    let text = format!(
+        "{BASE}\n[profiles.other]\nupstream = \"docs\"\nallow = [\"*\"]\n\n[admin]\n\n[[approvals]]\nprofiles = [\"gpt\"]\ntools = [\"delete_*\"]\nmessage = \"Delete {{path}}?\"\n\n[[approvals]]\nannotations = {{ destructiveHint = true }}\napprover = \"admin\"\ntimeout = \"90s\"\n"
+    );
+    let s = load_str(&text, "f.toml").unwrap();
+    let gpt = &s.profiles["gpt"].approvals;
+    assert_eq!(gpt.len(), 2);
+    assert_eq!((gpt[0].number, gpt[0].approver), (1, Approver::Client));
+    assert_eq!(gpt[0].timeout, DEFAULT_APPROVAL_TIMEOUT);
+    assert!(gpt[0].matches("delete_document", None));
+    assert!(!gpt[0].matches("get_document", None));
+    assert_eq!((gpt[1].approver, gpt[1].timeout), (Approver::Admin, Duration::from_secs(90)));
+    let other = &s.profiles["other"].approvals;
+    assert_eq!(other.len(), 1, "a rule without profiles holds on every profile");
+    // By annotations: what the tool says decides; unknown, it is asked about.
+    let destructive = serde_json::json!({"destructiveHint": true});
+    let read_only = serde_json::json!({"readOnlyHint": true});
+    assert!(other[0].matches("x", destructive.as_object()));
+    assert!(!other[0].matches("x", read_only.as_object()));
+    assert!(other[0].matches("x", None));
+    let described = s.describe();
+    assert!(described.contains("approval #1: tools delete_*; approver=client timeout=5m"), "{described}");
+    assert!(described.contains("approval #2: annotations destructiveHint = true; approver=admin timeout=1m 30s"), "{described}");
+
+    for (rule, says) in [
+        ("profiles = [\"gpt\"]", "names tools, annotations or both"),
+        ("tools = []", "matches no call"),
+        ("tools = [\"d\"]\nprofiles = []", "applies to no profile"),
+        ("tools = [\"d\"]\nprofiles = [\"nope\"]", "no profile named \"nope\""),
+        ("tools = [\"d\"]\nmessage = \"Delete {path\"", "not closed"),
+        ("tools = [\"d\"]\napprover = \"boss\"", "\"client\" or \"admin\""),
+        ("tools = [\"d\"]\napprover = \"admin\"", "needs the admin listener"),
+        ("tools = [\"d\"]\ntimeout = \"0s\"", "greater than zero"),
+        ("tools = [\"d\"]\ntimeout = \"2d\"", "at most 24h"),
+        ("tools = [\"d\"]\nannotations = {}", "empty annotations table"),
+        ("tools = [\"d\"]\nwho = \"x\"", "unknown field"),
+    ] {
+        let e = err(&format!("{BASE}\n[[approvals]]\n{rule}\n"));
+        assert!(e.contains(says), "{rule}: {e}");
+        assert!(e.starts_with("f.toml:"), "{rule}: {e}");
+    }
+}

@@ -47,6 +47,7 @@ if [ $# -eq 0 ]; then
   bench/trace.sh --smoke
   bench/federation.sh --smoke
   bench/pinning.sh --smoke
+  bench/approvals.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

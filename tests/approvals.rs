@@ -486,6 +486,25 @@ path = {audit:?}
     let out = waiting.await.unwrap();
     assert_eq!(out["calls"][0]["data"]["reason"], "declined", "{out}");
 
+    // A client that leaves while its call waits takes the call off the list.
+    let addr = gw.listeners["main"];
+    let leaving = tokio::spawn(support::post_and_hang_up(
+        addr,
+        "/mcp",
+        "",
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"archive_note","arguments":{"path":"gone"}}}"#,
+        Duration::from_millis(1500),
+    ));
+    support::eventually(Duration::from_secs(10), "the leaving call listed", || async {
+        (status(&gw).await["approvals"].as_array().map_or(0, Vec::len) == 1).then_some(())
+    })
+    .await;
+    leaving.await.unwrap();
+    support::eventually(Duration::from_secs(10), "the leaving call gone", || async {
+        (status(&gw).await["approvals"] == json!([])).then_some(())
+    })
+    .await;
+
     // Nobody answers in time.
     let out = client(&gw.url("/hurried"), "v2", "none", json!([["delete_note", {"path": "late"}]])).await;
     assert_eq!(out["calls"][0]["data"]["reason"], "expired", "{out}");
@@ -493,7 +512,7 @@ path = {audit:?}
 
     let steps = support::eventually(Duration::from_secs(5), "the approval records", || async {
         let s = approval_steps(&audit);
-        (s.len() >= 6).then_some(s)
+        (s.len() >= 8).then_some(s)
     })
     .await;
     assert_eq!(
@@ -503,6 +522,8 @@ path = {audit:?}
             "approved archive_note",
             "asked delete_note",
             "declined delete_note",
+            "asked archive_note",
+            "cancelled archive_note",
             "asked delete_note",
             "expired delete_note"
         ]

@@ -317,10 +317,25 @@ async fn by_operator(
     let mut held = gw.approvals.hold(shown);
     note(gw, profile, ctx, rule, "asked", None, None).await?;
     tracing::info!(approval = %held.id, tool = ?tool, "a call waits for an operator's approval");
+    // A client that leaves while its call waits: the call is taken off the list (with
+    // `held`) and the step recorded.
+    let mut left = Left {
+        gw,
+        profile: profile.name.clone(),
+        record: Some(record(
+            super::audit::base(ctx, "tools/call"),
+            ctx.calls.first().cloned(),
+            rule,
+            "cancelled",
+            None,
+            Some("the client left before an operator answered"),
+        )),
+    };
     let decision = tokio::select! {
         d = &mut held.answer => d.ok(),
         _ = tokio::time::sleep(rule.timeout) => None,
     };
+    left.record = None;
     drop(held);
     match decision {
         Some(Decision { approve: true, by }) => {
@@ -335,6 +350,23 @@ async fn by_operator(
         None => {
             note(gw, profile, ctx, rule, "expired", None, None).await?;
             Err(GateError::CallDeclined("expired"))
+        }
+    }
+}
+
+/// Records a call whose client left while it waited for an operator, unless disarmed.
+struct Left<'g> {
+    gw: &'g Gateway,
+    profile: Arc<str>,
+    record: Option<audit::Record>,
+}
+
+impl Drop for Left<'_> {
+    fn drop(&mut self) {
+        let Some(r) = self.record.take() else { return };
+        self.gw.metrics.count_approval(&self.profile, "cancelled");
+        if let Some(a) = &self.gw.audit {
+            a.record(r);
         }
     }
 }

@@ -597,3 +597,72 @@ redis = "{redis}"
     assert_eq!(ran(&ran_file), ["delete_note once", "delete_note twice"]);
     assert_eq!(redis.cli(&["--scan", "--pattern", "*approval:*"]).lines().count(), 2);
 }
+
+/// A federated profile: the rule names the tools as its clients see them (prefixed), and
+/// by annotations judges each by what its own member says. Both generations are asked;
+/// the other member's tools pass unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_federated_profile_asks_by_the_names_its_clients_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port, ran_file) = notes_server(dir.path());
+    let other_port = free_port();
+    let _other = start_peer(
+        Command::new(python())
+            .arg(peers().join("py_named.py"))
+            .args([&other_port.to_string(), "other", "wipe", "open"]),
+        other_port,
+    );
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.notes]
+url = "http://127.0.0.1:{port}/mcp"
+[upstreams.other]
+url = "http://127.0.0.1:{other_port}/mcp"
+
+[profiles.fed]
+upstreams = ["notes", "other"]
+prefix = "always"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/fed"
+profile = "fed"
+auth = "none"
+
+[[approvals]]
+tools = ["notes__delete_*", "other__wipe"]
+message = "Really {{path}}?"
+"#
+    ));
+    let fed = gw.url("/fed");
+    let out = client(
+        &fed,
+        "v2",
+        "approve",
+        json!([["notes__delete_note", {"path": "f1"}], ["other__open", {}], ["notes__read_note", {"path": "f1"}]]),
+    )
+    .await;
+    assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
+    assert!(out["asked"][0].as_str().unwrap().contains("Tool: notes__delete_note"), "{out}");
+    assert_eq!(out["calls"][0]["text"], "deleted f1", "{out}");
+    assert_eq!(out["calls"][1]["text"], "other:open", "{out}");
+    let out = client(
+        &fed,
+        "v1",
+        "decline",
+        json!([["notes__delete_note", {"path": "f2"}], ["other__wipe", {}]]),
+    )
+    .await;
+    assert_eq!(out["asked"].as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(out["calls"][0]["data"]["reason"], "declined", "{out}");
+    assert_eq!(out["calls"][1]["data"]["reason"], "declined", "{out}");
+    let out = client(&fed, "v1", "approve", json!([["notes__delete_note", {"path": "f3"}], ["other__wipe", {}]])).await;
+    assert_eq!(out["calls"][0]["text"], "deleted f3", "{out}");
+    assert_eq!(out["calls"][1]["text"], "other:wipe", "{out}");
+    assert_eq!(ran(&ran_file), ["delete_note f1", "delete_note f3"]);
+}

@@ -666,3 +666,75 @@ message = "Really {{path}}?"
     assert_eq!(out["calls"][1]["text"], "other:wipe", "{out}");
     assert_eq!(ran(&ran_file), ["delete_note f1", "delete_note f3"]);
 }
+
+/// A 2026-07-28 server that asks its own confirmation of the call mcpgate had approved
+/// (the SDK v2 fixture's `delete_note`): its rounds are not asked about again, but bound
+/// to the arguments approved; a legacy client bridged to that server is asked both
+/// questions on its call's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_own_questions_about_an_approved_call_keep_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let (_server, port) = support::ts2_server(&record);
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.modern]
+url = "http://127.0.0.1:{port}/mcp"
+
+[profiles.full]
+upstream = "modern"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "full"
+auth = "none"
+
+[[approvals]]
+annotations = {{ destructiveHint = true }}
+message = "Delete note {{id}}?"
+"#
+    ));
+    let url = gw.url("/mcp");
+    let deleted = || {
+        std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["ran"] == "delete_note")
+            .map(|v| v["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    for (generation, id) in [("v2", "n1"), ("v1", "n2")] {
+        let out = client(&url, generation, "approve", json!([["delete_note", {"id": id}], ["echo", {"text": "hi"}]])).await;
+        let asked: Vec<&str> = out["asked"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+        assert_eq!(asked.len(), 2, "{generation}: {out}");
+        assert!(asked[0].starts_with(&format!("Delete note \"{id}\"?")), "{out}");
+        assert_eq!(asked[1], format!("Delete note {id}?"), "the server's own: {out}");
+        assert_eq!(out["calls"][0]["text"], format!("deleted {id}"), "{out}");
+        assert_eq!(out["calls"][1]["text"], "echo: hi", "{out}");
+    }
+    // Raw: approved, then the server's round retried with other arguments: refused.
+    let args = json!({"id": "n3"});
+    let first = modern(&url, None, "delete_note", args.clone(), "").await;
+    let state = first["result"]["requestState"].clone();
+    let server_asks = modern(&url, None, "delete_note", args.clone(), &retry(&state, YES)).await;
+    let theirs = &server_asks["result"];
+    assert_eq!(theirs["resultType"], "input_required", "{server_asks}");
+    assert!(theirs["inputRequests"]["confirm"].is_object(), "{server_asks}");
+    let their_state = theirs["requestState"].clone();
+    let confirm = format!(
+        r#","requestState":{their_state},"inputResponses":{{"confirm":{{"action":"accept","content":{{"confirm":true}}}}}}"#
+    );
+    let r = modern(&url, None, "delete_note", json!({"id": "n4"}), &confirm).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["reason"], "bad_request_state", "{r}");
+    let r = modern(&url, None, "delete_note", args.clone(), &confirm).await;
+    assert_eq!(r["result"]["content"][0]["text"], "deleted n3", "{r}");
+    assert_eq!(deleted(), ["n1", "n2", "n3"]);
+}

@@ -9,10 +9,13 @@ const [url, generation, answer, callsText] = process.argv.slice(2);
 const calls = JSON.parse(callsText);
 const out = { asked: [], calls: [] };
 
-const reply = (message) => {
+// `approve` says yes to any one-boolean form: mcpgate's (`approve`) and a server's own
+// (its field, e.g. `confirm`).
+const reply = (message, schema) => {
     out.asked.push(message);
+    const field = Object.keys(schema?.properties ?? { approve: {} })[0] ?? 'approve';
     switch (answer) {
-        case 'approve': return { action: 'accept', content: { approve: true } };
+        case 'approve': return { action: 'accept', content: { [field]: true } };
         case 'decline': return { action: 'accept', content: { approve: false } };
         case 'reject': return { action: 'decline' };
         case 'cancel': return { action: 'cancel' };
@@ -32,7 +35,7 @@ if (generation === 'v1') {
     client = new Client({ name: 'mcpgate-approve-v1', version: '1.0.0' }, { capabilities });
     if (answer !== 'none') {
         // v1 checks the answer against the form itself: answers it would refuse go raw.
-        client.setRequestHandler(ElicitRequestSchema, async (req) => reply(req.params.message));
+        client.setRequestHandler(ElicitRequestSchema, async (req) => reply(req.params.message, req.params.requestedSchema));
     }
     transport = new StreamableHTTPClientTransport(new URL(url));
 } else {
@@ -42,7 +45,7 @@ if (generation === 'v1') {
         { capabilities, versionNegotiation: { mode: { pin: '2026-07-28' } } },
     );
     if (answer !== 'none') {
-        client.setRequestHandler('elicitation/create', async (req) => reply(req.params.message));
+        client.setRequestHandler('elicitation/create', async (req) => reply(req.params.message, req.params.requestedSchema));
     }
     transport = new StreamableHTTPClientTransport(new URL(url));
 }

@@ -73,6 +73,27 @@ impl ApprovalRule {
     }
 }
 
+/// Warns of rules whose calls may wait longer than a connection may stay silent: an
+/// operator's answer (the client's request waits without a byte) would come after the
+/// connection was closed as idle.
+pub(super) fn idle_warnings(
+    profiles: &BTreeMap<String, Arc<super::Profile>>,
+    idle: Duration,
+    warnings: &mut Vec<String>,
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for r in profiles.values().flat_map(|p| p.approvals.iter()) {
+        if seen.insert(r.number) && r.approver == Approver::Admin && r.timeout > idle {
+            warnings.push(format!(
+                "approval rule #{} lets a call wait {} for an operator, longer than server.idle_timeout ({}): the client's connection may be closed as idle first",
+                r.number,
+                humantime::format_duration(r.timeout),
+                humantime::format_duration(idle)
+            ));
+        }
+    }
+}
+
 /// Each profile's rules, by profile name (a profile no rule names is absent).
 pub(super) fn approvals(
     raw: &[S<raw::RawApproval>],

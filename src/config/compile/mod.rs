@@ -212,6 +212,7 @@ impl Compiler<'_> {
             upstreams.values().map(|u| &**u),
             &mut warnings,
         );
+        approvals::idle_warnings(&profiles, server.idle_timeout, &mut warnings);
         let log = log::log(raw.log.as_ref())?;
         let telemetry = telemetry::telemetry(raw.telemetry.as_ref())?;
         let audit = match &raw.audit {

@@ -741,6 +741,13 @@ fn approval_rules_compile_per_profile_and_mistakes_are_named() {
     assert!(other[0].matches("x", destructive.as_object()));
     assert!(!other[0].matches("x", read_only.as_object()));
     assert!(other[0].matches("x", None));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let long = load_str(&text.replace("timeout = \"90s\"", "timeout = \"10m\""), "f.toml").unwrap();
+    assert!(
+        long.warnings.iter().any(|w| w.contains("approval rule #2 lets a call wait 10m for an operator, longer than server.idle_timeout (5m)")),
+        "{:?}",
+        long.warnings
+    );
     let described = s.describe();
     assert!(described.contains("approval #1: tools delete_*; approver=client timeout=5m"), "{described}");
     assert!(described.contains("approval #2: annotations destructiveHint = true; approver=admin timeout=1m 30s"), "{described}");

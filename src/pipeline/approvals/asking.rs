@@ -29,6 +29,8 @@ pub(super) struct Asking {
     pub(super) fields: Fields,
     pub(super) body: Bytes,
     pub(super) rule: Arc<ApprovalRule>,
+    /// How often the stream says it is alive while the client is asked.
+    pub(super) keepalive: std::time::Duration,
     pub(super) question: String,
     pub(super) owner: [u8; 32],
     /// The call's JSON-RPC id, as JSON text.
@@ -66,14 +68,32 @@ impl Asking {
         if tx.send(sse::encode_json(&asked, None)).await.is_err() {
             return;
         }
-        let answer = tokio::select! {
-            a = &mut waiter.answer => a.ok(),
-            _ = tokio::time::sleep(self.rule.timeout) => None,
-            _ = tx.closed() => {
-                self.note("cancelled", None, Some("the client left before answering")).await;
-                return;
+        // While the person reads, the stream says it is alive (as relayed streams do), so
+        // that no idle timeout between here and the client cuts it.
+        // A client that leaves ends this task where it waits: the step is recorded then.
+        let mut gone = Gone {
+            asking: &self,
+            armed: true,
+        };
+        let mut alive = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.keepalive,
+            self.keepalive,
+        );
+        let limit = tokio::time::sleep(self.rule.timeout);
+        tokio::pin!(limit);
+        let answer = loop {
+            tokio::select! {
+                a = &mut waiter.answer => break a.ok(),
+                () = &mut limit => break None,
+                _ = alive.tick() => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+                () = tx.closed() => return,
             }
         };
+        gone.armed = false;
         drop(waiter);
         let outcome = match answer.as_deref().map(msg::legacy_answer) {
             None => Err(("expired", GateError::CallDeclined("expired"))),
@@ -155,5 +175,25 @@ impl Asking {
         };
         let r = record(self.base.clone(), self.call.clone(), &self.rule, decision, by, reason);
         write(a, r).await.is_ok()
+    }
+}
+
+/// Records a question whose client left before answering, unless disarmed.
+struct Gone<'a> {
+    asking: &'a Asking,
+    armed: bool,
+}
+
+impl Drop for Gone<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let a = self.asking;
+        a.gw.metrics.count_approval(&a.profile, "cancelled");
+        if let Some(audit) = &a.gw.audit {
+            let why = Some("the client left before answering");
+            audit.record(record(a.base.clone(), a.call.clone(), &a.rule, "cancelled", None, why));
+        }
     }
 }

@@ -121,12 +121,13 @@ pub(super) async fn opened(
     let Some(state) = m.request_state else {
         return Ok(None);
     };
-    let rule = need.rule.clone();
+    let (rule, call) = (need.rule.clone(), need.call);
+    super::audit::note_calls(gw, payload, ctx);
     let asked = match msg::open(
         sealer(live, profile),
         state,
         &super::rounds::caller(ctx),
-        &need.call,
+        &call,
     ) {
         Ok(a) => a,
         Err(msg::Refused::NotOurs) => return Ok(None),
@@ -140,7 +141,6 @@ pub(super) async fn opened(
             return Err(GateError::BadApproval(text.into()));
         }
     };
-    super::audit::note_calls(gw, payload, ctx);
     let answer = match msg::retry_answer(bytes) {
         Ok(a) => a,
         Err(e) => {
@@ -270,6 +270,7 @@ pub(super) async fn ask(
                 fields: super::bridge::copy_fields(&req.fields),
                 body: bytes.clone(),
                 rule,
+                keepalive: live.config.sse_keepalive,
                 question,
                 owner: owner.expect("checked above"),
                 id,

@@ -342,7 +342,9 @@ pub enum GateError {
     #[error("Invalid params: {0}")]
     BadApproval(String),
     /// `[limits.store]` could not say whether an approval was used already.
-    #[error("Service unavailable: the store that keeps approvals single-use cannot be reached; retry later")]
+    #[error(
+        "Service unavailable: the store that keeps approvals single-use cannot be reached; retry later"
+    )]
     ApprovalStoreUnavailable,
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),

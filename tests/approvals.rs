@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, Redis, free_port, hash, node22, peers, post, python, run_client, start_peer};
+use support::{
+    Gateway, Redis, free_port, hash, node22, peers, post, python, run_client, start_peer,
+};
 
 /// The server: its port, and the file its tools write their calls to.
 fn notes_server(dir: &Path) -> (support::Peer, u16, PathBuf) {
@@ -34,7 +36,11 @@ fn ran(file: &Path) -> Vec<String> {
         .lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
-            format!("{} {}", v["tool"].as_str().unwrap(), v["path"].as_str().unwrap())
+            format!(
+                "{} {}",
+                v["tool"].as_str().unwrap(),
+                v["path"].as_str().unwrap()
+            )
         })
         .collect()
 }
@@ -102,12 +108,21 @@ fn approval_steps(audit: &Path) -> Vec<String> {
     records(audit)
         .iter()
         .filter(|r| r["phase"] == "approval")
-        .map(|r| format!("{} {}", r["decision"].as_str().unwrap(), r["tool"].as_str().unwrap_or("-")))
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["decision"].as_str().unwrap(),
+                r["tool"].as_str().unwrap_or("-")
+            )
+        })
         .collect()
 }
 
 fn message(answer: &Value) -> String {
-    answer["error"]["message"].as_str().unwrap_or_default().to_string()
+    answer["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 const ALICE: &str = "alice-approval-token-0123456789";
@@ -207,27 +222,61 @@ path = {audit:?}
     );
     assert_eq!(out["calls"][0]["text"], "deleted a.md", "{out}");
     assert_eq!(out["calls"][1]["text"], "the text of a.md", "{out}");
-    let out = client(&url, "v1", "approve", json!([["delete_note", {"path": "c.md"}]])).await;
+    let out = client(
+        &url,
+        "v1",
+        "approve",
+        json!([["delete_note", {"path": "c.md"}]]),
+    )
+    .await;
     assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
     assert_eq!(out["calls"][0]["text"], "deleted c.md", "{out}");
 
     // Declined in the form, by the decline button, cancelled: never run.
     for generation in ["v1", "v2"] {
-        for (answer, reason) in [("decline", "declined"), ("reject", "declined"), ("cancel", "cancelled")] {
+        for (answer, reason) in [
+            ("decline", "declined"),
+            ("reject", "declined"),
+            ("cancel", "cancelled"),
+        ] {
             let path = format!("no-{generation}-{answer}");
-            let out = client(&url, generation, answer, json!([["delete_note", {"path": path}]])).await;
+            let out = client(
+                &url,
+                generation,
+                answer,
+                json!([["delete_note", {"path": path}]]),
+            )
+            .await;
             assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
             let call = &out["calls"][0];
             assert_eq!(call["error"], -32007, "{generation} {answer}: {out}");
-            assert!(call["message"].as_str().unwrap().contains("Call declined"), "{out}");
-            assert_eq!(call["data"]["reason"], reason, "{generation} {answer}: {out}");
+            assert!(
+                call["message"].as_str().unwrap().contains("Call declined"),
+                "{out}"
+            );
+            assert_eq!(
+                call["data"]["reason"], reason,
+                "{generation} {answer}: {out}"
+            );
         }
         // A client that declared no elicitation is told why, and not asked.
-        let out = client(&url, generation, "none", json!([["delete_note", {"path": "none"}]])).await;
+        let out = client(
+            &url,
+            generation,
+            "none",
+            json!([["delete_note", {"path": "none"}]]),
+        )
+        .await;
         assert_eq!(out["asked"], json!([]), "{out}");
-        assert_eq!(out["calls"][0]["data"]["reason"], "approval_not_askable", "{out}");
+        assert_eq!(
+            out["calls"][0]["data"]["reason"], "approval_not_askable",
+            "{out}"
+        );
         assert!(
-            out["calls"][0]["message"].as_str().unwrap().contains("did not declare elicitation"),
+            out["calls"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("did not declare elicitation"),
             "{out}"
         );
     }
@@ -235,15 +284,37 @@ path = {audit:?}
     // Markup and hidden text in an argument reach the person inert, and the server gets
     // the argument exactly as sent.
     let hostile = "<img src=x onerror=alert(1)>\u{202e}txt.exe";
-    let out = client(&url, "v2", "approve", json!([["delete_note", {"path": hostile}]])).await;
+    let out = client(
+        &url,
+        "v2",
+        "approve",
+        json!([["delete_note", {"path": hostile}]]),
+    )
+    .await;
     let asked = out["asked"][0].as_str().unwrap();
-    assert!(!asked.contains('<') && !asked.contains('\u{202e}'), "{asked}");
-    assert!(asked.contains("\\u003cimg src=x onerror=alert(1)\\u003e\\u202etxt.exe"), "{asked}");
-    assert_eq!(out["calls"][0]["text"], format!("deleted {hostile}"), "{out}");
+    assert!(
+        !asked.contains('<') && !asked.contains('\u{202e}'),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("\\u003cimg src=x onerror=alert(1)\\u003e\\u202etxt.exe"),
+        "{asked}"
+    );
+    assert_eq!(
+        out["calls"][0]["text"],
+        format!("deleted {hostile}"),
+        "{out}"
+    );
 
     // A profile no rule names is not asked; a rule by annotations asks about the
     // destructive tool only.
-    let out = client(&gw.url("/reader"), "v2", "none", json!([["delete_note", {"path": "r.md"}]])).await;
+    let out = client(
+        &gw.url("/reader"),
+        "v2",
+        "none",
+        json!([["delete_note", {"path": "r.md"}]]),
+    )
+    .await;
     assert_eq!(out["calls"][0]["text"], "deleted r.md", "{out}");
     let out = client(
         &gw.url("/quick"),
@@ -253,48 +324,116 @@ path = {audit:?}
     )
     .await;
     assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
-    assert!(out["asked"][0].as_str().unwrap().contains("Tool: delete_note"), "{out}");
+    assert!(
+        out["asked"][0]
+            .as_str()
+            .unwrap()
+            .contains("Tool: delete_note"),
+        "{out}"
+    );
     assert_eq!(out["calls"][1]["text"], "deleted q2", "{out}");
 
     // Raw 2026-07-28 retries, each hostile one refused before the server.
     let tok = gw.url("/tok");
-    let first = modern(&tok, Some(ALICE), "delete_note", json!({"path": "h.md"}), "").await;
+    let first = modern(
+        &tok,
+        Some(ALICE),
+        "delete_note",
+        json!({"path": "h.md"}),
+        "",
+    )
+    .await;
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
     let form = &result["inputRequests"]["mcpgate_approval"];
     assert_eq!(form["method"], "elicitation/create", "{first}");
-    assert_eq!(form["params"]["requestedSchema"]["required"], json!(["approve"]), "{first}");
+    assert_eq!(
+        form["params"]["requestedSchema"]["required"],
+        json!(["approve"]),
+        "{first}"
+    );
     let state = result["requestState"].clone();
     let args = json!({"path": "h.md"});
-    let r = modern(&tok, Some(ALICE), "delete_note", json!({"path": "other.md"}), &retry(&state, YES)).await;
+    let r = modern(
+        &tok,
+        Some(ALICE),
+        "delete_note",
+        json!({"path": "other.md"}),
+        &retry(&state, YES),
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert!(message(&r).contains("another call"), "{r}");
-    let r = modern(&tok, Some(BOB), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let r = modern(
+        &tok,
+        Some(BOB),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert!(message(&r).contains("another caller"), "{r}");
     for bad in [
         r#"{"action":"accept","content":{"approve":true,"path":"/etc/passwd"}}"#,
         r#"{"action":"accept","content":{"approve":"yes"}}"#,
         r#"{"action":"accept","content":{}}"#,
     ] {
-        let r = modern(&tok, Some(ALICE), "delete_note", args.clone(), &retry(&state, bad)).await;
+        let r = modern(
+            &tok,
+            Some(ALICE),
+            "delete_note",
+            args.clone(),
+            &retry(&state, bad),
+        )
+        .await;
         assert_eq!(r["error"]["code"], -32602, "{bad}: {r}");
     }
-    let other_key = format!(r#","requestState":{state},"inputResponses":{{"mcpgate_approval":{YES},"x":{YES}}}"#);
+    let other_key = format!(
+        r#","requestState":{state},"inputResponses":{{"mcpgate_approval":{YES},"x":{YES}}}"#
+    );
     let r = modern(&tok, Some(ALICE), "delete_note", args.clone(), &other_key).await;
     assert!(message(&r).contains("was not asked"), "{r}");
-    let forged = modern(&tok, Some(ALICE), "delete_note", args.clone(), &retry(&json!("forged"), YES)).await;
+    let forged = modern(
+        &tok,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&json!("forged"), YES),
+    )
+    .await;
     assert_eq!(forged["error"]["code"], -32602, "{forged}");
     // Approved: runs, once; the same retry again is refused.
-    let r = modern(&tok, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let r = modern(
+        &tok,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert_eq!(r["result"]["content"][0]["text"], "deleted h.md", "{r}");
-    let r = modern(&tok, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let r = modern(
+        &tok,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert!(message(&r).contains("used already"), "{r}");
     // Past the rule's timeout (1s on /quick): expired.
     let quick = gw.url("/quick");
     let first = modern(&quick, None, "delete_note", json!({"path": "late"}), "").await;
     let late = first["result"]["requestState"].clone();
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let r = modern(&quick, None, "delete_note", json!({"path": "late"}), &retry(&late, YES)).await;
+    let r = modern(
+        &quick,
+        None,
+        "delete_note",
+        json!({"path": "late"}),
+        &retry(&late, YES),
+    )
+    .await;
     assert!(message(&r).contains("expired"), "{r}");
     // A batch with such a call, and an answer to a question never asked.
     let batch = format!(
@@ -333,7 +472,11 @@ path = {audit:?}
         Duration::from_millis(2500),
     )
     .await;
-    assert!(stream.body.contains(r#""method":"elicitation/create""#), "{}", stream.body);
+    assert!(
+        stream.body.contains(r#""method":"elicitation/create""#),
+        "{}",
+        stream.body
+    );
     assert!(stream.body.contains(": keepalive\n\n"), "{}", stream.body);
 
     assert_eq!(
@@ -356,24 +499,38 @@ path = {audit:?}
         (cancelled == 3).then_some(s)
     })
     .await;
-    let count = |d: &str| steps.iter().filter(|s| s.starts_with(&format!("{d} "))).count();
+    let count = |d: &str| {
+        steps
+            .iter()
+            .filter(|s| s.starts_with(&format!("{d} ")))
+            .count()
+    };
     assert_eq!(count("approved"), 5, "{steps:?}");
     assert_eq!(count("declined"), 4, "{steps:?}");
     assert_eq!(count("cancelled"), 3, "{steps:?}");
     let all = records(&audit);
     let approved = all
         .iter()
-        .position(|r| r["phase"] == "approval" && r["decision"] == "approved" && r["arguments"]["path"] == "h.md")
+        .position(|r| {
+            r["phase"] == "approval"
+                && r["decision"] == "approved"
+                && r["arguments"]["path"] == "h.md"
+        })
         .unwrap();
-    assert_eq!(all[approved]["approval"], json!({"approver": "client", "by": "client", "rule": 1}));
+    assert_eq!(
+        all[approved]["approval"],
+        json!({"approver": "client", "by": "client", "rule": 1})
+    );
     assert_eq!(all[approved]["token"], "alice");
     assert!(
-        all[approved..]
-            .iter()
-            .any(|r| r["decision"] == "allow" && r["arguments"]["path"] == "h.md" && r["outcome"] == "ok"),
+        all[approved..].iter().any(|r| r["decision"] == "allow"
+            && r["arguments"]["path"] == "h.md"
+            && r["outcome"] == "ok"),
         "the approved call's own record"
     );
-    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "").await.body;
+    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
     assert!(
         metrics.contains("mcpgate_approvals_total{profile=\"full\",decision=\"approved\"} 4"),
         "{metrics}"
@@ -446,7 +603,13 @@ path = {audit:?}
     let waiting = {
         let url = url.clone();
         tokio::spawn(async move {
-            client(&url, "v2", "none", json!([["archive_note", {"path": "<b>plans</b>"}]])).await
+            client(
+                &url,
+                "v2",
+                "none",
+                json!([["archive_note", {"path": "<b>plans</b>"}]]),
+            )
+            .await
         })
     };
     let listed = support::eventually(Duration::from_secs(10), "the waiting call", || async {
@@ -456,8 +619,13 @@ path = {audit:?}
     .await;
     let item = &listed["approvals"][0];
     assert_eq!(item["tool"], "archive_note", "{listed}");
-    assert_eq!(item["arguments"], r#"{"path":"\u003cb\u003eplans\u003c/b\u003e"}"#, "{listed}");
-    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "").await.body;
+    assert_eq!(
+        item["arguments"], r#"{"path":"\u003cb\u003eplans\u003c/b\u003e"}"#,
+        "{listed}"
+    );
+    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
     assert!(metrics.contains("mcpgate_approvals_waiting 1"), "{metrics}");
     assert!(ran(&ran_file).is_empty());
 
@@ -477,10 +645,20 @@ path = {audit:?}
     })
     .await
     .unwrap();
-    let clicked: Value = serde_json::from_str(clicked.trim().lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {clicked}"));
+    let clicked: Value = serde_json::from_str(clicked.trim().lines().last().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {clicked}"));
     assert_eq!(clicked["clicked"], true, "{clicked}");
-    assert!(clicked["url"].as_str().unwrap().ends_with('/'), "back on the page: {clicked}");
-    assert!(!clicked["text"].as_str().unwrap().contains("Calls waiting for approval"), "{clicked}");
+    assert!(
+        clicked["url"].as_str().unwrap().ends_with('/'),
+        "back on the page: {clicked}"
+    );
+    assert!(
+        !clicked["text"]
+            .as_str()
+            .unwrap()
+            .contains("Calls waiting for approval"),
+        "{clicked}"
+    );
     let out = waiting.await.unwrap();
     assert_eq!(out["calls"][0]["text"], "archived <b>plans</b>", "{out}");
     assert_eq!(ran(&ran_file), ["archive_note <b>plans</b>"]);
@@ -490,17 +668,37 @@ path = {audit:?}
     // Declined over the API, from a legacy client's call.
     let waiting = {
         let url = url.clone();
-        tokio::spawn(async move { client(&url, "v1", "none", json!([["delete_note", {"path": "keep"}]])).await })
+        tokio::spawn(async move {
+            client(
+                &url,
+                "v1",
+                "none",
+                json!([["delete_note", {"path": "keep"}]]),
+            )
+            .await
+        })
     };
-    let id = support::eventually(Duration::from_secs(10), "the second waiting call", || async {
-        status(&gw).await["approvals"][0]["id"].as_str().map(str::to_string)
-    })
+    let id = support::eventually(
+        Duration::from_secs(10),
+        "the second waiting call",
+        || async {
+            status(&gw).await["approvals"][0]["id"]
+                .as_str()
+                .map(str::to_string)
+        },
+    )
     .await;
-    let answer = |path: String, body: &'static str, extra: &'static [(&'static str, &'static str)]| {
-        let at = gw.admin_url(&path);
-        async move { support::send(http::Method::POST, &at, extra, body).await }
-    };
-    let r = answer(format!("/approvals/{id}"), "approve", &[("origin", "http://elsewhere.example")]).await;
+    let answer =
+        |path: String, body: &'static str, extra: &'static [(&'static str, &'static str)]| {
+            let at = gw.admin_url(&path);
+            async move { support::send(http::Method::POST, &at, extra, body).await }
+        };
+    let r = answer(
+        format!("/approvals/{id}"),
+        "approve",
+        &[("origin", "http://elsewhere.example")],
+    )
+    .await;
     assert_eq!(r.status.as_u16(), 403, "{}", r.body);
     let r = answer(format!("/approvals/{id}"), "maybe", &[]).await;
     assert_eq!(r.status.as_u16(), 400, "{}", r.body);
@@ -522,9 +720,17 @@ path = {audit:?}
         r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"archive_note","arguments":{"path":"gone"}}}"#,
         Duration::from_millis(1500),
     ));
-    support::eventually(Duration::from_secs(10), "the leaving call listed", || async {
-        (status(&gw).await["approvals"].as_array().map_or(0, Vec::len) == 1).then_some(())
-    })
+    support::eventually(
+        Duration::from_secs(10),
+        "the leaving call listed",
+        || async {
+            (status(&gw).await["approvals"]
+                .as_array()
+                .map_or(0, Vec::len)
+                == 1)
+                .then_some(())
+        },
+    )
     .await;
     leaving.await.unwrap();
     support::eventually(Duration::from_secs(10), "the leaving call gone", || async {
@@ -533,7 +739,13 @@ path = {audit:?}
     .await;
 
     // Nobody answers in time.
-    let out = client(&gw.url("/hurried"), "v2", "none", json!([["delete_note", {"path": "late"}]])).await;
+    let out = client(
+        &gw.url("/hurried"),
+        "v2",
+        "none",
+        json!([["delete_note", {"path": "late"}]]),
+    )
+    .await;
     assert_eq!(out["calls"][0]["data"]["reason"], "expired", "{out}");
     assert_eq!(ran(&ran_file), ["archive_note <b>plans</b>"]);
 
@@ -609,20 +821,58 @@ redis = "{redis}"
     let (a, b) = (Gateway::start(&config), Gateway::start(&config));
     let (on_a, on_b) = (a.url("/mcp"), b.url("/mcp"));
     let args = json!({"path": "once"});
-    let state = modern(&on_a, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"].clone();
-    let r = modern(&on_a, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let state =
+        modern(&on_a, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"]
+            .clone();
+    let r = modern(
+        &on_a,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert_eq!(r["result"]["content"][0]["text"], "deleted once", "{r}");
-    let r = modern(&on_b, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let r = modern(
+        &on_b,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert!(message(&r).contains("used already"), "{r}");
     // Asked on B, answered on A, replayed on B.
     let args = json!({"path": "twice"});
-    let state = modern(&on_b, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"].clone();
-    let r = modern(&on_a, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let state =
+        modern(&on_b, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"]
+            .clone();
+    let r = modern(
+        &on_a,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert_eq!(r["result"]["content"][0]["text"], "deleted twice", "{r}");
-    let r = modern(&on_b, Some(ALICE), "delete_note", args.clone(), &retry(&state, YES)).await;
+    let r = modern(
+        &on_b,
+        Some(ALICE),
+        "delete_note",
+        args.clone(),
+        &retry(&state, YES),
+    )
+    .await;
     assert!(message(&r).contains("used already"), "{r}");
     assert_eq!(ran(&ran_file), ["delete_note once", "delete_note twice"]);
-    assert_eq!(redis.cli(&["--scan", "--pattern", "*approval:*"]).lines().count(), 2);
+    assert_eq!(
+        redis
+            .cli(&["--scan", "--pattern", "*approval:*"])
+            .lines()
+            .count(),
+        2
+    );
 }
 
 /// A federated profile: the rule names the tools as its clients see them (prefixed), and
@@ -675,7 +925,13 @@ message = "Really {{path}}?"
     )
     .await;
     assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
-    assert!(out["asked"][0].as_str().unwrap().contains("Tool: notes__delete_note"), "{out}");
+    assert!(
+        out["asked"][0]
+            .as_str()
+            .unwrap()
+            .contains("Tool: notes__delete_note"),
+        "{out}"
+    );
     assert_eq!(out["calls"][0]["text"], "deleted f1", "{out}");
     assert_eq!(out["calls"][1]["text"], "other:open", "{out}");
     let out = client(
@@ -688,7 +944,13 @@ message = "Really {{path}}?"
     assert_eq!(out["asked"].as_array().unwrap().len(), 2, "{out}");
     assert_eq!(out["calls"][0]["data"]["reason"], "declined", "{out}");
     assert_eq!(out["calls"][1]["data"]["reason"], "declined", "{out}");
-    let out = client(&fed, "v1", "approve", json!([["notes__delete_note", {"path": "f3"}], ["other__wipe", {}]])).await;
+    let out = client(
+        &fed,
+        "v1",
+        "approve",
+        json!([["notes__delete_note", {"path": "f3"}], ["other__wipe", {}]]),
+    )
+    .await;
     assert_eq!(out["calls"][0]["text"], "deleted f3", "{out}");
     assert_eq!(out["calls"][1]["text"], "other:wipe", "{out}");
     assert_eq!(ran(&ran_file), ["delete_note f1", "delete_note f3"]);
@@ -738,11 +1000,29 @@ message = "Delete note {{id}}?"
             .collect::<Vec<_>>()
     };
     for (generation, id) in [("v2", "n1"), ("v1", "n2")] {
-        let out = client(&url, generation, "approve", json!([["delete_note", {"id": id}], ["echo", {"text": "hi"}]])).await;
-        let asked: Vec<&str> = out["asked"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+        let out = client(
+            &url,
+            generation,
+            "approve",
+            json!([["delete_note", {"id": id}], ["echo", {"text": "hi"}]]),
+        )
+        .await;
+        let asked: Vec<&str> = out["asked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_str().unwrap())
+            .collect();
         assert_eq!(asked.len(), 2, "{generation}: {out}");
-        assert!(asked[0].starts_with(&format!("Delete note \"{id}\"?")), "{out}");
-        assert_eq!(asked[1], format!("Delete note {id}?"), "the server's own: {out}");
+        assert!(
+            asked[0].starts_with(&format!("Delete note \"{id}\"?")),
+            "{out}"
+        );
+        assert_eq!(
+            asked[1],
+            format!("Delete note {id}?"),
+            "the server's own: {out}"
+        );
         assert_eq!(out["calls"][0]["text"], format!("deleted {id}"), "{out}");
         assert_eq!(out["calls"][1]["text"], "echo: hi", "{out}");
     }
@@ -753,7 +1033,10 @@ message = "Delete note {{id}}?"
     let server_asks = modern(&url, None, "delete_note", args.clone(), &retry(&state, YES)).await;
     let theirs = &server_asks["result"];
     assert_eq!(theirs["resultType"], "input_required", "{server_asks}");
-    assert!(theirs["inputRequests"]["confirm"].is_object(), "{server_asks}");
+    assert!(
+        theirs["inputRequests"]["confirm"].is_object(),
+        "{server_asks}"
+    );
     let their_state = theirs["requestState"].clone();
     let confirm = format!(
         r#","requestState":{their_state},"inputResponses":{{"confirm":{{"action":"accept","content":{{"confirm":true}}}}}}"#

@@ -190,7 +190,8 @@ mod tests {
     #[test]
     fn markup_and_hidden_text_in_a_value_are_inert() {
         let t = Template::parse("Delete {path}?").unwrap();
-        let hostile = "<img src=x onerror=alert(1)>[click](http://x) `rm` \u{1b}[8m\u{202e}gpj.exe\u{200b}";
+        let hostile =
+            "<img src=x onerror=alert(1)>[click](http://x) `rm` \u{1b}[8m\u{202e}gpj.exe\u{200b}";
         let out = t.render(Some(&json!({ "path": hostile })));
         for bad in ['<', '>', '`', '[', ']', '\u{1b}', '\u{202e}', '\u{200b}'] {
             assert!(!out.contains(bad), "{bad:?} in {out}");
@@ -199,7 +200,10 @@ mod tests {
         assert!(out.contains("\\u202e"), "{out}");
         // The rule's own text is the operator's and stays as written.
         let t = Template::parse("Really <b>delete</b> {x}?").unwrap();
-        assert_eq!(t.render(Some(&json!({"x": "&"}))), r#"Really <b>delete</b> "\u0026"?"#);
+        assert_eq!(
+            t.render(Some(&json!({"x": "&"}))),
+            r#"Really <b>delete</b> "\u0026"?"#
+        );
     }
 
     #[test]

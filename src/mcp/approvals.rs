@@ -259,7 +259,9 @@ pub fn answer_of(result: &Value) -> Result<Answer, String> {
         .keys()
         .find(|k| !matches!(k.as_str(), "action" | "content" | "_meta"))
     {
-        return Err(format!("the approval's answer has a field {extra:?} it was not asked for"));
+        return Err(format!(
+            "the approval's answer has a field {extra:?} it was not asked for"
+        ));
     }
     match object.get("action").and_then(Value::as_str) {
         Some("decline") => return Ok(Answer::Declined),
@@ -271,7 +273,9 @@ pub fn answer_of(result: &Value) -> Result<Answer, String> {
         return Err("an accepted approval has no content object".into());
     };
     if let Some(extra) = content.keys().find(|k| *k != "approve") {
-        return Err(format!("the approval form has no field {extra:?}: it asks only `approve`"));
+        return Err(format!(
+            "the approval form has no field {extra:?}: it asks only `approve`"
+        ));
     }
     match content.get("approve") {
         Some(Value::Bool(true)) => Ok(Answer::Approved),
@@ -285,11 +289,16 @@ pub fn answer_of(result: &Value) -> Result<Answer, String> {
 /// one answer, to the approval.
 pub fn retry_answer(body: &[u8]) -> Result<Answer, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let Some(responses) = v.pointer("/params/inputResponses").and_then(Value::as_object) else {
+    let Some(responses) = v
+        .pointer("/params/inputResponses")
+        .and_then(Value::as_object)
+    else {
         return Err("a retry with an approval's requestState needs its inputResponses".into());
     };
     if let Some(other) = responses.keys().find(|k| *k != KEY) {
-        return Err(format!("inputResponses answers {other:?}, which was not asked"));
+        return Err(format!(
+            "inputResponses answers {other:?}, which was not asked"
+        ));
     }
     let Some(answer) = responses.get(KEY) else {
         return Err(format!("inputResponses has no answer to {KEY:?}"));
@@ -308,7 +317,9 @@ pub fn legacy_answer(body: &[u8]) -> Result<Answer, String> {
         .pointer("/error/message")
         .and_then(Value::as_str)
         .unwrap_or("no result");
-    Err(format!("the client answered the approval with an error: {why}"))
+    Err(format!(
+        "the client answered the approval with an error: {why}"
+    ))
 }
 
 /// A retry's body as the upstream gets it: without the approval's `requestState` and
@@ -410,9 +421,15 @@ mod tests {
         let other = digest("delete", Some(r#"{"path":"b","force":true}"#)).unwrap();
         assert_eq!(open(&s, &state, &[1; 16], &other), Err(Refused::OtherCall));
         let other_tool = digest("erase", Some(r#"{"path":"a","force":true}"#)).unwrap();
-        assert_eq!(open(&s, &state, &[1; 16], &other_tool), Err(Refused::OtherCall));
+        assert_eq!(
+            open(&s, &state, &[1; 16], &other_tool),
+            Err(Refused::OtherCall)
+        );
         assert_eq!(open(&s, &state, &[2; 16], &call), Err(Refused::OtherCaller));
-        assert_eq!(open(&sealer(2), &state, &[1; 16], &call), Err(Refused::NotOurs));
+        assert_eq!(
+            open(&sealer(2), &state, &[1; 16], &call),
+            Err(Refused::NotOurs)
+        );
         // A request state of the same key is not an approval.
         let states = Sealer::for_purpose("u", &[SessionKey([1; 32])], Purpose::RequestState);
         let theirs = format!("\"{}\"", states.seal(&[0; 8], &[0; 74]).unwrap());
@@ -429,8 +446,14 @@ mod tests {
     #[test]
     fn only_the_forms_one_boolean_is_an_answer() {
         let ok = |v: Value| answer_of(&v);
-        assert_eq!(ok(json!({"action":"accept","content":{"approve":true}})), Ok(Answer::Approved));
-        assert_eq!(ok(json!({"action":"accept","content":{"approve":false}})), Ok(Answer::Declined));
+        assert_eq!(
+            ok(json!({"action":"accept","content":{"approve":true}})),
+            Ok(Answer::Approved)
+        );
+        assert_eq!(
+            ok(json!({"action":"accept","content":{"approve":false}})),
+            Ok(Answer::Declined)
+        );
         assert_eq!(ok(json!({"action":"decline"})), Ok(Answer::Declined));
         assert_eq!(ok(json!({"action":"cancel"})), Ok(Answer::Cancelled));
         for bad in [
@@ -453,7 +476,10 @@ mod tests {
             Ok(Answer::Approved)
         );
         assert!(retry(json!({})).is_err());
-        assert!(retry(json!({KEY: {"action":"accept","content":{"approve":true}}, "other": {}})).is_err());
+        assert!(
+            retry(json!({KEY: {"action":"accept","content":{"approve":true}}, "other": {}}))
+                .is_err()
+        );
         assert!(legacy_answer(br#"{"jsonrpc":"2.0","id":"q","error":{"code":-32601,"message":"Method not found"}}"#)
             .unwrap_err()
             .contains("Method not found"));
@@ -474,7 +500,10 @@ mod tests {
     #[test]
     fn the_form_shows_the_call_inert() {
         let q = question("Delete?", "delete<x>", Some(r#"{"path":"<script>"}"#));
-        assert!(q.starts_with("Delete?\n\nTool: delete\\u003cx\\u003e\nArguments: "), "{q}");
+        assert!(
+            q.starts_with("Delete?\n\nTool: delete\\u003cx\\u003e\nArguments: "),
+            "{q}"
+        );
         assert!(!q.contains("<script>"));
         let text = input_required("7", &q, "S");
         let v: Value = serde_json::from_str(&text).unwrap();

@@ -393,7 +393,8 @@ mod tests {
                 &state,
                 &alice,
                 "tools/call",
-                Some("delete_note"), None
+                Some("delete_note"),
+                None
             ),
             Err(Refused::Unreadable)
         );
@@ -406,7 +407,8 @@ mod tests {
                 &format!("\"{id}\""),
                 &alice,
                 "tools/call",
-                Some("delete_note"), None
+                Some("delete_note"),
+                None
             ),
             Err(Refused::Unreadable)
         );
@@ -448,7 +450,14 @@ mod tests {
             .unwrap();
         std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(
-            open(&s, &state_of(&out), &c, "tools/call", Some("delete_note"), None),
+            open(
+                &s,
+                &state_of(&out),
+                &c,
+                "tools/call",
+                Some("delete_note"),
+                None
+            ),
             Err(Refused::Expired)
         );
     }
@@ -462,7 +471,15 @@ mod tests {
             .seal_answer(asks)
             .unwrap()
             .unwrap();
-        let opened = open(&s, &state_of(&out), &c, "tools/call", Some("delete_note"), None).unwrap();
+        let opened = open(
+            &s,
+            &state_of(&out),
+            &c,
+            "tools/call",
+            Some("delete_note"),
+            None,
+        )
+        .unwrap();
         assert_eq!(opened.original, None);
         let retry = br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delete_note","requestState":"x","inputResponses":{}}}"#;
         let body: Value = serde_json::from_slice(&restore(retry, None).unwrap()).unwrap();
@@ -506,7 +523,8 @@ mod tests {
                 &format!("\"{sealed}\""),
                 &c,
                 "tools/call",
-                Some("delete_note"), None
+                Some("delete_note"),
+                None
             )
             .is_err()
         );

@@ -56,7 +56,11 @@ async fn route<A: Admin>(
     const PLAIN: &str = "text/plain; charset=utf-8";
     if let Some(id) = req.uri().path().strip_prefix("/approvals/") {
         if req.method() != Method::POST {
-            return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "method not allowed\n");
+            return text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                PLAIN,
+                "method not allowed\n",
+            );
         }
         let id = id.to_string();
         return decide(gw, peer, &id, req).await;
@@ -125,7 +129,10 @@ async fn decide<A: Admin>(
 ) -> Response<Full<Bytes>> {
     use http_body_util::BodyExt;
     const PLAIN: &str = "text/plain; charset=utf-8";
-    let host = req.headers().get(header::HOST).map(|h| h.as_bytes().to_vec());
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.as_bytes().to_vec());
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let same = host.as_ref().is_some_and(|h| {
             let mut own = b"http://".to_vec();
@@ -140,10 +147,10 @@ async fn decide<A: Admin>(
             );
         }
     }
-    let form = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"application/x-www-form-urlencoded"));
+    let form = req.headers().get(header::CONTENT_TYPE).is_some_and(|t| {
+        t.as_bytes()
+            .starts_with(b"application/x-www-form-urlencoded")
+    });
     let limited = http_body_util::Limited::new(req.into_body(), MOST_ANSWER);
     let Ok(body) = limited.collect().await.map(|b| b.to_bytes()) else {
         return text(StatusCode::PAYLOAD_TOO_LARGE, PLAIN, "answer too large\n");

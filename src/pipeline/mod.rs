@@ -295,7 +295,8 @@ async fn post<'s>(
     {
         return Ok(answered);
     }
-    let remember = ctx.era == Era::Legacy && approvals::notes_elicitation(profile, &payload, &bytes);
+    let remember =
+        ctx.era == Era::Legacy && approvals::notes_elicitation(profile, &payload, &bytes);
     match &profile.federation {
         Some(fed) => {
             let dir = gw.directories.of(&profile.name, fed);
@@ -348,7 +349,10 @@ async fn dispatch<'s>(
         return federation::post(gw, live, profile, fed, peer, req, bytes, payload, want, ctx)
             .await;
     }
-    checked(gw, live, profile, peer, req, bytes, payload, want, None, ctx).await
+    checked(
+        gw, live, profile, peer, req, bytes, payload, want, None, ctx,
+    )
+    .await
 }
 
 /// The rest of a POST once its payload is read and its headers checked: to `profile`'s
@@ -421,10 +425,8 @@ async fn checked<'s>(
         .await?
         {
             Some(a) => {
-                if let Some(asked) = approvals::ask(
-                    gw, live, profile, peer, req, bytes, &payload, want, ctx,
-                )
-                .await?
+                if let Some(asked) =
+                    approvals::ask(gw, live, profile, peer, req, bytes, &payload, want, ctx).await?
                 {
                     return Ok(asked);
                 }

@@ -68,10 +68,11 @@ pub(super) fn prepare(
         Some(state) => {
             let key = caller(ctx);
             let approved = ctx.approval.as_ref().map(|n| &n.call);
-            let opened = rounds::open(&sealer, state, &key, method, name, approved).map_err(|why| {
-                tracing::info!(?why, "a requestState that does not open here");
-                GateError::BadRequestState
-            })?;
+            let opened =
+                rounds::open(&sealer, state, &key, method, name, approved).map_err(|why| {
+                    tracing::info!(?why, "a requestState that does not open here");
+                    GateError::BadRequestState
+                })?;
             ctx.first_request = Some(opened.first.as_str().into());
             for_caller = rounds::Caller::Key(key);
             Some(opened)

@@ -90,7 +90,8 @@ impl Approvals {
         let id = crate::config::pins::hex(&raw);
         shown.id = id.clone();
         let (tell, answer) = oneshot::channel();
-        self.lock_waiting().insert(id.clone(), Entry { shown, tell });
+        self.lock_waiting()
+            .insert(id.clone(), Entry { shown, tell });
         Held {
             approvals: self.clone(),
             id,
@@ -160,7 +161,11 @@ impl Approvals {
             .unwrap_or_default()
             .as_millis()
             .max(1) as u64;
-        let key = format!("{}approval:{}", store.prefix, crate::config::pins::hex(nonce));
+        let key = format!(
+            "{}approval:{}",
+            store.prefix,
+            crate::config::pins::hex(nonce)
+        );
         let mut conn = self.connection(store).await?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(&key).arg(1).arg("NX").arg("PX").arg(life);

@@ -112,7 +112,10 @@ pub(super) fn approvals(
         }
         let tools = match &a.tools {
             Some(list) if list.is_empty() => {
-                return fail(span, "tools = [] matches no call: leave it out or name tools");
+                return fail(
+                    span,
+                    "tools = [] matches no call: leave it out or name tools",
+                );
             }
             Some(list) => {
                 check_patterns(list)?;
@@ -168,13 +171,18 @@ pub(super) fn approvals(
             }
             Some(list) => {
                 if list.is_empty() {
-                    return fail(span, "profiles = [] applies to no profile: leave it out to mean every profile");
+                    return fail(
+                        span,
+                        "profiles = [] applies to no profile: leave it out to mean every profile",
+                    );
                 }
                 for p in list {
                     if !profiles.contains_key(p.get_ref()) {
                         return fail(p.span(), format!("no profile named {:?}", p.get_ref()));
                     }
-                    out.entry(p.get_ref().clone()).or_default().push(rule.clone());
+                    out.entry(p.get_ref().clone())
+                        .or_default()
+                        .push(rule.clone());
                 }
             }
         }

@@ -31,7 +31,9 @@ pub(super) fn hints_hold(
 
 /// `allow_annotations` or `deny_annotations`: hint names and the value each must have
 /// (a boolean, a string or an integer).
-pub(super) fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> Result<HintRules, Fail> {
+pub(super) fn hint_rules(
+    raw: Option<&S<BTreeMap<String, S<toml::Value>>>>,
+) -> Result<HintRules, Fail> {
     let Some(table) = raw else {
         return Ok(Box::default());
     };
@@ -60,4 +62,3 @@ pub(super) fn hint_rules(raw: Option<&S<BTreeMap<String, S<toml::Value>>>>) -> R
         })
         .collect()
 }
-

@@ -191,11 +191,7 @@ impl Compiler<'_> {
 
         let listeners = self.listeners(&raw.listen)?;
         let upstreams = self.upstreams(&raw.upstreams, &mut warnings)?;
-        let approvals = approvals::approvals(
-            &raw.approvals,
-            &raw.profiles,
-            raw.admin.is_some(),
-        )?;
+        let approvals = approvals::approvals(&raw.approvals, &raw.profiles, raw.admin.is_some())?;
         let profiles = self.profiles(&raw.profiles, &upstreams, approvals, &mut warnings)?;
 
         let tools = tools::tools(raw.tools.as_ref())?;

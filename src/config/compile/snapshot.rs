@@ -417,8 +417,11 @@ impl Snapshot {
                     what.push(format!("tools {}", t.patterns().join(", ")));
                 }
                 if !r.annotations.is_empty() {
-                    let list: Vec<String> =
-                        r.annotations.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                    let list: Vec<String> = r
+                        .annotations
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {v}"))
+                        .collect();
                     what.push(format!("annotations {}", list.join(", ")));
                 }
                 let _ = writeln!(

@@ -732,9 +732,16 @@ fn approval_rules_compile_per_profile_and_mistakes_are_named() {
     assert_eq!(gpt[0].timeout, DEFAULT_APPROVAL_TIMEOUT);
     assert!(gpt[0].matches("delete_document", None));
     assert!(!gpt[0].matches("get_document", None));
-    assert_eq!((gpt[1].approver, gpt[1].timeout), (Approver::Admin, Duration::from_secs(90)));
+    assert_eq!(
+        (gpt[1].approver, gpt[1].timeout),
+        (Approver::Admin, Duration::from_secs(90))
+    );
     let other = &s.profiles["other"].approvals;
-    assert_eq!(other.len(), 1, "a rule without profiles holds on every profile");
+    assert_eq!(
+        other.len(),
+        1,
+        "a rule without profiles holds on every profile"
+    );
     // By annotations: what the tool says decides; unknown, it is asked about.
     let destructive = serde_json::json!({"destructiveHint": true});
     let read_only = serde_json::json!({"readOnlyHint": true});
@@ -742,27 +749,51 @@ fn approval_rules_compile_per_profile_and_mistakes_are_named() {
     assert!(!other[0].matches("x", read_only.as_object()));
     assert!(other[0].matches("x", None));
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
-    let long = load_str(&text.replace("timeout = \"90s\"", "timeout = \"10m\""), "f.toml").unwrap();
+    let long = load_str(
+        &text.replace("timeout = \"90s\"", "timeout = \"10m\""),
+        "f.toml",
+    )
+    .unwrap();
     assert!(
         long.warnings.iter().any(|w| w.contains("approval rule #2 lets a call wait 10m for an operator, longer than server.idle_timeout (5m)")),
         "{:?}",
         long.warnings
     );
     let described = s.describe();
-    assert!(described.contains("approval #1: tools delete_*; approver=client timeout=5m"), "{described}");
-    assert!(described.contains("approval #2: annotations destructiveHint = true; approver=admin timeout=1m 30s"), "{described}");
+    assert!(
+        described.contains("approval #1: tools delete_*; approver=client timeout=5m"),
+        "{described}"
+    );
+    assert!(
+        described.contains(
+            "approval #2: annotations destructiveHint = true; approver=admin timeout=1m 30s"
+        ),
+        "{described}"
+    );
 
     for (rule, says) in [
         ("profiles = [\"gpt\"]", "names tools, annotations or both"),
         ("tools = []", "matches no call"),
         ("tools = [\"d\"]\nprofiles = []", "applies to no profile"),
-        ("tools = [\"d\"]\nprofiles = [\"nope\"]", "no profile named \"nope\""),
+        (
+            "tools = [\"d\"]\nprofiles = [\"nope\"]",
+            "no profile named \"nope\"",
+        ),
         ("tools = [\"d\"]\nmessage = \"Delete {path\"", "not closed"),
-        ("tools = [\"d\"]\napprover = \"boss\"", "\"client\" or \"admin\""),
-        ("tools = [\"d\"]\napprover = \"admin\"", "needs the admin listener"),
+        (
+            "tools = [\"d\"]\napprover = \"boss\"",
+            "\"client\" or \"admin\"",
+        ),
+        (
+            "tools = [\"d\"]\napprover = \"admin\"",
+            "needs the admin listener",
+        ),
         ("tools = [\"d\"]\ntimeout = \"0s\"", "greater than zero"),
         ("tools = [\"d\"]\ntimeout = \"2d\"", "at most 24h"),
-        ("tools = [\"d\"]\nannotations = {}", "empty annotations table"),
+        (
+            "tools = [\"d\"]\nannotations = {}",
+            "empty annotations table",
+        ),
         ("tools = [\"d\"]\nwho = \"x\"", "unknown field"),
     ] {
         let e = err(&format!("{BASE}\n[[approvals]]\n{rule}\n"));

@@ -133,7 +133,8 @@ pub struct Metrics {
     /// Calls waiting for an operator, and how long the oldest has waited (set when
     /// scraped).
     approvals_waiting: prometheus_client::metrics::gauge::Gauge,
-    approval_oldest_wait: prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
+    approval_oldest_wait:
+        prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -204,7 +205,8 @@ impl Metrics {
             approvals_waiting.clone(),
         );
         let approval_oldest_wait =
-            prometheus_client::metrics::gauge::Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+            prometheus_client::metrics::gauge::Gauge::<f64, std::sync::atomic::AtomicU64>::default(
+            );
         registry.register_with_unit(
             "approval_oldest_wait",
             "How long the oldest call waiting for an operator has waited (0 when none waits)",

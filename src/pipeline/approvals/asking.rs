@@ -75,10 +75,8 @@ impl Asking {
             asking: &self,
             armed: true,
         };
-        let mut alive = tokio::time::interval_at(
-            tokio::time::Instant::now() + self.keepalive,
-            self.keepalive,
-        );
+        let mut alive =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
         let limit = tokio::time::sleep(self.rule.timeout);
         tokio::pin!(limit);
         let answer = loop {
@@ -173,7 +171,14 @@ impl Asking {
         let Some(a) = &self.gw.audit else {
             return true;
         };
-        let r = record(self.base.clone(), self.call.clone(), &self.rule, decision, by, reason);
+        let r = record(
+            self.base.clone(),
+            self.call.clone(),
+            &self.rule,
+            decision,
+            by,
+            reason,
+        );
         write(a, r).await.is_ok()
     }
 }
@@ -193,7 +198,14 @@ impl Drop for Gone<'_> {
         a.gw.metrics.count_approval(&a.profile, "cancelled");
         if let Some(audit) = &a.gw.audit {
             let why = Some("the client left before answering");
-            audit.record(record(a.base.clone(), a.call.clone(), &a.rule, "cancelled", None, why));
+            audit.record(record(
+                a.base.clone(),
+                a.call.clone(),
+                &a.rule,
+                "cancelled",
+                None,
+                why,
+            ));
         }
     }
 }

@@ -17,9 +17,9 @@
 //! Every step is an audit record (`phase: "approval"`) and counted.
 
 use super::Ctx;
+use crate::config::Profile;
 use crate::config::compile::{ApprovalRule, Approver};
 use crate::config::generation::Era;
-use crate::config::Profile;
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -135,7 +135,9 @@ pub(super) async fn opened(
             let text = match why {
                 msg::Refused::Expired => "this approval has expired: call again to be asked anew",
                 msg::Refused::OtherCaller => "this approval was given to another caller",
-                _ => "this approval was given for another call: the tool and arguments must be those shown",
+                _ => {
+                    "this approval was given for another call: the tool and arguments must be those shown"
+                }
             };
             note(gw, profile, ctx, &rule, "refused", None, Some(text)).await?;
             return Err(GateError::BadApproval(text.into()));
@@ -173,7 +175,16 @@ pub(super) async fn opened(
             Ok(Some(Bytes::from(body)))
         }
         other => {
-            note(gw, profile, ctx, &rule, other.reason(), Some("client"), None).await?;
+            note(
+                gw,
+                profile,
+                ctx,
+                &rule,
+                other.reason(),
+                Some("client"),
+                None,
+            )
+            .await?;
             Err(GateError::CallDeclined(other.reason()))
         }
     }
@@ -233,7 +244,8 @@ pub(super) async fn ask(
                 note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
                 return Err(GateError::NotAskable(why.into()));
             }
-            let asked = msg::Asked::new(super::rounds::caller(ctx), call, rule.number, rule.timeout);
+            let asked =
+                msg::Asked::new(super::rounds::caller(ctx), call, rule.number, rule.timeout);
             let state = asked.seal(sealer(live, profile));
             note(gw, profile, ctx, &rule, "asked", None, None).await?;
             // Asked, not run: the call's own records come with its approved retry.
@@ -245,11 +257,17 @@ pub(super) async fn ask(
             let session = req.fields.get(FieldKind::McpSessionId);
             let owner = session.map(|s| session_key(ctx, s));
             let why = if want == Want::Json {
-                Some("this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)")
+                Some(
+                    "this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)",
+                )
             } else if session.is_none() {
-                Some("this call needs a person's approval, and it was sent outside a session, where the client cannot be asked")
+                Some(
+                    "this call needs a person's approval, and it was sent outside a session, where the client cannot be asked",
+                )
             } else if !owner.is_some_and(|o| gw.approvals.elicits(&o)) {
-                Some("this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)")
+                Some(
+                    "this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)",
+                )
             } else {
                 None
             };
@@ -404,14 +422,15 @@ pub(super) fn answer(
         .get(FieldKind::McpSessionId)
         .map(|s| session_key(ctx, s))
         .unwrap_or_default();
-    gw.waits
-        .answer(id, &owner, bytes.clone())
-        .map_err(|why| {
-            tracing::info!(?why, "an answer no approval question of this session waits for");
-            GateError::InvalidRequest(format!(
-                "no approval question of this session waits for an answer with id {id}"
-            ))
-        })?;
+    gw.waits.answer(id, &owner, bytes.clone()).map_err(|why| {
+        tracing::info!(
+            ?why,
+            "an answer no approval question of this session waits for"
+        );
+        GateError::InvalidRequest(format!(
+            "no approval question of this session waits for an answer with id {id}"
+        ))
+    })?;
     Ok(Some(super::respond::empty(
         http::StatusCode::ACCEPTED,
         &ctx.request_id,
@@ -463,7 +482,14 @@ async fn note(
         return Ok(());
     };
     let call = ctx.calls.first().cloned();
-    let r = record(super::audit::base(ctx, "tools/call"), call, rule, decision, by, reason);
+    let r = record(
+        super::audit::base(ctx, "tools/call"),
+        call,
+        rule,
+        decision,
+        by,
+        reason,
+    );
     write(a, r).await
 }
 

@@ -2,9 +2,10 @@
 //! file is so the order reads in one screen:
 //!
 //! `route` → `auth` → `origin` → method and Accept → `body` → JSON-RPC (`mcp::jsonrpc`) →
-//! `headers` → `audit` (the calls to record) → `policy` → `limits` → `audit` (durable
-//! `begin` records) → `forward` → `respond` → `finish` (the error answer, the audit
-//! records, the log line, the metrics).
+//! `headers` → `approvals` (the rule that holds the call, a retry's approval opened; on
+//! profiles with rules) → `audit` (the calls to record) → `policy` → `limits` →
+//! `approvals` (the person asked) → `audit` (durable `begin` records) → `forward` →
+//! `respond` → `finish` (the error answer, the audit records, the log line, the metrics).
 //!
 //! A stage returns `Err(GateError)` to end the request; `finish` turns that into the answer
 //! in exactly one place. What the request learns on the way is kept in a small [`Ctx`].

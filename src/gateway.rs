@@ -478,6 +478,10 @@ impl crate::observe::admin::Admin for Gateway {
         Gateway::reload(self, trigger).await
     }
 
+    fn jwks(&self) -> Option<bytes::Bytes> {
+        self.live().identity_jwks.as_ref().map(|j| j.json.clone())
+    }
+
     fn decide(&self, id: &str, approve: bool, by: String) -> bool {
         let decision = crate::runtime::approvals::Decision { approve, by };
         self.approvals.decide(id, decision).is_ok()

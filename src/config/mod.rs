@@ -5,6 +5,7 @@ pub mod compile;
 pub mod federation;
 pub mod generation;
 pub mod glob;
+pub mod identity;
 pub mod message;
 pub mod pins;
 pub mod position;

@@ -142,6 +142,23 @@ pub struct RawUpstream {
     pub tls: Option<S<RawUpstreamTls>>,
     /// Tool pinning (SPEC §17): `off` (default), `warn` or `enforce`.
     pub pin: Option<S<String>>,
+    /// Who is calling, told to the upstream without the caller's token (SPEC §19).
+    pub identity: Option<S<RawIdentity>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIdentity {
+    /// `jwt` or `none` (default).
+    pub mode: Option<S<String>>,
+    /// `iss` of the tokens mcpgate signs.
+    pub issuer: Option<S<String>>,
+    /// `aud` of the tokens; default the upstream's url.
+    pub audience: Option<S<String>>,
+    /// The signing key (PEM, with `${file:…}`), or several, newest first.
+    pub key: Option<S<toml::Value>>,
+    /// A path on the MCP listeners where the public keys are served as a JWKS.
+    pub jwks_path: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -32,6 +32,9 @@ pub trait Admin: Send + Sync + 'static {
     /// An operator's answer to the call waiting for approval `id`, given by `by`: `false`
     /// when no call waits under that id (answered already, gone, never asked).
     fn decide(&self, id: &str, approve: bool, by: String) -> bool;
+    /// The public keys of the upstreams' identity tokens (SPEC §19) as a JWKS; `None`
+    /// when no upstream has identity.
+    fn jwks(&self) -> Option<Bytes>;
 }
 
 fn text(
@@ -80,6 +83,17 @@ async fn route<A: Admin>(
             r
         }
         (&Method::GET, "/status/fragment") => super::page::fragment_response(&gw.status()),
+        (&Method::GET, "/.well-known/jwks.json") => match gw.jwks() {
+            Some(json) => {
+                let mut r = text(StatusCode::OK, "application/jwk-set+json", json);
+                r.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    header::HeaderValue::from_static("public, max-age=60"),
+                );
+                r
+            }
+            None => text(StatusCode::NOT_FOUND, PLAIN, "no upstream has identity\n"),
+        },
         (&Method::GET, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n"),
         (&Method::GET, "/readyz") if gw.draining() => {
             text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "draining\n")

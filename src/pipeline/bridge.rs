@@ -184,6 +184,8 @@ pub(super) struct Sending<'a> {
     pub trace: Option<crate::http::traceparent::Context>,
     pub timeout: std::time::Duration,
     pub body: Bytes,
+    /// Who calls, for an upstream with `identity` (SPEC §19).
+    pub who: Option<crate::upstream::identity::Who>,
 }
 
 impl Sending<'_> {
@@ -227,6 +229,8 @@ impl Sending<'_> {
             mcp_name: None,
             bridged: None,
             in_session: None,
+            who: self.who.clone(),
+            authorization: None,
         }
     }
 }
@@ -581,6 +585,7 @@ struct Parts {
     request_id: String,
     timeout: std::time::Duration,
     session: Session,
+    who: Option<crate::upstream::identity::Who>,
 }
 
 impl Parts {
@@ -594,6 +599,7 @@ impl Parts {
             request_id: request_id.to_string(),
             timeout: s.timeout,
             session,
+            who: s.who.clone(),
         }
     }
 
@@ -624,6 +630,8 @@ impl Parts {
             mcp_name: name,
             bridged: Some(method),
             in_session: None,
+            who: self.who.clone(),
+            authorization: None,
         };
         forward::send(&self.live, &self.profile.upstream, out).await
     }

@@ -47,12 +47,21 @@ const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-sess
 pub async fn send(
     live: &Live,
     upstream: &Upstream,
-    out: Outgoing<'_>,
+    mut out: Outgoing<'_>,
 ) -> Result<Answer, GateError> {
     // One reading of the clock for the deadline and the upstream's time.
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
+    if let Some(tokens) = &state.identity {
+        // Who calls, told in a token of mcpgate's (SPEC §19): the client's own
+        // credentials never go upstream.
+        let who = out.who.take().unwrap_or_else(crate::upstream::identity::Who::gateway);
+        out.authorization = Some(tokens.bearer(&who).map_err(|e| {
+            tracing::error!(upstream = %upstream.name, error = %e, "identity token");
+            GateError::UpstreamUnreachable("the identity token could not be made".into())
+        })?);
+    }
     if let Some(stdio) = &state.stdio {
         // A stdio server: the bridge answers as its HTTP server would.
         let response = tokio::select! {

@@ -198,6 +198,13 @@ async fn run<'s>(
     {
         return Ok(answer);
     }
+    if let Some(jwks) = &live.config.identity_jwks
+        && req.method == Method::GET
+        && jwks.paths.iter().any(|p| *p == req.target.path())
+    {
+        // The public keys of the identity tokens upstreams get (SPEC §19).
+        return Ok(respond::jwks(jwks.json.clone(), &ctx.request_id));
+    }
     let (route, path_token) = route::find(live, listener, &req.target)?;
     ctx.route = Some(route);
     if route.auth == Auth::OAuth {
@@ -256,7 +263,7 @@ async fn without_body<'s>(
         );
         return bridge::stream(gw, bridged, sending, ctx).await;
     }
-    let out = outgoing(
+    let mut out = outgoing(
         live,
         peer,
         ctx,
@@ -265,6 +272,7 @@ async fn without_body<'s>(
         upstream.timeout,
         body_deadline,
     );
+    out.who = who(ctx, upstream);
     let answer = forward::send(live, upstream, out).await?;
     let mut shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
     if req.method == Method::GET {
@@ -520,6 +528,7 @@ async fn checked<'s>(
         out.pinned = pinned;
         out.era = ctx.era;
         out.mcp_name = mcp_name;
+        out.who = who(ctx, upstream);
         // A stdio upstream runs a process per modern caller.
         if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
             out.caller = Some(rounds::caller(ctx));
@@ -621,6 +630,8 @@ fn outgoing<'a>(
         mcp_name: None,
         bridged: None,
         in_session: None,
+        who: None,
+        authorization: None,
     }
 }
 
@@ -652,7 +663,28 @@ fn sending<'a>(
         }),
         timeout,
         body,
+        who: who(ctx, &profile.upstream),
     }
+}
+
+/// Who calls, for an upstream with `identity` (SPEC §19); `None` for one without. The
+/// token id, else the OAuth caller's subject (its client when it has none) with its
+/// client, else `anonymous` (a route without authentication); with the route's profile.
+fn who(ctx: &Ctx<'_>, upstream: &crate::config::Upstream) -> Option<crate::upstream::identity::Who> {
+    upstream.identity.as_ref()?;
+    let (sub, client_id): (Arc<str>, _) = match (ctx.token_id, ctx.caller.as_deref()) {
+        (Some(id), _) => (id.into(), None),
+        (None, Some(c)) => (
+            c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-").into(),
+            c.client_id.as_deref().map(Arc::from),
+        ),
+        (None, None) => ("anonymous".into(), None),
+    };
+    Some(crate::upstream::identity::Who {
+        sub,
+        client_id,
+        profile: ctx.route.map(|r| r.profile.name.clone()),
+    })
 }
 
 /// The request's version, `Referer` and `User-Agent`, for the combined access log.

@@ -461,3 +461,19 @@ pub(super) fn event_stream(
     set_request_id(&mut response, request_id);
     response
 }
+
+/// A JWKS (the identity tokens' public keys, SPEC §19), cacheable for a minute.
+pub(super) fn jwks(json: bytes::Bytes, request_id: &str) -> Response<GateBody> {
+    let mut r = Response::new(GateBody::full(json));
+    let h = r.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/jwk-set+json"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=60"),
+    );
+    set_request_id(&mut r, request_id);
+    r
+}

@@ -370,6 +370,8 @@ fn own_request<'a>(
         mcp_name: None,
         bridged: None,
         in_session: Some(to),
+        who: None,
+        authorization: None,
     }
 }
 

@@ -88,6 +88,11 @@ pub struct Outgoing<'a> {
     /// A 2026-07-28 client's request bridged to a legacy server: sent in the session
     /// mcpgate holds for the caller there (`upstream::bridged`).
     pub in_session: Option<InSession<'a>>,
+    /// Who calls, for an upstream with `identity` (SPEC §19); `None`: mcpgate itself.
+    pub who: Option<super::identity::Who>,
+    /// The `Authorization` the upstream gets: its identity token (set by the forward
+    /// stage from `who`).
+    pub authorization: Option<HeaderValue>,
 }
 
 /// The whole HTTP/1.1 request the upstream is sent, head and body, written straight from
@@ -197,6 +202,9 @@ pub fn encode(
     }
     for (name, value) in &upstream.headers {
         line(name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(token) = &out.authorization {
+        line(b"authorization", token.as_bytes());
     }
     // A length for every request that can carry a body, 0 included, so no upstream waits
     // for a body that is not coming.
@@ -414,6 +422,8 @@ auth = "none"
             mcp_name: None,
             bridged: None,
             in_session: None,
+            who: None,
+            authorization: None,
         };
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();

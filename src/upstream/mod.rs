@@ -10,6 +10,7 @@ pub mod encode;
 pub mod endpoint;
 pub mod health;
 pub mod hints;
+pub mod identity;
 pub mod order;
 pub mod pins;
 pub mod pool;

@@ -71,6 +71,8 @@ pub struct UpstreamState {
     /// Seals the `requestState` of the approvals asked of 2026-07-28 clients (SPEC §18)
     /// on profiles of this upstream (a federated one's: its first member's).
     pub approval_sealer: Sealer,
+    /// The identity tokens of its callers, when it has `identity` (SPEC §19).
+    pub identity: Option<super::identity::Tokens>,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
     /// What the upstream says of its tools, kept by upstream name across reloads.
@@ -272,6 +274,7 @@ impl Registry {
                     bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
                     fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
                     approval_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Approval),
+                    identity: u.identity.clone().map(super::identity::Tokens::new),
                     bridge_params: Default::default(),
                     stdio,
                     next: AtomicUsize::new(0),

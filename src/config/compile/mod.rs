@@ -249,6 +249,8 @@ impl Compiler<'_> {
         }
 
         Ok(Snapshot {
+            identity_jwks: snapshot::IdentityJwks::of(upstreams.values().map(|u| &**u))
+                .map(Arc::new),
             hinted: profiles::hinted(&profiles, upstreams.len()),
             source: self.source.to_string(),
             listeners,

@@ -108,6 +108,9 @@ pub struct Snapshot {
     pub pins: Arc<crate::config::pins::PinBook>,
     /// `[pins] path`.
     pub pins_path: Option<PathBuf>,
+    /// The public keys of every upstream `identity` (SPEC §19) as a JWKS, and the paths
+    /// the MCP listeners serve it at; `None` without identity.
+    pub identity_jwks: Option<Arc<IdentityJwks>>,
     pub admin: Option<SocketAddr>,
     pub audit: Option<AuditSettings>,
     /// `[oauth]`, when routes take OAuth access tokens.
@@ -667,5 +670,31 @@ fn describe_oauth(out: &mut String, o: &super::oauth::OAuthSettings) {
             when.join(" and "),
             profiles.join(", ")
         );
+    }
+}
+
+/// The JWKS of the upstreams' identity keys, and where the MCP listeners serve it.
+#[derive(Debug)]
+pub struct IdentityJwks {
+    pub json: bytes::Bytes,
+    pub paths: Box<[String]>,
+}
+
+impl IdentityJwks {
+    /// Of `upstreams`' identities, if any has one.
+    pub fn of<'a>(upstreams: impl Iterator<Item = &'a super::Upstream> + Clone) -> Option<IdentityJwks> {
+        let identities: Vec<&crate::config::identity::Identity> =
+            upstreams.filter_map(|u| u.identity.as_deref()).collect();
+        if identities.is_empty() {
+            return None;
+        }
+        let json = crate::config::identity::jwks(identities.iter().flat_map(|i| i.keys.iter()));
+        let mut paths: Vec<String> = identities.iter().filter_map(|i| i.jwks_path.clone()).collect();
+        paths.sort();
+        paths.dedup();
+        Some(IdentityJwks {
+            json: bytes::Bytes::from(json),
+            paths: paths.into(),
+        })
     }
 }

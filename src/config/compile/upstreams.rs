@@ -60,6 +60,8 @@ pub struct Upstream {
     pub headers: HeaderMap,
     /// `pin`: whether its tools' definitions are pinned (SPEC §17).
     pub pin: crate::config::pins::PinMode,
+    /// `identity`: what tells the upstream who is calling (SPEC §19); `None`: nothing.
+    pub identity: Option<Arc<crate::config::identity::Identity>>,
     /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
     /// upstream's runtime state (pools, health) for this snapshot.
     pub index: usize,
@@ -463,8 +465,18 @@ impl Compiler<'_> {
             let timeout = duration_or(&u.timeout, DEFAULT_TIMEOUT)?;
             let stream_idle_timeout =
                 duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
+            let identity = match &u.identity {
+                Some(i) => self.identity(i, &endpoints[0].label)?,
+                None => None,
+            };
             let mut headers = HeaderMap::new();
             for (k, v) in &u.headers {
+                if identity.is_some() && k.eq_ignore_ascii_case("authorization") {
+                    return fail(
+                        v.span(),
+                        "headers.Authorization and identity both set the upstream's Authorization: keep one",
+                    );
+                }
                 let hname = HeaderName::from_bytes(k.as_bytes())
                     .map_err(|_| (v.span(), format!("bad header name {k:?}")))?;
                 if is_managed_header(&hname) {
@@ -501,11 +513,73 @@ impl Compiler<'_> {
                     stream_idle_timeout,
                     headers,
                     pin: pin_mode(u)?,
+                    identity,
                     index: out.len(),
                 }),
             );
         }
         Ok(out)
+    }
+
+    /// `[upstreams.NAME.identity]`: `mode = "jwt"` with its issuer and keys, or `none`.
+    fn identity(
+        &self,
+        raw: &S<raw::RawIdentity>,
+        url: &str,
+    ) -> Result<Option<Arc<crate::config::identity::Identity>>, Fail> {
+        use crate::config::identity::{Identity, SigningKey};
+        let i = raw.get_ref();
+        match i.mode.as_ref().map(|m| (m, m.get_ref().as_str())) {
+            None | Some((_, "none")) => return Ok(None),
+            Some((_, "jwt")) => {}
+            Some((m, "exchange")) => {
+                return fail(
+                    m.span(),
+                    "mode = \"exchange\" (RFC 8693 token exchange) is not built yet: use \"jwt\" (docs/oauth.md)",
+                );
+            }
+            Some((m, other)) => {
+                return fail(m.span(), format!("identity mode is \"jwt\" or \"none\", not {other:?}"));
+            }
+        }
+        let Some(issuer) = &i.issuer else {
+            return fail(raw.span(), "identity mode = \"jwt\" needs issuer (the tokens' iss)");
+        };
+        let Some(key) = &i.key else {
+            return fail(
+                raw.span(),
+                "identity mode = \"jwt\" needs key: a PKCS#8 PEM private key, P-256 or Ed25519 (key = \"${file:/etc/mcpgate/identity.pem}\")",
+            );
+        };
+        let texts: Vec<&str> = match key.get_ref() {
+            toml::Value::String(s) => vec![s.as_str()],
+            toml::Value::Array(list) => list.iter().filter_map(toml::Value::as_str).collect(),
+            _ => return fail(key.span(), "key is a string or a list of strings"),
+        };
+        if texts.is_empty() {
+            return fail(key.span(), "key lists no key");
+        }
+        let mut keys = Vec::new();
+        for (n, text) in texts.iter().enumerate() {
+            let text = at(key, resolve_secrets_noting(text, &mut self.files.borrow_mut()))?;
+            let k = SigningKey::from_pem(&text)
+                .map_err(|e| (key.span(), format!("key {}: {e}", n + 1)))?;
+            keys.push(k);
+        }
+        if let Some(p) = &i.jwks_path
+            && !p.get_ref().starts_with('/')
+        {
+            return fail(p.span(), "jwks_path is a path: it starts with /");
+        }
+        Ok(Some(Arc::new(Identity {
+            issuer: issuer.get_ref().clone(),
+            audience: i
+                .audience
+                .as_ref()
+                .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
+            keys: keys.into(),
+            jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
+        })))
     }
 
     /// `command = [...]`: a stdio upstream. Keys of HTTP upstreams are refused with it.
@@ -526,6 +600,7 @@ impl Compiler<'_> {
             ("tls", u.tls.as_ref().map(S::span)),
             ("connect_timeout", u.connect_timeout.as_ref().map(S::span)),
             ("headers", (!u.headers.is_empty()).then(|| whole.span())),
+            ("identity", u.identity.as_ref().map(S::span)),
         ] {
             if let Some(span) = given {
                 return fail(
@@ -622,6 +697,7 @@ impl Compiler<'_> {
             stream_idle_timeout,
             headers: HeaderMap::new(),
             pin: pin_mode(u)?,
+            identity: None,
             index: 0,
         })
     }

@@ -1,0 +1,179 @@
+//! Upstream identity, `mode = "jwt"` (SPEC §19), with real parts: an SDK server that
+//! checks every request's JWT with `jose` against the JWKS it fetches from mcpgate
+//! (`jwt_upstream.mjs`), keys made by `openssl genpkey`, and the TypeScript SDK client as
+//! two callers at once. The upstream learns who calls; no caller's token reaches it.
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use support::{Gateway, free_port, hash, node22, peers, run_client, start_peer};
+
+const ALICE: &str = "alice-identity-token-0123456789ab";
+const BOB: &str = "bob-identity-token-0123456789abcd";
+
+/// A fresh private key from openssl: `ec` P-256, else Ed25519.
+fn key(dir: &Path, name: &str, ec: bool) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let mut cmd = Command::new("openssl");
+    cmd.args(["genpkey", "-out"]).arg(&path);
+    if ec {
+        cmd.args(["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]);
+    } else {
+        cmd.args(["-algorithm", "ed25519"]);
+    }
+    assert!(cmd.output().unwrap().status.success());
+    path
+}
+
+fn seen(record: &Path) -> Vec<Value> {
+    std::fs::read_to_string(record)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The TypeScript SDK v1 client with `bearer`: its call of `whoami`.
+fn whoami(url: &str, bearer: &str) -> Value {
+    let out = run_client(
+        Command::new(node22())
+            .arg(peers().join("ts_client.mjs"))
+            .args([url, bearer, "whoami", "{}", "nothing"]),
+    );
+    let v: Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
+    serde_json::from_str(v["call"][0].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_knows_each_caller_from_a_token_it_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ec, ed) = (key(dir.path(), "ec.pem", true), key(dir.path(), "ed.pem", false));
+    let port = free_port();
+    let audience = format!("http://127.0.0.1:{port}/mcp");
+    let config = |first: &Path, second: &Path| {
+        support::with_admin(format!(
+            r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.kb]
+url = "{audience}"
+headers = {{ "X-Api-Key" = "static" }}
+[upstreams.kb.identity]
+mode = "jwt"
+issuer = "https://gate.test"
+key = ["${{file:{}}}", "${{file:{}}}"]
+jwks_path = "/jwks.json"
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["kb"]
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["kb"]
+"#,
+            first.display(),
+            second.display(),
+            alice = hash(ALICE),
+            bob = hash(BOB),
+        ))
+    };
+    let conf = dir.path().join("mcpgate.toml");
+    std::fs::write(&conf, config(&ec, &ed)).unwrap();
+    let gw = Gateway::start_at(&conf);
+    let record = dir.path().join("seen.jsonl");
+    let _upstream = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("jwt_upstream.mjs")
+            .args(["--port", &port.to_string()])
+            .args(["--jwks", &gw.url("/jwks.json")])
+            .args(["--issuer", "https://gate.test", "--audience", &audience])
+            .arg("--record")
+            .arg(&record),
+        port,
+    );
+
+    // Both listeners publish the same keys: the first signs, both are listed.
+    let at_admin = support::send(http::Method::GET, &gw.admin_url("/.well-known/jwks.json"), &[], "").await;
+    let on_route = support::send(http::Method::GET, &gw.url("/jwks.json"), &[], "").await;
+    assert_eq!(at_admin.body, on_route.body);
+    let set: Value = serde_json::from_str(&at_admin.body).unwrap();
+    let algs: Vec<&str> = set["keys"].as_array().unwrap().iter().map(|k| k["alg"].as_str().unwrap()).collect();
+    assert_eq!(algs, ["ES256", "EdDSA"]);
+    assert!(!at_admin.body.contains("\"d\""), "no private part");
+
+    // Two callers at once: each is told as itself.
+    let url = gw.url("/mcp");
+    let (a, b) = {
+        let (u1, u2) = (url.clone(), url.clone());
+        let a = std::thread::spawn(move || whoami(&u1, ALICE));
+        let b = std::thread::spawn(move || whoami(&u2, BOB));
+        (a.join().unwrap(), b.join().unwrap())
+    };
+    assert_eq!((a["sub"].as_str(), a["profile"].as_str()), (Some("alice"), Some("kb")));
+    assert_eq!(b["sub"].as_str(), Some("bob"));
+    let all = seen(&record);
+    assert!(!all.is_empty());
+    assert!(all.iter().all(|r| r["ok"] == true), "{all:?}");
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(!text.contains(ALICE) && !text.contains(BOB), "no caller's token upstream");
+    // A caller's token is kept: its requests share a jti while it is fresh.
+    let jtis: std::collections::BTreeSet<&str> = all
+        .iter()
+        .filter(|r| r["sub"] == "alice")
+        .map(|r| r["jti"].as_str().unwrap())
+        .collect();
+    assert_eq!(jtis.len(), 1, "{all:?}");
+    assert!(all.iter().all(|r| r["exp"].as_u64().unwrap() - r["iat"].as_u64().unwrap() == 60));
+
+    // Rotation: the Ed25519 key signs now; the upstream fetches the keys again and
+    // accepts the new tokens.
+    std::fs::write(&conf, config(&ed, &ec)).unwrap();
+    let r = support::send(http::Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    let before = seen(&record).len();
+    let c = {
+        let u = url.clone();
+        tokio::task::spawn_blocking(move || whoami(&u, BOB)).await.unwrap()
+    };
+    assert_eq!(c["sub"].as_str(), Some("bob"));
+    let after = seen(&record);
+    assert!(after[before..].iter().all(|r| r["ok"] == true), "{after:?}");
+
+    // Without identity, the same server refuses what mcpgate sends.
+    let plain = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+[upstreams.kb]
+url = "{audience}"
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+auth = "none"
+"#
+    ));
+    let r = support::post(&plain.url("/mcp"), &[], &support::call(1, "whoami")).await;
+    assert_eq!(r.status.as_u16(), 401, "{}", r.body);
+    assert!(!seen(&record).last().unwrap()["ok"].as_bool().unwrap());
+}

@@ -465,6 +465,13 @@ auth = "none"
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
         assert!(sent.contains("\r\nmcp-name: srv-1\r\n"), "{sent}");
+        // With identity (SPEC §19): mcpgate's token, after the configured headers; the
+        // client's own `Authorization` still stays here.
+        out.authorization = Some(HeaderValue::from_static("Bearer minted"));
+        let sent =
+            String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
+        assert!(sent.contains("x-api-key: from-config\r\nauthorization: Bearer minted\r\n"), "{sent}");
+        assert!(!sent.contains("secret"), "{sent}");
     }
 
     /// Names as they arrive (parsed from the wire, any case) are recognised, standard and

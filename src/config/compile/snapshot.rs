@@ -297,6 +297,21 @@ impl Snapshot {
                     }
                 }
             );
+            if let Some(i) = &u.identity {
+                let kids: Vec<String> = i
+                    .keys
+                    .iter()
+                    .map(|k| format!("{:?} {}", k.alg, &k.kid[..8]))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "    identity: jwt iss={} aud={} keys=[{}] (the first signs) jwks_path={}",
+                    i.issuer,
+                    i.audience,
+                    kids.join(", "),
+                    i.jwks_path.as_deref().unwrap_or("-")
+                );
+            }
             if u.pin != crate::config::pins::PinMode::Off {
                 let approved = self.pins.of_upstream(&u.name).count();
                 let _ = writeln!(

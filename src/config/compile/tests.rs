@@ -801,3 +801,51 @@ fn approval_rules_compile_per_profile_and_mistakes_are_named() {
         assert!(e.starts_with("f.toml:"), "{rule}: {e}");
     }
 }
+
+#[test]
+fn identity_compiles_and_its_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.pem"), dir.path().join("b.pem"));
+    std::fs::write(&a, crate::config::identity::tests::pem_key(true)).unwrap();
+    std::fs::write(&b, crate::config::identity::tests::pem_key(false)).unwrap();
+    let with = |identity: &str| {
+        BASE.replace(
+            "url = \"http://127.0.0.1:9/mcp\"\n",
+            &format!("url = \"http://127.0.0.1:9/mcp\"\n{identity}\n"),
+        )
+    };
+    let good = with(&format!(
+        "identity = {{ mode = \"jwt\", issuer = \"https://gate\", key = [\"${{file:{}}}\", \"${{file:{}}}\"] }}",
+        a.display(),
+        b.display()
+    ));
+    let s = load_str(&good, "f.toml").unwrap();
+    let i = s.upstreams["docs"].identity.as_ref().unwrap();
+    assert_eq!(i.audience, "http://127.0.0.1:9/mcp", "the url by default");
+    assert_eq!(i.keys.len(), 2);
+    assert_eq!(i.keys[0].alg, jsonwebtoken::Algorithm::ES256);
+    assert!(s.identity_jwks.as_ref().unwrap().paths.is_empty());
+    let described = s.describe();
+    assert!(described.contains("identity: jwt iss=https://gate aud=http://127.0.0.1:9/mcp keys=[ES256 "), "{described}");
+    assert!(!described.contains("PRIVATE"), "{described}");
+    let key = format!("key = \"${{file:{}}}\"", a.display());
+    for (identity, says) in [
+        (format!("identity = {{ mode = \"jwt\", {key} }}"), "needs issuer"),
+        ("identity = { mode = \"jwt\", issuer = \"i\" }".to_string(), "needs key"),
+        (format!("identity = {{ mode = \"exchange\", {key} }}"), "not built yet"),
+        (format!("identity = {{ mode = \"magic\", {key} }}"), "\"jwt\" or \"none\""),
+        ("identity = { mode = \"jwt\", issuer = \"i\", key = \"not a key\" }".to_string(), "key 1: the key is not PEM"),
+        (format!("identity = {{ mode = \"jwt\", issuer = \"i\", {key}, jwks_path = \"jwks\" }}"), "starts with /"),
+        (
+            format!("headers = {{ Authorization = \"Bearer x\" }}\nidentity = {{ mode = \"jwt\", issuer = \"i\", {key} }}"),
+            "keep one",
+        ),
+    ] {
+        let e = err(&with(&identity));
+        assert!(e.contains(says), "{identity}: {e}");
+        assert!(!e.contains("MIG") && !e.contains("MC4"), "no key text: {e}");
+    }
+    // The default is none, and a stdio upstream takes none.
+    let none = load_str(&with("identity = { mode = \"none\" }"), "f.toml").unwrap();
+    assert!(none.upstreams["docs"].identity.is_none() && none.identity_jwks.is_none());
+}

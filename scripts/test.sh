@@ -48,6 +48,7 @@ if [ $# -eq 0 ]; then
   bench/federation.sh --smoke
   bench/pinning.sh --smoke
   bench/approvals.sh --smoke
+  bench/identity.sh --smoke
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

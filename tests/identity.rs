@@ -49,7 +49,10 @@ fn whoami(url: &str, bearer: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upstream_knows_each_caller_from_a_token_it_verifies() {
     let dir = tempfile::tempdir().unwrap();
-    let (ec, ed) = (key(dir.path(), "ec.pem", true), key(dir.path(), "ed.pem", false));
+    let (ec, ed) = (
+        key(dir.path(), "ec.pem", true),
+        key(dir.path(), "ed.pem", false),
+    );
     let port = free_port();
     let audience = format!("http://127.0.0.1:{port}/mcp");
     let config = |first: &Path, second: &Path| {
@@ -109,11 +112,22 @@ profiles = ["kb"]
     );
 
     // Both listeners publish the same keys: the first signs, both are listed.
-    let at_admin = support::send(http::Method::GET, &gw.admin_url("/.well-known/jwks.json"), &[], "").await;
+    let at_admin = support::send(
+        http::Method::GET,
+        &gw.admin_url("/.well-known/jwks.json"),
+        &[],
+        "",
+    )
+    .await;
     let on_route = support::send(http::Method::GET, &gw.url("/jwks.json"), &[], "").await;
     assert_eq!(at_admin.body, on_route.body);
     let set: Value = serde_json::from_str(&at_admin.body).unwrap();
-    let algs: Vec<&str> = set["keys"].as_array().unwrap().iter().map(|k| k["alg"].as_str().unwrap()).collect();
+    let algs: Vec<&str> = set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["alg"].as_str().unwrap())
+        .collect();
     assert_eq!(algs, ["ES256", "EdDSA"]);
     assert!(!at_admin.body.contains("\"d\""), "no private part");
 
@@ -125,13 +139,19 @@ profiles = ["kb"]
         let b = std::thread::spawn(move || whoami(&u2, BOB));
         (a.join().unwrap(), b.join().unwrap())
     };
-    assert_eq!((a["sub"].as_str(), a["profile"].as_str()), (Some("alice"), Some("kb")));
+    assert_eq!(
+        (a["sub"].as_str(), a["profile"].as_str()),
+        (Some("alice"), Some("kb"))
+    );
     assert_eq!(b["sub"].as_str(), Some("bob"));
     let all = seen(&record);
     assert!(!all.is_empty());
     assert!(all.iter().all(|r| r["ok"] == true), "{all:?}");
     let text = std::fs::read_to_string(&record).unwrap();
-    assert!(!text.contains(ALICE) && !text.contains(BOB), "no caller's token upstream");
+    assert!(
+        !text.contains(ALICE) && !text.contains(BOB),
+        "no caller's token upstream"
+    );
     // A caller's token is kept: its requests share a jti while it is fresh.
     let jtis: std::collections::BTreeSet<&str> = all
         .iter()
@@ -139,7 +159,10 @@ profiles = ["kb"]
         .map(|r| r["jti"].as_str().unwrap())
         .collect();
     assert_eq!(jtis.len(), 1, "{all:?}");
-    assert!(all.iter().all(|r| r["exp"].as_u64().unwrap() - r["iat"].as_u64().unwrap() == 60));
+    assert!(
+        all.iter()
+            .all(|r| r["exp"].as_u64().unwrap() - r["iat"].as_u64().unwrap() == 60)
+    );
 
     // Rotation: the Ed25519 key signs now; the upstream fetches the keys again and
     // accepts the new tokens.
@@ -149,7 +172,9 @@ profiles = ["kb"]
     let before = seen(&record).len();
     let c = {
         let u = url.clone();
-        tokio::task::spawn_blocking(move || whoami(&u, BOB)).await.unwrap()
+        tokio::task::spawn_blocking(move || whoami(&u, BOB))
+            .await
+            .unwrap()
     };
     assert_eq!(c["sub"].as_str(), Some("bob"));
     let after = seen(&record);

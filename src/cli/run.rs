@@ -68,10 +68,12 @@ pub async fn serve(gw: Arc<Gateway>, mut sockets: Sockets, shutdown: impl Future
 /// Loads the configuration at `path` into a gateway, binds its sockets, starts the reload
 /// triggers and serves until SIGTERM/SIGINT, then drains. What `mcpgate run` does.
 pub async fn run(gw: Arc<Gateway>, shutdown: impl Future<Output = ()>) -> Result<(), BindError> {
-    let sockets = bind(&gw).await?;
+    // The watcher starts before the sockets are bound (and `listening` is logged): an
+    // edit made as soon as the gateway says it listens is seen.
     if let Err(e) = config::watch::spawn(gw.clone()) {
         tracing::warn!("{e}; reload with POST /reload instead");
     }
+    let sockets = bind(&gw).await?;
     // Rate-limit state of keys that went quiet is dropped, so memory follows live keys.
     let pruner = {
         let gw = gw.clone();

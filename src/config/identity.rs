@@ -10,9 +10,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, EncodingKey};
-use ring::signature::{
-    ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair,
-};
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -64,26 +62,26 @@ impl SigningKey {
         }
         let der = block.contents();
         let rng = ring::rand::SystemRandom::new();
-        let (alg, public) =
-            if let Ok(k) = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der, &rng) {
-                let point = k.public_key().as_ref();
-                // Uncompressed: 0x04, then x and y, 32 bytes each.
-                let (x, y) = (&point[1..33], &point[33..65]);
-                (
-                    Algorithm::ES256,
-                    json!({"crv": "P-256", "kty": "EC", "x": URL_SAFE_NO_PAD.encode(x), "y": URL_SAFE_NO_PAD.encode(y)}),
-                )
-            } else if let Ok(k) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
-                (
-                    Algorithm::EdDSA,
-                    json!({"crv": "Ed25519", "kty": "OKP", "x": URL_SAFE_NO_PAD.encode(k.public_key().as_ref())}),
-                )
-            } else {
-                return Err(
-                    "the key is neither a P-256 (ES256) nor an Ed25519 (EdDSA) private key"
-                        .into(),
-                );
-            };
+        let (alg, public) = if let Ok(k) =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der, &rng)
+        {
+            let point = k.public_key().as_ref();
+            // Uncompressed: 0x04, then x and y, 32 bytes each.
+            let (x, y) = (&point[1..33], &point[33..65]);
+            (
+                Algorithm::ES256,
+                json!({"crv": "P-256", "kty": "EC", "x": URL_SAFE_NO_PAD.encode(x), "y": URL_SAFE_NO_PAD.encode(y)}),
+            )
+        } else if let Ok(k) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(der) {
+            (
+                Algorithm::EdDSA,
+                json!({"crv": "Ed25519", "kty": "OKP", "x": URL_SAFE_NO_PAD.encode(k.public_key().as_ref())}),
+            )
+        } else {
+            return Err(
+                "the key is neither a P-256 (ES256) nor an Ed25519 (EdDSA) private key".into(),
+            );
+        };
         // RFC 7638: the SHA-256 of the required members, in order, without spaces (the
         // map is ordered, so the text is).
         let kid = URL_SAFE_NO_PAD.encode(Sha256::digest(public.to_string().as_bytes()));
@@ -93,7 +91,11 @@ impl SigningKey {
         };
         let mut jwk = public;
         jwk["kid"] = Value::from(kid.clone());
-        jwk["alg"] = Value::from(if alg == Algorithm::ES256 { "ES256" } else { "EdDSA" });
+        jwk["alg"] = Value::from(if alg == Algorithm::ES256 {
+            "ES256"
+        } else {
+            "EdDSA"
+        });
         jwk["use"] = Value::from("sig");
         Ok(SigningKey {
             kid,
@@ -127,7 +129,10 @@ pub(crate) mod tests {
                 .as_ref()
                 .to_vec()
         } else {
-            Ed25519KeyPair::generate_pkcs8(&rng).unwrap().as_ref().to_vec()
+            Ed25519KeyPair::generate_pkcs8(&rng)
+                .unwrap()
+                .as_ref()
+                .to_vec()
         };
         pem::encode(&pem::Pem::new("PRIVATE KEY", der))
     }
@@ -156,7 +161,11 @@ pub(crate) mod tests {
             SigningKey::from_pem(&a).unwrap().kid
         );
         let set: Value = serde_json::from_str(&jwks(
-            [SigningKey::from_pem(&a).unwrap(), SigningKey::from_pem(&a).unwrap()].iter(),
+            [
+                SigningKey::from_pem(&a).unwrap(),
+                SigningKey::from_pem(&a).unwrap(),
+            ]
+            .iter(),
         ))
         .unwrap();
         assert_eq!(set["keys"].as_array().unwrap().len(), 1, "each key once");

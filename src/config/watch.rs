@@ -128,9 +128,11 @@ fn watch_files<R: Reload>(gw: Arc<R>) -> Result<(), String> {
         .into_event_stream(vec![0u8; 4096])
         .map_err(|e| format!("cannot watch the configuration: {e}"))?;
 
+    // Taken now, not in the task: an edit made before the task first runs is a change
+    // from this, and is not missed.
+    let mut last = fingerprint(&gw.files());
+    let mut relevant = names(&gw.files());
     tokio::spawn(async move {
-        let mut last = fingerprint(&gw.files());
-        let mut relevant = names(&gw.files());
         while let Some(event) = events.next().await {
             let Ok(event) = event else { break };
             if !concerns(&relevant, event.name.as_deref()) {

@@ -56,7 +56,10 @@ pub async fn send(
     if let Some(tokens) = &state.identity {
         // Who calls, told in a token of mcpgate's (SPEC §19): the client's own
         // credentials never go upstream.
-        let who = out.who.take().unwrap_or_else(crate::upstream::identity::Who::gateway);
+        let who = out
+            .who
+            .take()
+            .unwrap_or_else(crate::upstream::identity::Who::gateway);
         out.authorization = Some(tokens.bearer(&who).map_err(|e| {
             tracing::error!(upstream = %upstream.name, error = %e, "identity token");
             GateError::UpstreamUnreachable("the identity token could not be made".into())

@@ -670,12 +670,19 @@ fn sending<'a>(
 /// Who calls, for an upstream with `identity` (SPEC §19); `None` for one without. The
 /// token id, else the OAuth caller's subject (its client when it has none) with its
 /// client, else `anonymous` (a route without authentication); with the route's profile.
-fn who(ctx: &Ctx<'_>, upstream: &crate::config::Upstream) -> Option<crate::upstream::identity::Who> {
+fn who(
+    ctx: &Ctx<'_>,
+    upstream: &crate::config::Upstream,
+) -> Option<crate::upstream::identity::Who> {
     upstream.identity.as_ref()?;
     let (sub, client_id): (Arc<str>, _) = match (ctx.token_id, ctx.caller.as_deref()) {
         (Some(id), _) => (id.into(), None),
         (None, Some(c)) => (
-            c.sub.as_deref().or(c.client_id.as_deref()).unwrap_or("-").into(),
+            c.sub
+                .as_deref()
+                .or(c.client_id.as_deref())
+                .unwrap_or("-")
+                .into(),
             c.client_id.as_deref().map(Arc::from),
         ),
         (None, None) => ("anonymous".into(), None),

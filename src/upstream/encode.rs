@@ -470,7 +470,10 @@ auth = "none"
         out.authorization = Some(HeaderValue::from_static("Bearer minted"));
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
-        assert!(sent.contains("x-api-key: from-config\r\nauthorization: Bearer minted\r\n"), "{sent}");
+        assert!(
+            sent.contains("x-api-key: from-config\r\nauthorization: Bearer minted\r\n"),
+            "{sent}"
+        );
         assert!(!sent.contains("secret"), "{sent}");
     }
 

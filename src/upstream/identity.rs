@@ -139,9 +139,13 @@ mod tests {
         let mut v = jsonwebtoken::Validation::new(identity.keys[0].alg);
         v.set_audience(&["http://kb/mcp"]);
         v.set_issuer(&["https://gate"]);
-        jsonwebtoken::decode::<Value>(token, &jsonwebtoken::DecodingKey::from_jwk(&jwk).unwrap(), &v)
-            .unwrap()
-            .claims
+        jsonwebtoken::decode::<Value>(
+            token,
+            &jsonwebtoken::DecodingKey::from_jwk(&jwk).unwrap(),
+            &v,
+        )
+        .unwrap()
+        .claims
     }
 
     #[test]
@@ -161,12 +165,24 @@ mod tests {
         assert_eq!(t.bearer(&alice).unwrap(), a, "kept");
         let b = t.bearer(&bob).unwrap();
         let (ca, cb) = (claims(&identity, &a), claims(&identity, &b));
-        assert_eq!((ca["sub"].as_str(), ca["client_id"].as_str()), (Some("alice"), Some("chatgpt")));
-        assert_eq!((cb["sub"].as_str(), cb.get("client_id")), (Some("bob"), None));
+        assert_eq!(
+            (ca["sub"].as_str(), ca["client_id"].as_str()),
+            (Some("alice"), Some("chatgpt"))
+        );
+        assert_eq!(
+            (cb["sub"].as_str(), cb.get("client_id")),
+            (Some("bob"), None)
+        );
         assert_eq!(ca["profile"], "gpt");
-        assert_eq!(ca["exp"].as_u64().unwrap() - ca["iat"].as_u64().unwrap(), 60);
+        assert_eq!(
+            ca["exp"].as_u64().unwrap() - ca["iat"].as_u64().unwrap(),
+            60
+        );
         assert_ne!(ca["jti"], cb["jti"]);
         let own = claims(&identity, &t.bearer(&Who::gateway()).unwrap());
-        assert_eq!((own["sub"].as_str(), own.get("profile")), (Some("mcpgate"), None));
+        assert_eq!(
+            (own["sub"].as_str(), own.get("profile")),
+            (Some("mcpgate"), None)
+        );
     }
 }

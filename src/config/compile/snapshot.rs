@@ -697,14 +697,19 @@ pub struct IdentityJwks {
 
 impl IdentityJwks {
     /// Of `upstreams`' identities, if any has one.
-    pub fn of<'a>(upstreams: impl Iterator<Item = &'a super::Upstream> + Clone) -> Option<IdentityJwks> {
+    pub fn of<'a>(
+        upstreams: impl Iterator<Item = &'a super::Upstream> + Clone,
+    ) -> Option<IdentityJwks> {
         let identities: Vec<&crate::config::identity::Identity> =
             upstreams.filter_map(|u| u.identity.as_deref()).collect();
         if identities.is_empty() {
             return None;
         }
         let json = crate::config::identity::jwks(identities.iter().flat_map(|i| i.keys.iter()));
-        let mut paths: Vec<String> = identities.iter().filter_map(|i| i.jwks_path.clone()).collect();
+        let mut paths: Vec<String> = identities
+            .iter()
+            .filter_map(|i| i.jwks_path.clone())
+            .collect();
         paths.sort();
         paths.dedup();
         Some(IdentityJwks {

@@ -826,18 +826,42 @@ fn identity_compiles_and_its_mistakes_are_named() {
     assert_eq!(i.keys[0].alg, jsonwebtoken::Algorithm::ES256);
     assert!(s.identity_jwks.as_ref().unwrap().paths.is_empty());
     let described = s.describe();
-    assert!(described.contains("identity: jwt iss=https://gate aud=http://127.0.0.1:9/mcp keys=[ES256 "), "{described}");
+    assert!(
+        described
+            .contains("identity: jwt iss=https://gate aud=http://127.0.0.1:9/mcp keys=[ES256 "),
+        "{described}"
+    );
     assert!(!described.contains("PRIVATE"), "{described}");
     let key = format!("key = \"${{file:{}}}\"", a.display());
     for (identity, says) in [
-        (format!("identity = {{ mode = \"jwt\", {key} }}"), "needs issuer"),
-        ("identity = { mode = \"jwt\", issuer = \"i\" }".to_string(), "needs key"),
-        (format!("identity = {{ mode = \"exchange\", {key} }}"), "not built yet"),
-        (format!("identity = {{ mode = \"magic\", {key} }}"), "\"jwt\" or \"none\""),
-        ("identity = { mode = \"jwt\", issuer = \"i\", key = \"not a key\" }".to_string(), "key 1: the key is not PEM"),
-        (format!("identity = {{ mode = \"jwt\", issuer = \"i\", {key}, jwks_path = \"jwks\" }}"), "starts with /"),
         (
-            format!("headers = {{ Authorization = \"Bearer x\" }}\nidentity = {{ mode = \"jwt\", issuer = \"i\", {key} }}"),
+            format!("identity = {{ mode = \"jwt\", {key} }}"),
+            "needs issuer",
+        ),
+        (
+            "identity = { mode = \"jwt\", issuer = \"i\" }".to_string(),
+            "needs key",
+        ),
+        (
+            format!("identity = {{ mode = \"exchange\", {key} }}"),
+            "not built yet",
+        ),
+        (
+            format!("identity = {{ mode = \"magic\", {key} }}"),
+            "\"jwt\" or \"none\"",
+        ),
+        (
+            "identity = { mode = \"jwt\", issuer = \"i\", key = \"not a key\" }".to_string(),
+            "key 1: the key is not PEM",
+        ),
+        (
+            format!("identity = {{ mode = \"jwt\", issuer = \"i\", {key}, jwks_path = \"jwks\" }}"),
+            "starts with /",
+        ),
+        (
+            format!(
+                "headers = {{ Authorization = \"Bearer x\" }}\nidentity = {{ mode = \"jwt\", issuer = \"i\", {key} }}"
+            ),
             "keep one",
         ),
     ] {

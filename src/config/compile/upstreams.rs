@@ -539,11 +539,17 @@ impl Compiler<'_> {
                 );
             }
             Some((m, other)) => {
-                return fail(m.span(), format!("identity mode is \"jwt\" or \"none\", not {other:?}"));
+                return fail(
+                    m.span(),
+                    format!("identity mode is \"jwt\" or \"none\", not {other:?}"),
+                );
             }
         }
         let Some(issuer) = &i.issuer else {
-            return fail(raw.span(), "identity mode = \"jwt\" needs issuer (the tokens' iss)");
+            return fail(
+                raw.span(),
+                "identity mode = \"jwt\" needs issuer (the tokens' iss)",
+            );
         };
         let Some(key) = &i.key else {
             return fail(
@@ -561,7 +567,10 @@ impl Compiler<'_> {
         }
         let mut keys = Vec::new();
         for (n, text) in texts.iter().enumerate() {
-            let text = at(key, resolve_secrets_noting(text, &mut self.files.borrow_mut()))?;
+            let text = at(
+                key,
+                resolve_secrets_noting(text, &mut self.files.borrow_mut()),
+            )?;
             let k = SigningKey::from_pem(&text)
                 .map_err(|e| (key.span(), format!("key {}: {e}", n + 1)))?;
             keys.push(k);

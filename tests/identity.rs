@@ -64,6 +64,7 @@ addr = "127.0.0.1:0"
 
 [upstreams.kb]
 url = "{audience}"
+protocol = "legacy"
 headers = {{ "X-Api-Key" = "static" }}
 [upstreams.kb.identity]
 mode = "jwt"
@@ -71,19 +72,32 @@ issuer = "https://gate.test"
 key = ["${{file:{}}}", "${{file:{}}}"]
 jwks_path = "/jwks.json"
 
+# The same server as a member without identity: its requests carry no token.
+[upstreams.bare]
+url = "{audience}"
+protocol = "legacy"
+
 [profiles.kb]
 upstream = "kb"
+allow = ["*"]
+[profiles.fed]
+upstreams = ["kb", "bare"]
+prefix = "always"
 allow = ["*"]
 
 [[routes]]
 listen = "main"
 path = "/mcp"
 profile = "kb"
+[[routes]]
+listen = "main"
+path = "/fed"
+profile = "fed"
 
 [[tokens]]
 id = "alice"
 sha256 = "{alice}"
-profiles = ["kb"]
+profiles = ["kb", "fed"]
 [[tokens]]
 id = "bob"
 sha256 = "{bob}"
@@ -162,6 +176,61 @@ profiles = ["kb"]
     assert!(
         all.iter()
             .all(|r| r["exp"].as_u64().unwrap() - r["iat"].as_u64().unwrap() == 60)
+    );
+
+    // A 2026-07-28 client, bridged to this legacy server in mcpgate's session: the same.
+    let bearer = format!("Bearer {ALICE}");
+    let modern = support::post(
+        &url,
+        &[
+            ("authorization", &bearer),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "whoami"),
+        ],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"whoami","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+    )
+    .await;
+    let said = modern.messages()[0]["result"]["content"][0]["text"].clone();
+    let said: Value = serde_json::from_str(said.as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {}", modern.body));
+    assert_eq!(said["sub"], "alice", "{}", modern.body);
+
+    // A federated profile: the member with identity gets alice's token (its audience),
+    // the member without it gets none and refuses.
+    let before = seen(&record).len();
+    let fed = {
+        let u = gw.url("/fed");
+        tokio::task::spawn_blocking(move || {
+            run_client(
+                Command::new(node22())
+                    .arg(peers().join("ts_client.mjs"))
+                    .args([&u, ALICE, "kb__whoami", "{}", "bare__whoami"]),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let fed: Value = serde_json::from_str(fed.trim().lines().last().unwrap()).unwrap();
+    let said: Value = serde_json::from_str(fed["call"][0].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {fed}"));
+    assert_eq!(
+        (said["sub"].as_str(), said["profile"].as_str()),
+        (Some("alice"), Some("fed")),
+        "{fed}"
+    );
+    let later = seen(&record);
+    assert!(
+        later[before..]
+            .iter()
+            .any(|r| r["ok"] == true && r["sub"] == "alice"),
+        "{later:?}"
+    );
+    assert!(
+        later[before..]
+            .iter()
+            .any(|r| r["ok"] == false && r["authorization"] == ""),
+        "{later:?}"
     );
 
     // Rotation: the Ed25519 key signs now; the upstream fetches the keys again and

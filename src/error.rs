@@ -346,6 +346,13 @@ pub enum GateError {
         "Service unavailable: the store that keeps approvals single-use cannot be reached; retry later"
     )]
     ApprovalStoreUnavailable,
+    /// The `[oauth]` issuer refused to exchange the caller's token for the upstream's
+    /// (SPEC §19): its reason.
+    #[error("Forbidden: the identity provider refused a token for the upstream: {0}")]
+    IdentityRefused(String),
+    /// The issuer could not exchange the caller's token: why.
+    #[error("Service unavailable: no token for the upstream: {0}")]
+    IdentityUnavailable(String),
     #[error("Upstream unreachable: {0}")]
     UpstreamUnreachable(String),
     #[error("Upstream error: {0}")]
@@ -372,7 +379,7 @@ impl GateError {
             OAuth(c) => c.status,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             StreamConflict => StatusCode::CONFLICT,
-            HostRefused | OriginRefused => StatusCode::FORBIDDEN,
+            HostRefused | OriginRefused | IdentityRefused(_) => StatusCode::FORBIDDEN,
             NotAcceptable | StreamNotAcceptable => StatusCode::NOT_ACCEPTABLE,
             BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -397,6 +404,7 @@ impl GateError {
             AuditUnavailable
             | LimitStoreUnavailable
             | ApprovalStoreUnavailable
+            | IdentityUnavailable(_)
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -407,7 +415,7 @@ impl GateError {
         use GateError::*;
         match self {
             NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused
-            | SessionNotFound => code::UNAUTHORIZED,
+            | SessionNotFound | IdentityRefused(_) => code::UNAUTHORIZED,
             OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => code::UNAVAILABLE,
             OAuth(_) => code::UNAUTHORIZED,
             NotAcceptable | StreamNotAcceptable => code::INVALID_REQUEST,
@@ -431,6 +439,7 @@ impl GateError {
             AuditUnavailable
             | LimitStoreUnavailable
             | ApprovalStoreUnavailable
+            | IdentityUnavailable(_)
             | NoHealthyEndpoint
             | TooManyProcesses { .. } => code::UNAVAILABLE,
         }
@@ -444,6 +453,7 @@ impl GateError {
             | UpstreamTimeout
             | SessionNotFound
             | NoHealthyEndpoint
+            | IdentityUnavailable(_)
             | TooManyProcesses { .. } => Side::Upstream,
             AuditUnavailable | LimitStoreUnavailable | ApprovalStoreUnavailable => Side::Gateway,
             // The issuer could not be asked: not the client's doing.
@@ -514,6 +524,8 @@ impl GateError {
             NotAskable(_) => "approval_not_askable",
             BadApproval(_) => "bad_approval",
             ApprovalStoreUnavailable => "approval_store_unavailable",
+            IdentityRefused(_) => "identity_refused",
+            IdentityUnavailable(_) => "identity_unavailable",
             SessionNotFound => "session_not_found",
             NoHealthyEndpoint => "no_healthy_endpoint",
             TooManyProcesses { .. } => "too_many_processes",

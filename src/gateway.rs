@@ -42,6 +42,9 @@ pub struct Live {
     /// The token verifier of `config.oauth`: kept across reloads that keep its settings
     /// (its keys and verified tokens with it).
     pub verifier: Option<Arc<Verifier>>,
+    /// Per upstream (by `Upstream::index`), its token exchanges when its identity is
+    /// exchanged (SPEC §19).
+    pub exchanges: Box<[Option<crate::oauth::exchange::Exchanges>]>,
 }
 
 impl Live {
@@ -65,7 +68,15 @@ impl Live {
                 _ => RateStore::start(settings.clone(), series.store.clone()),
             }
         });
+        let mut exchanges: Vec<Option<crate::oauth::exchange::Exchanges>> =
+            (0..config.upstreams.len()).map(|_| None).collect();
+        for u in config.upstreams.values() {
+            if let Some(e) = &u.exchange {
+                exchanges[u.index] = Some(crate::oauth::exchange::Exchanges::new(e.clone()));
+            }
+        }
         Live {
+            exchanges: exchanges.into(),
             upstreams: registry.table(&config.upstreams, &series.endpoints),
             limiter: Limits::build(&config.limits, previous.map(|p| &p.limiter), store),
             verifier,

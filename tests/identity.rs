@@ -271,3 +271,162 @@ auth = "none"
     assert_eq!(r.status.as_u16(), 401, "{}", r.body);
     assert!(!seen(&record).last().unwrap()["ok"].as_bool().unwrap());
 }
+
+/// `mode = "exchange"`: each caller's access token from the IdP (`oidc-provider` with the
+/// RFC 8693 grant registered) is exchanged for one meant for the upstream's audience, once
+/// per caller token; the upstream verifies it against the IdP's keys and sees the caller.
+/// The IdP refusing is 403 with its reason, failing, slow, or answering with a token for
+/// another audience or an expired one is 503; none of those is forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exchanged_token_names_the_caller_for_the_upstreams_audience() {
+    let dir = tempfile::tempdir().unwrap();
+    let idp = support::Idp::start();
+    let (port, up_port) = (free_port(), free_port());
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let audience = "https://kb.internal/mcp";
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:{port}"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{up_port}/mcp"
+protocol = "legacy"
+[upstreams.kb.identity]
+mode = "exchange"
+audience = "{audience}"
+client_id = "mcpgate"
+client_secret = "mcpgate-secret"
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+auth = "oauth"
+
+[oauth]
+issuer = "{issuer}"
+resource = "{resource}"
+
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["kb"]
+"#,
+        issuer = idp.issuer,
+    ));
+    let record = dir.path().join("seen.jsonl");
+    let _upstream = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("jwt_upstream.mjs")
+            .args(["--port", &up_port.to_string()])
+            .args(["--jwks", &format!("{}/jwks", idp.issuer)])
+            .args(["--issuer", &idp.issuer, "--audience", audience])
+            .arg("--record")
+            .arg(&record),
+        up_port,
+    );
+    let token = |sub: &'static str| {
+        let resource = resource.clone();
+        let idp = &idp;
+        async move {
+            idp.sign(serde_json::json!({"claims": {"sub": sub, "client_id": "chatgpt", "aud": resource, "scope": "kb.read"}}))
+                .await
+        }
+    };
+    let (alice, bob) = (token("alice").await, token("bob").await);
+    let url = gw.url("/mcp");
+
+    // Two callers at once, each through the SDK client's whole session.
+    let (a, b) = {
+        let (u1, u2, t1, t2) = (url.clone(), url.clone(), alice.clone(), bob.clone());
+        let a = std::thread::spawn(move || whoami(&u1, &t1));
+        let b = std::thread::spawn(move || whoami(&u2, &t2));
+        (a.join().unwrap(), b.join().unwrap())
+    };
+    assert_eq!(a["sub"], "alice");
+    assert_eq!(b["sub"], "bob");
+    let all = seen(&record);
+    assert!(all.iter().all(|r| r["ok"] == true), "{all:?}");
+    assert!(all.iter().all(|r| r["act"]["sub"] == "mcpgate"), "{all:?}");
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        !text.contains(&alice) && !text.contains(&bob),
+        "no caller's token upstream"
+    );
+    // One exchange per caller token, however many requests its session made.
+    assert!(all.len() >= 6, "{all:?}");
+    assert_eq!(idp.count("exchange").await, 2);
+
+    // Five calls at once by a new caller: one exchange.
+    let carol = token("carol").await;
+    let call = |t: String| {
+        let url = url.clone();
+        async move {
+            let bearer = format!("Bearer {t}");
+            support::post(
+                &url,
+                &[
+                    ("authorization", &bearer),
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "whoami"),
+                ],
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"whoami","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+            )
+            .await
+        }
+    };
+    let many: Vec<_> = (0..5).map(|_| tokio::spawn(call(carol.clone()))).collect();
+    for r in many {
+        let r = r.await.unwrap();
+        assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+        assert!(r.body.contains(r#"\"sub\":\"carol\""#), "{}", r.body);
+    }
+    assert_eq!(idp.count("exchange").await, 3, "single flight");
+
+    // The IdP's other answers, each for a caller not exchanged before; nothing forwarded.
+    let before = seen(&record).len();
+    for (mode, status, says) in [
+        ("refuse", 403, "invalid_grant"),
+        ("fail", 503, "status 500"),
+        ("wrong_aud", 503, "not for https://kb.internal/mcp"),
+        ("expired", 503, "expired"),
+    ] {
+        idp.json(
+            http::Method::POST,
+            "/test/exchange",
+            serde_json::json!({"mode": mode}),
+        )
+        .await;
+        let t = token(Box::leak(format!("caller-{mode}").into_boxed_str())).await;
+        let r = call(t.clone()).await;
+        assert_eq!(r.status.as_u16(), status, "{mode}: {}", r.body);
+        assert!(r.body.contains(says), "{mode}: {}", r.body);
+        assert!(
+            !r.body.contains(&t),
+            "{mode}: the caller's token in {}",
+            r.body
+        );
+        assert!(!r.body.contains("mcpgate-secret"));
+    }
+    idp.json(
+        http::Method::POST,
+        "/test/exchange",
+        serde_json::json!({"mode": "slow", "delay_ms": 8000}),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let r = call(token("caller-slow").await).await;
+    assert_eq!(r.status.as_u16(), 503, "{}", r.body);
+    assert!(r.body.contains("within 5s"), "{}", r.body);
+    assert!(started.elapsed() < std::time::Duration::from_secs(7));
+    assert_eq!(seen(&record).len(), before, "nothing forwarded");
+    let log = gw.log();
+    assert!(!log.contains(&alice) && !log.contains("mcpgate-secret"));
+}

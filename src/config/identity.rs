@@ -31,6 +31,31 @@ pub struct Identity {
     pub jwks_path: Option<String>,
 }
 
+/// `mode = "exchange"`: the caller's access token exchanged at the `[oauth]` issuer (RFC
+/// 8693) for one meant for the upstream.
+pub struct Exchange {
+    /// `audience` of the exchange, and what the issued token's `aud` must hold.
+    pub audience: String,
+    /// `resource` (RFC 8707), when the issuer wants it.
+    pub resource: Option<String>,
+    pub scope: Option<String>,
+    pub client_id: String,
+    /// `client_secret`, sent with HTTP Basic. Never printed.
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("audience", &self.audience)
+            .field("resource", &self.resource)
+            .field("scope", &self.scope)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
+    }
+}
+
 pub struct SigningKey {
     pub kid: String,
     pub alg: Algorithm,

@@ -159,6 +159,14 @@ pub struct RawIdentity {
     pub key: Option<S<toml::Value>>,
     /// A path on the MCP listeners where the public keys are served as a JWKS.
     pub jwks_path: Option<S<String>>,
+    /// exchange: `resource` (RFC 8707) asked for, beside `audience`.
+    pub resource: Option<S<String>>,
+    /// exchange: the scope asked for.
+    pub scope: Option<S<String>>,
+    /// exchange: mcpgate's client at the issuer.
+    pub client_id: Option<S<String>>,
+    /// exchange: its secret (`${env:…}` / `${file:…}`).
+    pub client_secret: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -16,6 +16,8 @@ use serde::Deserialize;
 pub struct Discovered {
     pub jwks_uri: IdpUrl,
     pub introspection: Option<IdpUrl>,
+    /// Where tokens are exchanged (RFC 8693) for upstream identity (SPEC §19).
+    pub token_endpoint: Option<IdpUrl>,
 }
 
 #[derive(Deserialize)]
@@ -23,6 +25,7 @@ struct Metadata {
     issuer: String,
     jwks_uri: Option<String>,
     introspection_endpoint: Option<String>,
+    token_endpoint: Option<String>,
 }
 
 /// The metadata URLs of `issuer`, in the order MCP clients try them: RFC 8414 with the
@@ -74,9 +77,14 @@ pub async fn discover(client: &IdpClient, settings: &OAuthSettings) -> Result<Di
             Some(u) => Some(idp_url(&u, "introspection endpoint")?),
             None => None,
         };
+        let token_endpoint = match doc.token_endpoint {
+            Some(u) => Some(idp_url(&u, "token endpoint")?),
+            None => None,
+        };
         return Ok(Discovered {
             jwks_uri: idp_url(&jwks, "jwks_uri")?,
             introspection,
+            token_endpoint,
         });
     }
     Err(format!("no issuer metadata: {}", tried.join("; ")))

@@ -15,13 +15,14 @@
 
 mod cache;
 pub mod caller;
+pub mod exchange;
 pub mod fetch;
 mod introspect;
 pub mod keys;
 
 pub use caller::{Caller, Why};
 
-use crate::config::compile::OAuthSettings;
+use crate::config::compile::{IdpUrl, OAuthSettings};
 use arc_swap::ArcSwapOption;
 use cache::TokenCache;
 use fetch::IdpClient;
@@ -255,6 +256,53 @@ impl Verifier {
             ));
         }
         Ok(set)
+    }
+
+    /// Checks a token the issuer made for `audience` (an exchanged one, SPEC §19): a JWT
+    /// is held to the issuer's keys, `iss`, `aud` and `exp`, and its `exp` returned; an
+    /// opaque token cannot be read here (`Ok(None)`: its `expires_in` is what is known).
+    pub async fn check_issued(&self, token: &str, audience: &str) -> Result<Option<u64>, String> {
+        if token.bytes().filter(|b| *b == b'.').count() != 2 {
+            return Ok(None);
+        }
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| "its header does not read".to_string())?;
+        let keys = self
+            .keys_with(header.kid.as_deref(), header.alg)
+            .await
+            .map_err(|w| w.reason().to_string())?;
+        let key = keys
+            .find(header.kid.as_deref(), header.alg)
+            .ok_or("it is signed with a key the issuer does not publish")?;
+        let mut rules = Validation::new(header.alg);
+        rules.leeway = self.settings.leeway.as_secs();
+        rules.set_required_spec_claims(&["exp", "iss", "aud"]);
+        rules.set_issuer(&[&*self.settings.issuer]);
+        rules.set_audience(&[audience]);
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &key.decoding,
+            &rules,
+        )
+        .map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::InvalidAudience => format!("it is not for {audience}"),
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => "it has expired".to_string(),
+            other => format!("it does not verify ({other:?})"),
+        })?;
+        Ok(data.claims.get("exp").and_then(serde_json::Value::as_u64))
+    }
+
+    /// The issuer's token endpoint, from its metadata.
+    pub async fn token_endpoint(&self) -> Result<IdpUrl, String> {
+        self.discovered()
+            .await?
+            .token_endpoint
+            .ok_or_else(|| "the issuer's metadata has no token_endpoint".into())
+    }
+
+    /// The client that talks to the issuer.
+    pub fn client(&self) -> &IdpClient {
+        &self.client
     }
 
     /// The issuer's metadata, read now if it has not been.

@@ -53,6 +53,35 @@ pub async fn send(
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
+    if let Some(exchanges) = &live.exchanges[upstream.index] {
+        // The caller's access token, exchanged for one meant for the upstream (SPEC §19);
+        // it stays here itself.
+        let subject = out
+            .fields
+            .get(FieldKind::Authorization)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                GateError::IdentityRefused("the call carries no access token to exchange".into())
+            })?;
+        let verifier = live.verifier.as_deref().ok_or_else(|| {
+            GateError::IdentityUnavailable("no [oauth] issuer to exchange at".into())
+        })?;
+        out.authorization = Some(exchanges.bearer(verifier, subject).await.map_err(|e| {
+            tracing::warn!(upstream = %upstream.name, failed = ?e, "token exchange");
+            match e {
+                crate::oauth::exchange::Failed::Refused(why) => GateError::IdentityRefused(why),
+                crate::oauth::exchange::Failed::Unavailable(why) => {
+                    GateError::IdentityUnavailable(why)
+                }
+            }
+        })?);
+    }
     if let Some(tokens) = &state.identity {
         // Who calls, told in a token of mcpgate's (SPEC §19): the client's own
         // credentials never go upstream.

@@ -9,13 +9,19 @@
 // - POST /test/sign signs claims of the test's choosing with the provider's own keys (or
 //   a fresh key, published or not, or none at all), for the hostile-token cases; with
 //   {"count": n}, n distinct tokens (for bench/oauth.py).
-// - GET /test/counts says how many JWKS and introspection requests came.
+// - GET /test/counts says how many JWKS, introspection and token-exchange requests came.
+// - Token exchange (RFC 8693) for mcpgate's client, as the grant-type extension point of
+//   oidc-provider allows: the subject token is checked against the provider's keys and a
+//   token for the asked `audience` signed, naming the subject's `sub` and `client_id` and
+//   mcpgate as the actor. POST /test/exchange {"mode": …, "delay_ms": …} makes it answer
+//   otherwise: `wrong_aud` (a token for another audience), `expired`, `refuse`
+//   (invalid_grant), `fail` (a 500), `slow` (after delay_ms).
 //
 // Usage: node idp.mjs [port]   Prints {"port": …, "issuer": …} once listening.
 
 import http from 'node:http';
 import crypto from 'node:crypto';
-import Provider from 'oidc-provider';
+import Provider, { errors } from 'oidc-provider';
 import * as jose from 'jose';
 
 const port = Number(process.argv[2] ?? 0);
@@ -34,7 +40,9 @@ const keys = {
 };
 // What GET /jwks serves: the provider's keys and any published by /test/sign.
 const published = Object.values(keys).map((k) => k.pub);
-const counts = { jwks: 0, introspection: 0, token: 0 };
+const counts = { jwks: 0, introspection: 0, token: 0, exchange: 0 };
+const exchange = { mode: 'ok', delay_ms: 0 };
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 let jwksDown = false;
 
 const server = http.createServer();
@@ -68,10 +76,10 @@ const clients = [
     scope: 'kb.read',
   },
   {
-    // mcpgate's own client, for introspection.
+    // mcpgate's own client, for introspection and token exchange.
     client_id: 'mcpgate',
     client_secret: 'mcpgate-secret',
-    grant_types: ['client_credentials'],
+    grant_types: ['client_credentials', TOKEN_EXCHANGE],
     redirect_uris: [],
     response_types: [],
   },
@@ -104,6 +112,52 @@ const provider = new Provider(issuer, {
   },
 });
 provider.on('server_error', (_ctx, err) => console.error('idp server_error', err));
+
+provider.registerGrantType(
+  TOKEN_EXCHANGE,
+  async (ctx) => {
+    counts.exchange += 1;
+    const { subject_token: subjectToken, subject_token_type: subjectType, audience } = ctx.oidc.params;
+    if (subjectType !== 'urn:ietf:params:oauth:token-type:access_token') {
+      throw new errors.InvalidRequest('subject_token_type must be an access token');
+    }
+    let subject;
+    try {
+      ({ payload: subject } = await jose.jwtVerify(subjectToken, jose.createLocalJWKSet({ keys: published }), { issuer }));
+    } catch (e) {
+      throw new errors.InvalidGrant(`the subject token does not verify (${e.code ?? e.message})`);
+    }
+    if (exchange.mode === 'refuse') throw new errors.InvalidGrant(`${subject.sub} may not act at ${audience}`);
+    if (exchange.mode === 'fail') {
+      ctx.status = 500;
+      ctx.body = { error: 'server_error', error_description: 'down for the test' };
+      return;
+    }
+    if (exchange.mode === 'slow') await new Promise((r) => setTimeout(r, exchange.delay_ms));
+    const now = Math.floor(Date.now() / 1000);
+    const exp = exchange.mode === 'expired' ? now - 30 : now + 300;
+    const token = await new jose.SignJWT({
+      sub: subject.sub,
+      client_id: subject.client_id,
+      scope: ctx.oidc.params.scope ?? subject.scope,
+      act: { sub: ctx.oidc.client.clientId },
+      jti: crypto.randomUUID(),
+    })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: keys.ES256.kid })
+      .setIssuer(issuer)
+      .setAudience(exchange.mode === 'wrong_aud' ? 'https://elsewhere.example' : audience)
+      .setIssuedAt(now)
+      .setExpirationTime(exp)
+      .sign(keys.ES256.privateKey);
+    ctx.body = {
+      access_token: token,
+      issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+      token_type: 'Bearer',
+      expires_in: exp - now,
+    };
+  },
+  ['subject_token', 'subject_token_type', 'audience', 'scope', 'requested_token_type'],
+);
 
 function json(res, status, body) {
   res.writeHead(status, { 'content-type': 'application/json' });
@@ -193,6 +247,10 @@ server.on('request', async (req, res) => {
       return json(res, 200, { tokens });
     }
     if (path === '/test/counts') return json(res, 200, counts);
+    if (path === '/test/exchange') {
+      Object.assign(exchange, { mode: 'ok', delay_ms: 0 }, await readJson(req));
+      return json(res, 200, exchange);
+    }
     if (path === '/test/jwks') {
       jwksDown = Boolean((await readJson(req)).down);
       return json(res, 200, { down: jwksDown });

@@ -4,7 +4,7 @@
 // (401), and records what it saw. Its tool `whoami` answers with the verified subject.
 // Usage: node jwt_upstream.mjs --port P --jwks URL --issuer ISS --audience AUD --record FILE
 // Each request is appended to FILE as one JSON line: {ok, sub, client_id, profile, jti,
-// error, authorization} (authorization: the raw header, to check no client token came).
+// act, error, authorization} (authorization: the raw header, to check no client token came).
 import http from 'node:http';
 import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
@@ -46,7 +46,7 @@ const srv = http.createServer(async (req, res) => {
         res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'bad identity token' } }));
         return;
     }
-    note({ ok: true, sub: claims.sub, client_id: claims.client_id ?? null, profile: claims.profile ?? null, jti: claims.jti, exp: claims.exp, iat: claims.iat, authorization: header.slice(0, 20) });
+    note({ ok: true, sub: claims.sub, client_id: claims.client_id ?? null, profile: claims.profile ?? null, act: claims.act ?? null, jti: claims.jti, exp: claims.exp, iat: claims.iat, authorization: header });
     req.auth = { token: header.slice(7), clientId: claims.client_id ?? '', scopes: [], extra: { sub: claims.sub, profile: claims.profile ?? null } };
     const body = raw ? JSON.parse(raw) : undefined;
     const id = req.headers['mcp-session-id'];

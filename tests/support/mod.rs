@@ -7,6 +7,7 @@
 
 mod client;
 mod gateway;
+mod idp;
 mod peers;
 mod pki;
 mod redis;
@@ -14,6 +15,7 @@ mod upstreams;
 
 pub use client::*;
 pub use gateway::*;
+pub use idp::*;
 pub use peers::*;
 pub use pki::*;
 pub use redis::*;

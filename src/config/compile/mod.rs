@@ -228,6 +228,7 @@ impl Compiler<'_> {
             &mut warnings,
         )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
+        exchange_needs_oauth(&raw, &profiles)?;
         let pins_path = raw
             .pins
             .as_ref()
@@ -286,6 +287,59 @@ impl Compiler<'_> {
         self.files.borrow_mut().push(path.clone());
         path
     }
+}
+
+/// An upstream whose identity is exchanged (SPEC §19) needs `[oauth]` and callers that
+/// bring its access tokens: every route to it (or to a federation it is a member of)
+/// must be `auth = "oauth"`.
+fn exchange_needs_oauth(
+    raw: &RawConfig,
+    profiles: &std::collections::BTreeMap<String, Arc<Profile>>,
+) -> Result<(), Fail> {
+    let exchanged = |p: &Profile| match &p.federation {
+        Some(f) => f
+            .members
+            .iter()
+            .find(|m| m.profile.upstream.exchange.is_some())
+            .map(|m| m.name.clone()),
+        None => p
+            .upstream
+            .exchange
+            .is_some()
+            .then(|| p.upstream.name.clone()),
+    };
+    for (name, u) in &raw.upstreams {
+        let exchange = u.get_ref().identity.as_ref().filter(|i| {
+            i.get_ref()
+                .mode
+                .as_ref()
+                .is_some_and(|m| m.get_ref() == "exchange")
+        });
+        if let (Some(i), None) = (exchange, &raw.oauth) {
+            return fail(
+                i.span(),
+                format!(
+                    "upstream {name:?}: identity mode = \"exchange\" exchanges callers' access tokens at the [oauth] issuer: configure [oauth]"
+                ),
+            );
+        }
+    }
+    for r in &raw.routes {
+        let route = r.get_ref();
+        let oauth = route.auth.as_ref().is_some_and(|a| a.get_ref() == "oauth");
+        if let Some(p) = profiles.get(route.profile.get_ref())
+            && let Some(upstream) = exchanged(p)
+            && !oauth
+        {
+            return fail(
+                r.span(),
+                format!(
+                    "this route's profile reaches upstream {upstream:?}, whose identity is exchanged from the caller's OAuth access token: the route needs auth = \"oauth\""
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn check_patterns(list: &[S<String>]) -> Result<(), Fail> {

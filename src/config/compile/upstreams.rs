@@ -62,6 +62,8 @@ pub struct Upstream {
     pub pin: crate::config::pins::PinMode,
     /// `identity`: what tells the upstream who is calling (SPEC §19); `None`: nothing.
     pub identity: Option<Arc<crate::config::identity::Identity>>,
+    /// `identity` with `mode = "exchange"`: the caller's token exchanged for the upstream.
+    pub exchange: Option<Arc<crate::config::identity::Exchange>>,
     /// Its place in the snapshot's upstreams (name order): where the gateway keeps the
     /// upstream's runtime state (pools, health) for this snapshot.
     pub index: usize,
@@ -465,13 +467,15 @@ impl Compiler<'_> {
             let timeout = duration_or(&u.timeout, DEFAULT_TIMEOUT)?;
             let stream_idle_timeout =
                 duration_or(&u.stream_idle_timeout, DEFAULT_STREAM_IDLE_TIMEOUT)?;
-            let identity = match &u.identity {
+            let (identity, exchange) = match &u.identity {
                 Some(i) => self.identity(i, &endpoints[0].label)?,
-                None => None,
+                None => (None, None),
             };
             let mut headers = HeaderMap::new();
             for (k, v) in &u.headers {
-                if identity.is_some() && k.eq_ignore_ascii_case("authorization") {
+                if (identity.is_some() || exchange.is_some())
+                    && k.eq_ignore_ascii_case("authorization")
+                {
                     return fail(
                         v.span(),
                         "headers.Authorization and identity both set the upstream's Authorization: keep one",
@@ -514,6 +518,7 @@ impl Compiler<'_> {
                     headers,
                     pin: pin_mode(u)?,
                     identity,
+                    exchange,
                     index: out.len(),
                 }),
             );
@@ -521,27 +526,79 @@ impl Compiler<'_> {
         Ok(out)
     }
 
-    /// `[upstreams.NAME.identity]`: `mode = "jwt"` with its issuer and keys, or `none`.
+    /// `[upstreams.NAME.identity]`: `mode = "jwt"` with its issuer and keys, `exchange`
+    /// with its client at the `[oauth]` issuer, or `none`.
+    #[allow(clippy::type_complexity)]
     fn identity(
         &self,
         raw: &S<raw::RawIdentity>,
         url: &str,
-    ) -> Result<Option<Arc<crate::config::identity::Identity>>, Fail> {
-        use crate::config::identity::{Identity, SigningKey};
+    ) -> Result<
+        (
+            Option<Arc<crate::config::identity::Identity>>,
+            Option<Arc<crate::config::identity::Exchange>>,
+        ),
+        Fail,
+    > {
+        use crate::config::identity::{Exchange, Identity, SigningKey};
         let i = raw.get_ref();
         match i.mode.as_ref().map(|m| (m, m.get_ref().as_str())) {
-            None | Some((_, "none")) => return Ok(None),
+            None | Some((_, "none")) => return Ok((None, None)),
             Some((_, "jwt")) => {}
-            Some((m, "exchange")) => {
-                return fail(
-                    m.span(),
-                    "mode = \"exchange\" (RFC 8693 token exchange) is not built yet: use \"jwt\" (docs/oauth.md)",
-                );
+            Some((_, "exchange")) => {
+                let (Some(client_id), Some(secret)) = (&i.client_id, &i.client_secret) else {
+                    return fail(
+                        raw.span(),
+                        "identity mode = \"exchange\" needs client_id and client_secret: mcpgate's client at the [oauth] issuer",
+                    );
+                };
+                for (key, given) in [
+                    ("key", i.key.as_ref().map(S::span)),
+                    ("issuer", i.issuer.as_ref().map(S::span)),
+                    ("jwks_path", i.jwks_path.as_ref().map(S::span)),
+                ] {
+                    if let Some(span) = given {
+                        return fail(
+                            span,
+                            format!("{key} is for mode = \"jwt\", not \"exchange\""),
+                        );
+                    }
+                }
+                let client_secret = at(
+                    secret,
+                    resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
+                )?;
+                return Ok((
+                    None,
+                    Some(Arc::new(Exchange {
+                        audience: i
+                            .audience
+                            .as_ref()
+                            .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
+                        resource: i.resource.as_ref().map(|r| r.get_ref().clone()),
+                        scope: i.scope.as_ref().map(|s| s.get_ref().clone()),
+                        client_id: client_id.get_ref().clone(),
+                        client_secret,
+                    })),
+                ));
             }
             Some((m, other)) => {
                 return fail(
                     m.span(),
-                    format!("identity mode is \"jwt\" or \"none\", not {other:?}"),
+                    format!("identity mode is \"jwt\", \"exchange\" or \"none\", not {other:?}"),
+                );
+            }
+        }
+        for (key, given) in [
+            ("client_id", i.client_id.as_ref().map(S::span)),
+            ("client_secret", i.client_secret.as_ref().map(S::span)),
+            ("resource", i.resource.as_ref().map(S::span)),
+            ("scope", i.scope.as_ref().map(S::span)),
+        ] {
+            if let Some(span) = given {
+                return fail(
+                    span,
+                    format!("{key} is for mode = \"exchange\", not \"jwt\""),
                 );
             }
         }
@@ -580,15 +637,18 @@ impl Compiler<'_> {
         {
             return fail(p.span(), "jwks_path is a path: it starts with /");
         }
-        Ok(Some(Arc::new(Identity {
-            issuer: issuer.get_ref().clone(),
-            audience: i
-                .audience
-                .as_ref()
-                .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
-            keys: keys.into(),
-            jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
-        })))
+        Ok((
+            Some(Arc::new(Identity {
+                issuer: issuer.get_ref().clone(),
+                audience: i
+                    .audience
+                    .as_ref()
+                    .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
+                keys: keys.into(),
+                jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
+            })),
+            None,
+        ))
     }
 
     /// `command = [...]`: a stdio upstream. Keys of HTTP upstreams are refused with it.
@@ -707,6 +767,7 @@ impl Compiler<'_> {
             headers: HeaderMap::new(),
             pin: pin_mode(u)?,
             identity: None,
+            exchange: None,
             index: 0,
         })
     }

@@ -312,6 +312,20 @@ impl Snapshot {
                     i.jwks_path.as_deref().unwrap_or("-")
                 );
             }
+            if let Some(e) = &u.exchange {
+                let _ = writeln!(
+                    out,
+                    "    identity: exchange (RFC 8693) at the [oauth] issuer, audience={} client_id={}{}{}",
+                    e.audience,
+                    e.client_id,
+                    e.resource
+                        .as_deref()
+                        .map_or(String::new(), |r| format!(" resource={r}")),
+                    e.scope
+                        .as_deref()
+                        .map_or(String::new(), |s| format!(" scope={s:?}"))
+                );
+            }
             if u.pin != crate::config::pins::PinMode::Off {
                 let approved = self.pins.of_upstream(&u.name).count();
                 let _ = writeln!(

@@ -844,11 +844,26 @@ fn identity_compiles_and_its_mistakes_are_named() {
         ),
         (
             format!("identity = {{ mode = \"exchange\", {key} }}"),
-            "not built yet",
+            "needs client_id and client_secret",
+        ),
+        (
+            format!(
+                "identity = {{ mode = \"exchange\", client_id = \"c\", client_secret = \"s\", {key} }}"
+            ),
+            "key is for mode = \"jwt\"",
+        ),
+        (
+            format!("identity = {{ mode = \"jwt\", issuer = \"i\", {key}, scope = \"x\" }}"),
+            "scope is for mode = \"exchange\"",
+        ),
+        (
+            "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }"
+                .to_string(),
+            "configure [oauth]",
         ),
         (
             format!("identity = {{ mode = \"magic\", {key} }}"),
-            "\"jwt\" or \"none\"",
+            "\"jwt\", \"exchange\" or \"none\"",
         ),
         (
             "identity = { mode = \"jwt\", issuer = \"i\", key = \"not a key\" }".to_string(),
@@ -869,6 +884,13 @@ fn identity_compiles_and_its_mistakes_are_named() {
         assert!(e.contains(says), "{identity}: {e}");
         assert!(!e.contains("MIG") && !e.contains("MC4"), "no key text: {e}");
     }
+    // With [oauth], a route that is not oauth cannot reach an exchanged upstream.
+    let oauth =
+        "\n[oauth]\nissuer = \"https://idp.example\"\nresource = \"https://gw.example/mcp\"\n";
+    let e = err(&(with(
+        "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }",
+    ) + oauth));
+    assert!(e.contains("the route needs auth = \"oauth\""), "{e}");
     // The default is none, and a stdio upstream takes none.
     let none = load_str(&with("identity = { mode = \"none\" }"), "f.toml").unwrap();
     assert!(none.upstreams["docs"].identity.is_none() && none.identity_jwks.is_none());

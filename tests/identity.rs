@@ -316,6 +316,9 @@ resource = "{resource}"
 [[oauth.grants]]
 scope = "kb.read"
 profiles = ["kb"]
+
+[admin]
+addr = "127.0.0.1:0"
 "#,
         issuer = idp.issuer,
     ));
@@ -427,6 +430,17 @@ profiles = ["kb"]
     assert!(r.body.contains("within 5s"), "{}", r.body);
     assert!(started.elapsed() < std::time::Duration::from_secs(7));
     assert_eq!(seen(&record).len(), before, "nothing forwarded");
+    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        metrics.contains(r#"mcpgate_refusals_total{reason="identity_refused"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"mcpgate_upstream_errors_total{upstream="kb",kind="identity_unavailable"} 4"#),
+        "{metrics}"
+    );
     let log = gw.log();
     assert!(!log.contains(&alice) && !log.contains("mcpgate-secret"));
 }

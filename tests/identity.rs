@@ -312,6 +312,7 @@ auth = "oauth"
 [oauth]
 issuer = "{issuer}"
 resource = "{resource}"
+leeway = "1s"
 
 [[oauth.grants]]
 scope = "kb.read"
@@ -319,8 +320,12 @@ profiles = ["kb"]
 
 [admin]
 addr = "127.0.0.1:0"
+
+[audit]
+path = {audit:?}
 "#,
         issuer = idp.issuer,
+        audit = dir.path().join("audit.jsonl"),
     ));
     let record = dir.path().join("seen.jsonl");
     let _upstream = start_peer(
@@ -441,6 +446,28 @@ addr = "127.0.0.1:0"
         metrics.contains(r#"mcpgate_upstream_errors_total{upstream="kb",kind="identity_unavailable"} 4"#),
         "{metrics}"
     );
+
+    // A caller whose token expires after its exchange: refused by mcpgate at once, its
+    // kept exchanged token not used.
+    idp.json(http::Method::POST, "/test/exchange", serde_json::json!({"mode": "ok"}))
+        .await;
+    let short = idp
+        .sign(serde_json::json!({"claims": {"sub": "erin", "client_id": "chatgpt", "aud": resource, "scope": "kb.read", "exp": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 2}}))
+        .await;
+    let r = call(short.clone()).await;
+    assert!(r.body.contains(r#"\"sub\":\"erin\""#), "{}", r.body);
+    let before = seen(&record).len();
+    tokio::time::sleep(std::time::Duration::from_millis(3600)).await;
+    let r = call(short).await;
+    assert_eq!(r.status.as_u16(), 401, "{}", r.body);
+    assert_eq!(seen(&record).len(), before, "not forwarded");
+
+    // No caller's token and no secret in the log or the audit trail.
     let log = gw.log();
-    assert!(!log.contains(&alice) && !log.contains("mcpgate-secret"));
+    let trail = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    for text in [&log, &trail] {
+        assert!(!text.contains(&alice) && !text.contains(&bob) && !text.contains(&carol));
+        assert!(!text.contains("mcpgate-secret"));
+    }
+    assert!(trail.contains("identity_refused"), "the refusal is recorded");
 }

@@ -443,14 +443,20 @@ path = {audit:?}
         "{metrics}"
     );
     assert!(
-        metrics.contains(r#"mcpgate_upstream_errors_total{upstream="kb",kind="identity_unavailable"} 4"#),
+        metrics.contains(
+            r#"mcpgate_upstream_errors_total{upstream="kb",kind="identity_unavailable"} 4"#
+        ),
         "{metrics}"
     );
 
     // A caller whose token expires after its exchange: refused by mcpgate at once, its
     // kept exchanged token not used.
-    idp.json(http::Method::POST, "/test/exchange", serde_json::json!({"mode": "ok"}))
-        .await;
+    idp.json(
+        http::Method::POST,
+        "/test/exchange",
+        serde_json::json!({"mode": "ok"}),
+    )
+    .await;
     let short = idp
         .sign(serde_json::json!({"claims": {"sub": "erin", "client_id": "chatgpt", "aud": resource, "scope": "kb.read", "exp": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 2}}))
         .await;
@@ -469,5 +475,87 @@ path = {audit:?}
         assert!(!text.contains(&alice) && !text.contains(&bob) && !text.contains(&carol));
         assert!(!text.contains("mcpgate-secret"));
     }
-    assert!(trail.contains("identity_refused"), "the refusal is recorded");
+    assert!(
+        trail.contains("identity_refused"),
+        "the refusal is recorded"
+    );
+
+    // mcpgate's client proving itself with a key (private_key_jwt), registered with the
+    // IdP by its public key.
+    let pem = key(dir.path(), "client.pem", true);
+    let jwk =
+        mcpgate::config::identity::SigningKey::from_pem(&std::fs::read_to_string(&pem).unwrap())
+            .unwrap()
+            .jwk;
+    let registered = support::send(
+        http::Method::POST,
+        &format!("{}/reg", idp.issuer),
+        &[("content-type", "application/json")],
+        serde_json::json!({
+            "client_name": "mcpgate-key",
+            "grant_types": ["urn:ietf:params:oauth:grant-type:token-exchange"],
+            "response_types": [],
+            "redirect_uris": [],
+            "token_endpoint_auth_method": "private_key_jwt",
+            "token_endpoint_auth_signing_alg": "ES256",
+            "jwks": {"keys": [jwk]},
+        })
+        .to_string(),
+    )
+    .await;
+    assert_eq!(registered.status.as_u16(), 201, "{}", registered.body);
+    let client_id = registered.json()["client_id"].as_str().unwrap().to_string();
+    let keyed_port = free_port();
+    let keyed = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:{keyed_port}"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{up_port}/mcp"
+protocol = "legacy"
+[upstreams.kb.identity]
+mode = "exchange"
+audience = "{audience}"
+client_id = "{client_id}"
+client_key = "${{file:{pem}}}"
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+auth = "oauth"
+
+[oauth]
+issuer = "{issuer}"
+resource = "{resource}"
+
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["kb"]
+"#,
+        issuer = idp.issuer,
+        pem = pem.display(),
+    ));
+    let exchanges = idp.count("exchange").await;
+    let frank = keyed_token(&idp, &resource, "frank").await;
+    let said = {
+        let u = keyed.url("/mcp");
+        tokio::task::spawn_blocking(move || whoami(&u, &frank))
+            .await
+            .unwrap()
+    };
+    assert_eq!(said["sub"], "frank");
+    assert_eq!(idp.count("exchange").await, exchanges + 1);
+}
+
+/// An access token for `sub` at the gateway whose resource is `resource`.
+async fn keyed_token(idp: &support::Idp, resource: &str, sub: &str) -> String {
+    idp.sign(serde_json::json!({"claims": {"sub": sub, "client_id": "chatgpt", "aud": resource, "scope": "kb.read"}}))
+        .await
 }

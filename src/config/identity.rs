@@ -40,8 +40,16 @@ pub struct Exchange {
     pub resource: Option<String>,
     pub scope: Option<String>,
     pub client_id: String,
-    /// `client_secret`, sent with HTTP Basic. Never printed.
-    pub client_secret: String,
+    /// How mcpgate's client proves itself to the issuer.
+    pub auth: ClientAuth,
+}
+
+/// mcpgate's client authentication at the issuer's token endpoint.
+pub enum ClientAuth {
+    /// `client_secret`, sent with HTTP Basic (`client_secret_basic`). Never printed.
+    Secret(String),
+    /// `client_key`: a JWT signed with it (`private_key_jwt`, RFC 7523).
+    Key(SigningKey),
 }
 
 impl std::fmt::Debug for Exchange {
@@ -51,7 +59,13 @@ impl std::fmt::Debug for Exchange {
             .field("resource", &self.resource)
             .field("scope", &self.scope)
             .field("client_id", &self.client_id)
-            .field("client_secret", &"<redacted>")
+            .field(
+                "auth",
+                &match &self.auth {
+                    ClientAuth::Secret(_) => "client_secret_basic",
+                    ClientAuth::Key(_) => "private_key_jwt",
+                },
+            )
             .finish()
     }
 }

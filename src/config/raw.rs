@@ -167,6 +167,8 @@ pub struct RawIdentity {
     pub client_id: Option<S<String>>,
     /// exchange: its secret (`${env:…}` / `${file:…}`).
     pub client_secret: Option<S<String>>,
+    /// exchange: instead of a secret, its private key (PEM), for `private_key_jwt`.
+    pub client_key: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,7 @@
 //!   audience or has expired: 503. Neither is kept: the next call asks again.
 
 use super::Verifier;
-use crate::config::identity::Exchange;
+use crate::config::identity::{ClientAuth, Exchange, SigningKey};
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -125,10 +125,34 @@ impl Exchanges {
             .token_endpoint()
             .await
             .map_err(Failed::Unavailable)?;
-        let form = request_form(s, subject);
-        let asked = verifier
-            .client()
-            .post_form(&endpoint, (&s.client_id, &s.client_secret), &form);
+        let client = verifier.client();
+        let asked = async {
+            match &s.auth {
+                ClientAuth::Secret(secret) => {
+                    let form = request_form(s, subject, &[]);
+                    client
+                        .post_form(&endpoint, (&s.client_id, secret), &form)
+                        .await
+                }
+                ClientAuth::Key(key) => {
+                    let assertion = client_assertion(key, &s.client_id, &endpoint.uri.to_string())
+                        .map_err(|e| format!("the client assertion could not be signed: {e}"))?;
+                    let form = request_form(
+                        s,
+                        subject,
+                        &[
+                            ("client_id", &s.client_id),
+                            (
+                                "client_assertion_type",
+                                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                            ),
+                            ("client_assertion", &assertion),
+                        ],
+                    );
+                    client.post_form_alone(&endpoint, &form).await
+                }
+            }
+        };
         let (status, body) = match tokio::time::timeout(EXCHANGE_TIMEOUT, asked).await {
             Err(_) => {
                 return Err(Failed::Unavailable(format!(
@@ -198,8 +222,10 @@ impl Exchanges {
     /// control character, at most 300 characters.
     fn clean(&self, text: &str, subject: &str) -> String {
         let mut t = text.replace(subject, "(the caller's token)");
-        if !self.settings.client_secret.is_empty() {
-            t = t.replace(&self.settings.client_secret, "(secret)");
+        if let ClientAuth::Secret(secret) = &self.settings.auth
+            && !secret.is_empty()
+        {
+            t = t.replace(secret, "(secret)");
         }
         let t: String = t
             .chars()
@@ -214,8 +240,8 @@ impl Exchanges {
     }
 }
 
-/// The exchange request's form (RFC 8693 §2.1).
-fn request_form(s: &Exchange, subject: &str) -> String {
+/// The exchange request's form (RFC 8693 §2.1), with `extra` pairs (a client assertion).
+fn request_form(s: &Exchange, subject: &str, extra: &[(&str, &str)]) -> String {
     let mut form = form_urlencoded::Serializer::new(String::new());
     form.append_pair(
         "grant_type",
@@ -237,5 +263,30 @@ fn request_form(s: &Exchange, subject: &str) -> String {
     if let Some(scope) = &s.scope {
         form.append_pair("scope", scope);
     }
+    for (k, v) in extra {
+        form.append_pair(k, v);
+    }
     form.finish()
+}
+
+/// A `private_key_jwt` client assertion (RFC 7523 §3): by and about `client_id`, for the
+/// token endpoint, one minute of life, a fresh `jti`.
+fn client_assertion(key: &SigningKey, client_id: &str, endpoint: &str) -> Result<String, String> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let mut jti = [0u8; 16];
+    getrandom::fill(&mut jti).expect("the system has a source of randomness");
+    let claims = serde_json::json!({
+        "iss": client_id,
+        "sub": client_id,
+        "aud": endpoint,
+        "jti": crate::config::pins::hex(&jti),
+        "iat": now,
+        "exp": now + 60,
+    });
+    let mut header = jsonwebtoken::Header::new(key.alg);
+    header.kid = Some(key.kid.clone());
+    jsonwebtoken::encode(&header, &claims, &key.encoding).map_err(|e| e.to_string())
 }

@@ -97,6 +97,25 @@ impl IdpClient {
         self.exchange(url, &Method::POST, request).await
     }
 
+    /// `POST url` of a form that authenticates the client itself (`private_key_jwt`,
+    /// RFC 7523: the assertion is in the form).
+    pub async fn post_form_alone(
+        &self,
+        url: &IdpUrl,
+        form: &str,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let mut request = format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: mcpgate/{}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+            target(url),
+            authority(url),
+            env!("CARGO_PKG_VERSION"),
+            form.len(),
+        )
+        .into_bytes();
+        request.extend_from_slice(form.as_bytes());
+        self.exchange(url, &Method::POST, request).await
+    }
+
     async fn exchange(
         &self,
         url: &IdpUrl,

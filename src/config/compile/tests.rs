@@ -862,6 +862,17 @@ fn identity_compiles_and_its_mistakes_are_named() {
             "configure [oauth]",
         ),
         (
+            format!(
+                "identity = {{ mode = \"exchange\", client_id = \"c\", client_secret = \"s\", client_{key} }}"
+            ),
+            "not both",
+        ),
+        (
+            "identity = { mode = \"exchange\", client_id = \"c\", client_key = \"nope\" }"
+                .to_string(),
+            "client_key: the key is not PEM",
+        ),
+        (
             format!("identity = {{ mode = \"magic\", {key} }}"),
             "\"jwt\", \"exchange\" or \"none\"",
         ),

@@ -546,11 +546,36 @@ impl Compiler<'_> {
             None | Some((_, "none")) => return Ok((None, None)),
             Some((_, "jwt")) => {}
             Some((_, "exchange")) => {
-                let (Some(client_id), Some(secret)) = (&i.client_id, &i.client_secret) else {
+                let Some(client_id) = &i.client_id else {
                     return fail(
                         raw.span(),
-                        "identity mode = \"exchange\" needs client_id and client_secret: mcpgate's client at the [oauth] issuer",
+                        "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
                     );
+                };
+                let auth = match (&i.client_secret, &i.client_key) {
+                    (Some(secret), None) => crate::config::identity::ClientAuth::Secret(at(
+                        secret,
+                        resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
+                    )?),
+                    (None, Some(key)) => {
+                        let text = at(
+                            key,
+                            resolve_secrets_noting(key.get_ref(), &mut self.files.borrow_mut()),
+                        )?;
+                        crate::config::identity::ClientAuth::Key(
+                            SigningKey::from_pem(&text)
+                                .map_err(|e| (key.span(), format!("client_key: {e}")))?,
+                        )
+                    }
+                    (Some(s), Some(_)) => {
+                        return fail(s.span(), "client_secret or client_key, not both");
+                    }
+                    (None, None) => {
+                        return fail(
+                            raw.span(),
+                            "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
+                        );
+                    }
                 };
                 for (key, given) in [
                     ("key", i.key.as_ref().map(S::span)),
@@ -564,10 +589,6 @@ impl Compiler<'_> {
                         );
                     }
                 }
-                let client_secret = at(
-                    secret,
-                    resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
-                )?;
                 return Ok((
                     None,
                     Some(Arc::new(Exchange {
@@ -578,7 +599,7 @@ impl Compiler<'_> {
                         resource: i.resource.as_ref().map(|r| r.get_ref().clone()),
                         scope: i.scope.as_ref().map(|s| s.get_ref().clone()),
                         client_id: client_id.get_ref().clone(),
-                        client_secret,
+                        auth,
                     })),
                 ));
             }
@@ -592,6 +613,7 @@ impl Compiler<'_> {
         for (key, given) in [
             ("client_id", i.client_id.as_ref().map(S::span)),
             ("client_secret", i.client_secret.as_ref().map(S::span)),
+            ("client_key", i.client_key.as_ref().map(S::span)),
             ("resource", i.resource.as_ref().map(S::span)),
             ("scope", i.scope.as_ref().map(S::span)),
         ] {

@@ -457,15 +457,30 @@ path = {audit:?}
         serde_json::json!({"mode": "ok"}),
     )
     .await;
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let exp = unix() as u64 + 2;
     let short = idp
-        .sign(serde_json::json!({"claims": {"sub": "erin", "client_id": "chatgpt", "aud": resource, "scope": "kb.read", "exp": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 2}}))
+        .sign(serde_json::json!({"claims": {"sub": "erin", "client_id": "chatgpt", "aud": resource, "scope": "kb.read", "exp": exp}}))
         .await;
     let r = call(short.clone()).await;
     assert!(r.body.contains(r#"\"sub\":\"erin\""#), "{}", r.body);
     let before = seen(&record).len();
-    tokio::time::sleep(std::time::Duration::from_millis(3600)).await;
+    // Past `exp` and the one-second leeway, whatever the first call took.
+    let wait = (exp as f64 + 2.5 - unix()).max(0.0);
+    tokio::time::sleep(std::time::Duration::from_secs_f64(wait)).await;
     let r = call(short).await;
-    assert_eq!(r.status.as_u16(), 401, "{}", r.body);
+    assert_eq!(
+        r.status.as_u16(),
+        401,
+        "exp {exp}, now {:.3}: {}",
+        unix(),
+        r.body
+    );
     assert_eq!(seen(&record).len(), before, "not forwarded");
 
     // No caller's token and no secret in the log or the audit trail.

@@ -7,10 +7,10 @@ interleaved rounds, mcpgate's CPU per small tools/call: by one bearer token (sta
 jwt) and by one OAuth access token (static vs exchange). Prints a Markdown table and the
 issue's two goals."""
 
-import hashlib, json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
+import hashlib, json, os, shutil, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import TICK, cpu_ticks, free, wait_port, wrk, stop  # the main harness's helpers
+from run import free, measure_cpu, print_cpu_table, stop, wait_port  # the main harness's helpers
 
 SMOKE = "--smoke" in sys.argv
 ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -76,28 +76,16 @@ def main():
         bearer = {"bearer": f"Bearer {TOKEN}", "oauth": f"Bearer {oauth_token}"}
         for _ in range(ROUNDS):
             for case, path, who in CASES:
-                before = cpu_ticks([gate.pid])
-                r = wrk(base + path, "call.lua", {"BENCH_AUTHORIZATION": bearer[who]}, CONNECTIONS)
-                r["cpu_us_per_req"] = (cpu_ticks([gate.pid]) - before) * 1e6 / TICK / max(r["requests"], 1)
-                results.setdefault(case, []).append(r)
+                env = {"BENCH_AUTHORIZATION": bearer[who]}
+                measure_cpu(gate.pid, base + path, "call.lua", env, CONNECTIONS, results, case)
         with urllib.request.urlopen(f"{issuer}/test/counts") as r:
             exchanges = json.loads(r.read())["exchange"]
     finally:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
-    med = lambda case, k: statistics.median(r[k] for r in results[case])
-    if SMOKE:
-        print("SMOKE RUN (debug build, one short round): this checks that the harness works; the figures mean nothing.\n")
-    print(f"## Upstream identity ({ROUNDS} interleaved rounds, wrk -t2 -c{CONNECTIONS}, medians)\n")
-    print("| case | req/s | p50 ms | p99 ms | CPU µs/request | failed |")
-    print("|---|---|---|---|---|---|")
-    failed = 0
-    for case, _, _ in CASES:
-        n = sum(r["failed"] for r in results[case])
-        failed += n
-        print(f"| {case} | {med(case, 'rps'):.0f} | {med(case, 'p50'):.3f} | {med(case, 'p99'):.3f} | {med(case, 'cpu_us_per_req'):.1f} | {n} |")
-    ratio = lambda a, b: med(CASES[b][0], "cpu_us_per_req") / med(CASES[a][0], "cpu_us_per_req")
+    cpu, failed = print_cpu_table("Upstream identity", [c for c, _, _ in CASES], results, ROUNDS, CONNECTIONS, SMOKE)
+    ratio = lambda a, b: cpu[CASES[b][0]] / cpu[CASES[a][0]]
     jwt, exchanged = ratio(0, 1), ratio(2, 3)
     print(f"\nGoal: a call with identity = jwt at most 1.10× the CPU of a static upstream header: {jwt:.3f} {'met' if jwt <= 1.10 else 'MISSED'}.")
     print(f"Goal: a call with an exchanged token kept at most 1.05× the CPU of a static upstream header: {exchanged:.3f} {'met' if exchanged <= 1.05 else 'MISSED'}.")

@@ -92,6 +92,33 @@ def wrk_result(url, out):
     return {"requests": requests, "rps": rps, "p50": p50, "p99": p99, "failed": failed}
 
 
+def measure_cpu(pid, url, script, env, connections, results, case):
+    """One wrk run at `url`, with mcpgate's CPU per request (process `pid`) added; kept
+    under `case` in `results`."""
+    before = cpu_ticks([pid])
+    r = wrk(url, script, env, connections)
+    r["cpu_us_per_req"] = (cpu_ticks([pid]) - before) * 1e6 / TICK / max(r["requests"], 1)
+    results.setdefault(case, []).append(r)
+    return r
+
+
+def print_cpu_table(title, cases, results, rounds, connections, smoke):
+    """The Markdown table of the comparison harnesses (medians of the rounds); returns
+    the median CPU per request of each case and the requests that failed."""
+    med = lambda case, k: statistics.median(r[k] for r in results[case])
+    if smoke:
+        print("SMOKE RUN (debug build, one short round): this checks that the harness works; the figures mean nothing.\n")
+    print(f"## {title} ({rounds} interleaved rounds, wrk -t2 -c{connections}, medians)\n")
+    print("| case | req/s | p50 ms | p99 ms | CPU µs/request | failed |")
+    print("|---|---|---|---|---|---|")
+    failed = 0
+    for case in cases:
+        n = sum(r["failed"] for r in results[case])
+        failed += n
+        print(f"| {case} | {med(case, 'rps'):.0f} | {med(case, 'p50'):.3f} | {med(case, 'p99'):.3f} | {med(case, 'cpu_us_per_req'):.1f} | {n} |")
+    return {case: med(case, "cpu_us_per_req") for case in cases}, failed
+
+
 def stop(procs):
     """SIGTERM to every process, then a wait of up to 10 s each; SIGKILL past it."""
     for p in procs:

@@ -334,7 +334,12 @@ path = {audit:?}
             .arg("jwt_upstream.mjs")
             .args(["--port", &up_port.to_string()])
             .args(["--jwks", &format!("{}/jwks", idp.issuer)])
-            .args(["--issuer", &idp.issuer, "--audience", audience])
+            .args([
+                "--issuer",
+                &idp.issuer,
+                "--audience",
+                &format!("{audience},api://kb"),
+            ])
             .arg("--record")
             .arg(&record),
         up_port,
@@ -567,6 +572,63 @@ profiles = ["kb"]
     };
     assert_eq!(said["sub"], "frank");
     assert_eq!(idp.count("exchange").await, exchanges + 1);
+
+    // Entra ID's on-behalf-of: the upstream named by its scope.
+    let obo_port = free_port();
+    let obo = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:{obo_port}"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{up_port}/mcp"
+protocol = "legacy"
+[upstreams.kb.identity]
+mode = "exchange"
+grant = "on_behalf_of"
+scope = "api://kb/.default"
+audience = "api://kb"
+client_id = "mcpgate"
+client_secret = "mcpgate-secret"
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+auth = "oauth"
+
+[oauth]
+issuer = "{issuer}"
+resource = "{resource}"
+
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["kb"]
+"#,
+        issuer = idp.issuer,
+    ));
+    let grace = keyed_token(&idp, &resource, "grace").await;
+    let said = {
+        let u = obo.url("/mcp");
+        tokio::task::spawn_blocking(move || whoami(&u, &grace))
+            .await
+            .unwrap()
+    };
+    assert_eq!(said["sub"], "grace");
+    assert_eq!(idp.count("exchange").await, exchanges + 2);
+    let last = seen(&record);
+    assert!(
+        last.iter()
+            .rev()
+            .take(3)
+            .all(|r| r["ok"] == true && r["sub"] == "grace"),
+        "{last:?}"
+    );
 }
 
 /// An access token for `sub` at the gateway whose resource is `resource`.

@@ -42,6 +42,18 @@ pub struct Exchange {
     pub client_id: String,
     /// How mcpgate's client proves itself to the issuer.
     pub auth: ClientAuth,
+    /// Which exchange the issuer speaks.
+    pub grant: Grant,
+}
+
+/// The exchange's request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// RFC 8693 token exchange (Keycloak, Okta, and most).
+    TokenExchange,
+    /// The on-behalf-of flow of Microsoft Entra ID: a JWT bearer assertion (RFC 7523)
+    /// with `requested_token_use=on_behalf_of`; the upstream is named by `scope`.
+    OnBehalfOf,
 }
 
 /// mcpgate's client authentication at the issuer's token endpoint.
@@ -59,6 +71,7 @@ impl std::fmt::Debug for Exchange {
             .field("resource", &self.resource)
             .field("scope", &self.scope)
             .field("client_id", &self.client_id)
+            .field("grant", &self.grant)
             .field(
                 "auth",
                 &match &self.auth {

@@ -169,6 +169,8 @@ pub struct RawIdentity {
     pub client_secret: Option<S<String>>,
     /// exchange: instead of a secret, its private key (PEM), for `private_key_jwt`.
     pub client_key: Option<S<String>>,
+    /// exchange: `token_exchange` (RFC 8693, default) or `on_behalf_of` (Entra ID).
+    pub grant: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,7 @@
 //!   audience or has expired: 503. Neither is kept: the next call asks again.
 
 use super::Verifier;
-use crate::config::identity::{ClientAuth, Exchange, SigningKey};
+use crate::config::identity::{ClientAuth, Exchange, Grant, SigningKey};
 use http::HeaderValue;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -240,9 +240,22 @@ impl Exchanges {
     }
 }
 
-/// The exchange request's form (RFC 8693 §2.1), with `extra` pairs (a client assertion).
+/// The exchange request's form, with `extra` pairs (a client assertion): RFC 8693 §2.1, or
+/// Entra ID's on-behalf-of request.
 fn request_form(s: &Exchange, subject: &str, extra: &[(&str, &str)]) -> String {
     let mut form = form_urlencoded::Serializer::new(String::new());
+    if s.grant == Grant::OnBehalfOf {
+        form.append_pair("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer")
+            .append_pair("assertion", subject)
+            .append_pair("requested_token_use", "on_behalf_of");
+        if let Some(scope) = &s.scope {
+            form.append_pair("scope", scope);
+        }
+        for (k, v) in extra {
+            form.append_pair(k, v);
+        }
+        return form.finish();
+    }
     form.append_pair(
         "grant_type",
         "urn:ietf:params:oauth:grant-type:token-exchange",

@@ -16,6 +16,9 @@
 //   mcpgate as the actor. POST /test/exchange {"mode": …, "delay_ms": …} makes it answer
 //   otherwise: `wrong_aud` (a token for another audience), `expired`, `refuse`
 //   (invalid_grant), `fail` (a 500), `slow` (after delay_ms).
+// - Entra ID's on-behalf-of, the same way: the JWT bearer grant (RFC 7523) with
+//   `requested_token_use=on_behalf_of`, the API named by its scope (`api://kb/.default`
+//   gives a token for `api://kb`).
 //
 // Usage: node idp.mjs [port]   Prints {"port": …, "issuer": …} once listening.
 
@@ -43,6 +46,7 @@ const published = Object.values(keys).map((k) => k.pub);
 const counts = { jwks: 0, introspection: 0, token: 0, exchange: 0 };
 const exchange = { mode: 'ok', delay_ms: 0 };
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer';
 let jwksDown = false;
 
 const server = http.createServer();
@@ -79,7 +83,7 @@ const clients = [
     // mcpgate's own client, for introspection and token exchange.
     client_id: 'mcpgate',
     client_secret: 'mcpgate-secret',
-    grant_types: ['client_credentials', TOKEN_EXCHANGE],
+    grant_types: ['client_credentials', TOKEN_EXCHANGE, JWT_BEARER],
     redirect_uris: [],
     response_types: [],
   },
@@ -113,50 +117,71 @@ const provider = new Provider(issuer, {
 });
 provider.on('server_error', (_ctx, err) => console.error('idp server_error', err));
 
+// The caller's token, checked against the provider's keys.
+async function subjectOf(token) {
+  try {
+    return (await jose.jwtVerify(token, jose.createLocalJWKSet({ keys: published }), { issuer })).payload;
+  } catch (e) {
+    throw new errors.InvalidGrant(`the subject token does not verify (${e.code ?? e.message})`);
+  }
+}
+
+// Answers an exchange of `subject`'s token for `audience`, as the test's mode says.
+async function issueFor(ctx, subject, audience, scope) {
+  if (exchange.mode === 'refuse') throw new errors.InvalidGrant(`${subject.sub} may not act at ${audience}`);
+  if (exchange.mode === 'fail') {
+    ctx.status = 500;
+    ctx.body = { error: 'server_error', error_description: 'down for the test' };
+    return;
+  }
+  if (exchange.mode === 'slow') await new Promise((r) => setTimeout(r, exchange.delay_ms));
+  const now = Math.floor(Date.now() / 1000);
+  const exp = exchange.mode === 'expired' ? now - 30 : now + 300;
+  const token = await new jose.SignJWT({
+    sub: subject.sub,
+    client_id: subject.client_id,
+    scope: scope ?? subject.scope,
+    act: { sub: ctx.oidc.client.clientId },
+    jti: crypto.randomUUID(),
+  })
+    .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: keys.ES256.kid })
+    .setIssuer(issuer)
+    .setAudience(exchange.mode === 'wrong_aud' ? 'https://elsewhere.example' : audience)
+    .setIssuedAt(now)
+    .setExpirationTime(exp)
+    .sign(keys.ES256.privateKey);
+  ctx.body = {
+    access_token: token,
+    issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+    token_type: 'Bearer',
+    expires_in: exp - now,
+  };
+}
+
 provider.registerGrantType(
   TOKEN_EXCHANGE,
   async (ctx) => {
     counts.exchange += 1;
-    const { subject_token: subjectToken, subject_token_type: subjectType, audience } = ctx.oidc.params;
+    const { subject_token: subjectToken, subject_token_type: subjectType, audience, scope } = ctx.oidc.params;
     if (subjectType !== 'urn:ietf:params:oauth:token-type:access_token') {
       throw new errors.InvalidRequest('subject_token_type must be an access token');
     }
-    let subject;
-    try {
-      ({ payload: subject } = await jose.jwtVerify(subjectToken, jose.createLocalJWKSet({ keys: published }), { issuer }));
-    } catch (e) {
-      throw new errors.InvalidGrant(`the subject token does not verify (${e.code ?? e.message})`);
-    }
-    if (exchange.mode === 'refuse') throw new errors.InvalidGrant(`${subject.sub} may not act at ${audience}`);
-    if (exchange.mode === 'fail') {
-      ctx.status = 500;
-      ctx.body = { error: 'server_error', error_description: 'down for the test' };
-      return;
-    }
-    if (exchange.mode === 'slow') await new Promise((r) => setTimeout(r, exchange.delay_ms));
-    const now = Math.floor(Date.now() / 1000);
-    const exp = exchange.mode === 'expired' ? now - 30 : now + 300;
-    const token = await new jose.SignJWT({
-      sub: subject.sub,
-      client_id: subject.client_id,
-      scope: ctx.oidc.params.scope ?? subject.scope,
-      act: { sub: ctx.oidc.client.clientId },
-      jti: crypto.randomUUID(),
-    })
-      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: keys.ES256.kid })
-      .setIssuer(issuer)
-      .setAudience(exchange.mode === 'wrong_aud' ? 'https://elsewhere.example' : audience)
-      .setIssuedAt(now)
-      .setExpirationTime(exp)
-      .sign(keys.ES256.privateKey);
-    ctx.body = {
-      access_token: token,
-      issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
-      token_type: 'Bearer',
-      expires_in: exp - now,
-    };
+    await issueFor(ctx, await subjectOf(subjectToken), audience, scope);
   },
   ['subject_token', 'subject_token_type', 'audience', 'scope', 'requested_token_type'],
+);
+
+provider.registerGrantType(
+  JWT_BEARER,
+  async (ctx) => {
+    counts.exchange += 1;
+    const { assertion, requested_token_use: use, scope } = ctx.oidc.params;
+    if (use !== 'on_behalf_of') throw new errors.InvalidRequest('requested_token_use must be on_behalf_of');
+    const api = (scope ?? '').split(' ')[0];
+    if (!/^api:\/\/[^/]+\/\.default$/.test(api)) throw new errors.InvalidScope('scope names no API (api://…/.default)');
+    await issueFor(ctx, await subjectOf(assertion), api.replace(/\/\.default$/, ''), scope);
+  },
+  ['assertion', 'requested_token_use', 'scope'],
 );
 
 function json(res, status, body) {

@@ -2,7 +2,7 @@
 // a JWT that mcpgate signed for the caller (SPEC §19): it fetches mcpgate's JWKS, checks
 // each token with `jose` (signature, iss, aud, exp), refuses a request without a good one
 // (401), and records what it saw. Its tool `whoami` answers with the verified subject.
-// Usage: node jwt_upstream.mjs --port P --jwks URL --issuer ISS --audience AUD --record FILE
+// Usage: node jwt_upstream.mjs --port P --jwks URL --issuer ISS --audience AUD[,AUD…] --record FILE
 // Each request is appended to FILE as one JSON line: {ok, sub, client_id, profile, jti,
 // act, error, authorization} (authorization: the raw header, to check no client token came).
 import http from 'node:http';
@@ -38,7 +38,7 @@ const srv = http.createServer(async (req, res) => {
         if (!header.startsWith('Bearer ')) throw new Error('no bearer token');
         ({ payload: claims } = await jwtVerify(header.slice(7), jwks, {
             issuer: opt('--issuer'),
-            audience: opt('--audience'),
+            audience: opt('--audience').split(','),
         }));
     } catch (e) {
         note({ ok: false, error: String(e.code ?? e.message), authorization: header });

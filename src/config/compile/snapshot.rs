@@ -315,7 +315,11 @@ impl Snapshot {
             if let Some(e) = &u.exchange {
                 let _ = writeln!(
                     out,
-                    "    identity: exchange (RFC 8693) at the [oauth] issuer, audience={} client_id={}{}{}",
+                    "    identity: exchange ({}) at the [oauth] issuer, audience={} client_id={}{}{}",
+                    match e.grant {
+                        crate::config::identity::Grant::TokenExchange => "RFC 8693",
+                        crate::config::identity::Grant::OnBehalfOf => "on-behalf-of",
+                    },
                     e.audience,
                     e.client_id,
                     e.resource

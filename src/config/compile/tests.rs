@@ -862,6 +862,18 @@ fn identity_compiles_and_its_mistakes_are_named() {
             "configure [oauth]",
         ),
         (
+            "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\", grant = \"on_behalf_of\" }".to_string(),
+            "names the upstream by scope",
+        ),
+        (
+            "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\", grant = \"magic\" }".to_string(),
+            "\"token_exchange\" or \"on_behalf_of\"",
+        ),
+        (
+            format!("identity = {{ mode = \"jwt\", issuer = \"i\", {key}, grant = \"on_behalf_of\" }}"),
+            "grant is for mode = \"exchange\"",
+        ),
+        (
             format!(
                 "identity = {{ mode = \"exchange\", client_id = \"c\", client_secret = \"s\", client_{key} }}"
             ),

@@ -589,9 +589,32 @@ impl Compiler<'_> {
                         );
                     }
                 }
+                let grant = match i.grant.as_ref().map(|g| (g, g.get_ref().as_str())) {
+                    None | Some((_, "token_exchange")) => {
+                        crate::config::identity::Grant::TokenExchange
+                    }
+                    Some((g, "on_behalf_of")) => {
+                        if i.scope.is_none() {
+                            return fail(
+                                g.span(),
+                                "grant = \"on_behalf_of\" names the upstream by scope (Entra ID: scope = \"api://<its app id>/.default\")",
+                            );
+                        }
+                        crate::config::identity::Grant::OnBehalfOf
+                    }
+                    Some((g, other)) => {
+                        return fail(
+                            g.span(),
+                            format!(
+                                "grant is \"token_exchange\" or \"on_behalf_of\", not {other:?}"
+                            ),
+                        );
+                    }
+                };
                 return Ok((
                     None,
                     Some(Arc::new(Exchange {
+                        grant,
                         audience: i
                             .audience
                             .as_ref()
@@ -614,6 +637,7 @@ impl Compiler<'_> {
             ("client_id", i.client_id.as_ref().map(S::span)),
             ("client_secret", i.client_secret.as_ref().map(S::span)),
             ("client_key", i.client_key.as_ref().map(S::span)),
+            ("grant", i.grant.as_ref().map(S::span)),
             ("resource", i.resource.as_ref().map(S::span)),
             ("scope", i.scope.as_ref().map(S::span)),
         ] {

@@ -72,10 +72,6 @@ impl Exchanges {
         }
     }
 
-    pub fn settings(&self) -> &Exchange {
-        &self.settings
-    }
-
     /// The `Authorization` value for a call by the holder of `subject` (its access token).
     pub async fn bearer(&self, verifier: &Verifier, subject: &str) -> Result<HeaderValue, Failed> {
         let key: [u8; 32] = Sha256::digest(subject.as_bytes()).into();

@@ -192,7 +192,7 @@ fn challenge(settings: &OAuthSettings, route: &Route, why: Why) -> GateError {
     }))
 }
 
-fn bearer(fields: &Fields) -> Option<&str> {
+pub(super) fn bearer(fields: &Fields) -> Option<&str> {
     let value = fields.get_str(FieldKind::Authorization)?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();

@@ -56,19 +56,9 @@ pub async fn send(
     if let Some(exchanges) = &live.exchanges[upstream.index] {
         // The caller's access token, exchanged for one meant for the upstream (SPEC §19);
         // it stays here itself.
-        let subject = out
-            .fields
-            .get(FieldKind::Authorization)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                GateError::IdentityRefused("the call carries no access token to exchange".into())
-            })?;
+        let subject = super::auth::bearer(out.fields).ok_or_else(|| {
+            GateError::IdentityRefused("the call carries no access token to exchange".into())
+        })?;
         let verifier = live.verifier.as_deref().ok_or_else(|| {
             GateError::IdentityUnavailable("no [oauth] issuer to exchange at".into())
         })?;

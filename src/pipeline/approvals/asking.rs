@@ -71,9 +71,17 @@ impl Asking {
         // While the person reads, the stream says it is alive (as relayed streams do), so
         // that no idle timeout between here and the client cuts it.
         // A client that leaves ends this task where it waits: the step is recorded then.
-        let mut gone = Gone {
-            asking: &self,
-            armed: true,
+        let mut gone = super::Left {
+            gw: &self.gw,
+            profile: self.profile.clone(),
+            record: Some(record(
+                self.base.clone(),
+                self.call.clone(),
+                &self.rule,
+                "cancelled",
+                None,
+                Some("the client left before answering"),
+            )),
         };
         let mut alive =
             tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
@@ -91,7 +99,7 @@ impl Asking {
                 () = tx.closed() => return,
             }
         };
-        gone.armed = false;
+        gone.record = None;
         drop(waiter);
         let outcome = match answer.as_deref().map(msg::legacy_answer) {
             None => Err(("expired", GateError::CallDeclined("expired"))),
@@ -180,32 +188,5 @@ impl Asking {
             reason,
         );
         write(a, r).await.is_ok()
-    }
-}
-
-/// Records a question whose client left before answering, unless disarmed.
-struct Gone<'a> {
-    asking: &'a Asking,
-    armed: bool,
-}
-
-impl Drop for Gone<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let a = self.asking;
-        a.gw.metrics.count_approval(&a.profile, "cancelled");
-        if let Some(audit) = &a.gw.audit {
-            let why = Some("the client left before answering");
-            audit.record(record(
-                a.base.clone(),
-                a.call.clone(),
-                &a.rule,
-                "cancelled",
-                None,
-                why,
-            ));
-        }
     }
 }

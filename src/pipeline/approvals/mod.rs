@@ -373,11 +373,12 @@ async fn by_operator(
     }
 }
 
-/// Records a call whose client left while it waited for an operator, unless disarmed.
-struct Left<'g> {
-    gw: &'g Gateway,
-    profile: Arc<str>,
-    record: Option<audit::Record>,
+/// Records a question whose client left before it was answered (the step is
+/// `cancelled`), unless disarmed by taking `record`.
+pub(super) struct Left<'g> {
+    pub(super) gw: &'g Gateway,
+    pub(super) profile: Arc<str>,
+    pub(super) record: Option<audit::Record>,
 }
 
 impl Drop for Left<'_> {

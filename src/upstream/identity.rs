@@ -85,6 +85,13 @@ impl Tokens {
     }
 
     fn sign(&self, who: &Who) -> Result<HeaderValue, String> {
+        let token = self.jwt(who)?;
+        HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "the identity token is not a header value".into())
+    }
+
+    /// A new token for `who`, with its whole life ahead.
+    pub fn jwt(&self, who: &Who) -> Result<String, String> {
         let key = &self.identity.keys[0];
         let iat = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -104,10 +111,8 @@ impl Tokens {
         };
         let mut header = jsonwebtoken::Header::new(key.alg);
         header.kid = Some(key.kid.clone());
-        let token = jsonwebtoken::encode(&header, &claims, &key.encoding)
-            .map_err(|e| format!("signing the identity token failed: {e}"))?;
-        HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| "the identity token is not a header value".into())
+        jsonwebtoken::encode(&header, &claims, &key.encoding)
+            .map_err(|e| format!("signing the identity token failed: {e}"))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Who, (HeaderValue, Instant)>> {

@@ -22,6 +22,7 @@ static PROCESS_KEY: std::sync::LazyLock<crate::config::SessionKey> =
         getrandom::fill(&mut key).expect("the system has a source of randomness");
         crate::config::SessionKey(key)
     });
+use super::identity::Tokens;
 use super::stdio::StdioUpstream;
 use crate::config::{Address, Balance, Endpoint, StdioCommand, Upstream};
 use std::collections::{BTreeMap, HashMap};
@@ -247,6 +248,8 @@ impl Registry {
                             metrics.processes(&u.name),
                         )
                     });
+                    // Its processes are told who they serve at their start (SPEC §19).
+                    up.identify(u.identity.clone().map(|i| Arc::new(Tokens::new(i))));
                     stdio_next.insert(key, up.clone());
                     up
                 });
@@ -274,7 +277,12 @@ impl Registry {
                     bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
                     fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
                     approval_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Approval),
-                    identity: u.identity.clone().map(super::identity::Tokens::new),
+                    // A stdio upstream's tokens are its processes' (above), not per request.
+                    identity: u
+                        .identity
+                        .clone()
+                        .filter(|_| u.stdio.is_none())
+                        .map(Tokens::new),
                     bridge_params: Default::default(),
                     stdio,
                     next: AtomicUsize::new(0),
@@ -311,6 +319,7 @@ impl Registry {
             .map(|(_, u)| u)
             .collect();
         futures_util::future::join_all(all.iter().map(|u| u.close_all())).await;
+        super::stdio::identity::remove_dir();
     }
 }
 

@@ -38,8 +38,8 @@ pub use snapshot::{
 };
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
-    Address, Balance, Endpoint, HealthCheck, Outlier, Protocol, SessionKey, Sharing, StdioCommand,
-    Upstream,
+    Address, Balance, Endpoint, HealthCheck, IDENTITY_FILE_VAR, IDENTITY_TOKEN_VAR, Outlier,
+    Protocol, SessionKey, Sharing, StdioCommand, Upstream,
 };
 
 use super::pins::{self, PinMode};

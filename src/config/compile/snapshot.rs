@@ -311,6 +311,18 @@ impl Snapshot {
                     kids.join(", "),
                     i.jwks_path.as_deref().unwrap_or("-")
                 );
+                if let Some(c) = &u.stdio {
+                    let _ = writeln!(
+                        out,
+                        "      each process is told at its start whom it serves ({}), in {} and in the file {} names (renewed every 30s): not each caller",
+                        match c.sessions {
+                            super::upstreams::Sharing::PerClient => "the caller that started it",
+                            super::upstreams::Sharing::Shared => "anyone: sub=mcpgate",
+                        },
+                        super::upstreams::IDENTITY_TOKEN_VAR,
+                        super::upstreams::IDENTITY_FILE_VAR,
+                    );
+                }
             }
             if let Some(e) = &u.exchange {
                 let _ = writeln!(

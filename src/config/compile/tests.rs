@@ -914,7 +914,48 @@ fn identity_compiles_and_its_mistakes_are_named() {
         "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }",
     ) + oauth));
     assert!(e.contains("the route needs auth = \"oauth\""), "{e}");
-    // The default is none, and a stdio upstream takes none.
+    // The default is none.
     let none = load_str(&with("identity = { mode = \"none\" }"), "f.toml").unwrap();
     assert!(none.upstreams["docs"].identity.is_none() && none.identity_jwks.is_none());
+    // A stdio upstream: its processes are told whom they serve (jwt, audience its name by
+    // default); exchange has no per-call token to give them, and the variables are mcpgate's.
+    let stdio = |more: &str| {
+        BASE.replace(
+            "url = \"http://127.0.0.1:9/mcp\"\n",
+            &format!("command = [\"server\"]\n{more}\n"),
+        )
+    };
+    let s = load_str(
+        &stdio(&format!(
+            "identity = {{ mode = \"jwt\", issuer = \"https://gate\", {key} }}"
+        )),
+        "f.toml",
+    )
+    .unwrap();
+    let docs = &s.upstreams["docs"];
+    assert_eq!(docs.identity.as_ref().unwrap().audience, "docs");
+    assert!(docs.stdio.as_ref().unwrap().identity);
+    assert!(s.identity_jwks.is_some());
+    let described = s.describe();
+    assert!(
+        described.contains("each process is told at its start whom it serves (the caller that started it), in MCPGATE_IDENTITY_TOKEN"),
+        "{described}"
+    );
+    let e = err(&stdio(
+        "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }",
+    ));
+    assert!(
+        e.contains("identity mode = \"exchange\" does not apply to a stdio upstream"),
+        "{e}"
+    );
+    let e = err(&stdio(&format!(
+        "env = {{ MCPGATE_IDENTITY_TOKEN = \"x\" }}\nidentity = {{ mode = \"jwt\", issuer = \"i\", {key} }}"
+    )));
+    assert!(
+        e.contains("env MCPGATE_IDENTITY_TOKEN is set by mcpgate"),
+        "{e}"
+    );
+    // Without identity the name is the user's.
+    let plain = load_str(&stdio("env = { MCPGATE_IDENTITY_TOKEN = \"x\" }"), "f.toml").unwrap();
+    assert!(!plain.upstreams["docs"].stdio.as_ref().unwrap().identity);
 }

@@ -97,7 +97,15 @@ pub struct StdioCommand {
     pub sessions: Sharing,
     pub max_processes: usize,
     pub idle_timeout: Duration,
+    /// Whether its processes are told who they serve (`identity`, SPEC §19): adding or
+    /// removing it restarts them; a new key or audience does not.
+    pub identity: bool,
 }
+
+/// The variable a stdio process with `identity` finds its token in, at its start.
+pub const IDENTITY_TOKEN_VAR: &str = "MCPGATE_IDENTITY_TOKEN";
+/// The variable naming the file mcpgate keeps a fresh token in, for the process's life.
+pub const IDENTITY_FILE_VAR: &str = "MCPGATE_IDENTITY_TOKEN_FILE";
 
 impl fmt::Debug for StdioCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -527,12 +535,13 @@ impl Compiler<'_> {
     }
 
     /// `[upstreams.NAME.identity]`: `mode = "jwt"` with its issuer and keys, `exchange`
-    /// with its client at the `[oauth]` issuer, or `none`.
+    /// with its client at the `[oauth]` issuer, or `none`. `audience` defaults to
+    /// `default_audience`: the url, or a stdio upstream's name.
     #[allow(clippy::type_complexity)]
     fn identity(
         &self,
         raw: &S<raw::RawIdentity>,
-        url: &str,
+        default_audience: &str,
     ) -> Result<
         (
             Option<Arc<crate::config::identity::Identity>>,
@@ -618,7 +627,7 @@ impl Compiler<'_> {
                         audience: i
                             .audience
                             .as_ref()
-                            .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
+                            .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
                         resource: i.resource.as_ref().map(|r| r.get_ref().clone()),
                         scope: i.scope.as_ref().map(|s| s.get_ref().clone()),
                         client_id: client_id.get_ref().clone(),
@@ -689,7 +698,7 @@ impl Compiler<'_> {
                 audience: i
                     .audience
                     .as_ref()
-                    .map_or_else(|| url.to_string(), |a| a.get_ref().clone()),
+                    .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
                 keys: keys.into(),
                 jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
             })),
@@ -715,7 +724,6 @@ impl Compiler<'_> {
             ("tls", u.tls.as_ref().map(S::span)),
             ("connect_timeout", u.connect_timeout.as_ref().map(S::span)),
             ("headers", (!u.headers.is_empty()).then(|| whole.span())),
-            ("identity", u.identity.as_ref().map(S::span)),
         ] {
             if let Some(span) = given {
                 return fail(
@@ -724,6 +732,25 @@ impl Compiler<'_> {
                 );
             }
         }
+        // A process gets its environment once, at its start, and serves every call after
+        // it: it can be told who it serves (`jwt`), not who makes each call (`exchange`).
+        let identity = match &u.identity {
+            Some(i)
+                if i.get_ref()
+                    .mode
+                    .as_ref()
+                    .is_some_and(|m| m.get_ref() == "exchange") =>
+            {
+                return fail(
+                    i.span(),
+                    format!(
+                        "identity mode = \"exchange\" does not apply to a stdio upstream: its process gets its environment once, at start, and serves every call after it, so no token can be exchanged per call; mode = \"jwt\" tells the process who it serves ({IDENTITY_TOKEN_VAR})"
+                    ),
+                );
+            }
+            Some(i) => self.identity(i, name)?.0,
+            None => None,
+        };
         let mut words = command.get_ref().iter();
         let Some(program) = words.next() else {
             return fail(command.span(), "command names no program");
@@ -736,6 +763,12 @@ impl Compiler<'_> {
         for (k, v) in &u.env {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return fail(v.span(), format!("env: {k:?} is not a variable name"));
+            }
+            if identity.is_some() && [IDENTITY_TOKEN_VAR, IDENTITY_FILE_VAR].contains(&k.as_str()) {
+                return fail(
+                    v.span(),
+                    format!("env {k} is set by mcpgate for identity: name it otherwise"),
+                );
             }
             let value = at(
                 v,
@@ -806,13 +839,14 @@ impl Compiler<'_> {
                 sessions,
                 max_processes,
                 idle_timeout,
+                identity: identity.is_some(),
             })),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             timeout,
             stream_idle_timeout,
             headers: HeaderMap::new(),
             pin: pin_mode(u)?,
-            identity: None,
+            identity,
             exchange: None,
             index: 0,
         })

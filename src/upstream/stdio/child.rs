@@ -127,6 +127,7 @@ impl Child {
     pub fn spawn(
         upstream: Arc<str>,
         command: &StdioCommand,
+        identity: Option<&super::identity::Given>,
         params: Arc<ParamHeaders>,
         on_exit: OnExit,
     ) -> std::io::Result<Arc<Child>> {
@@ -149,6 +150,10 @@ impl Child {
         }
         for (k, v) in &command.env {
             cmd.env(k, v);
+        }
+        if let Some(given) = identity {
+            cmd.env(crate::config::IDENTITY_TOKEN_VAR, &given.token)
+                .env(crate::config::IDENTITY_FILE_VAR, &given.file);
         }
         let mut process = cmd.spawn()?;
         let pid = process.id();
@@ -235,6 +240,11 @@ impl Child {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Turns true once it has exited and been reaped.
+    pub fn exits(&self) -> watch::Receiver<bool> {
+        self.exited.clone()
     }
 
     pub fn is_gone(&self) -> bool {

@@ -30,6 +30,7 @@
 //!   wait: 100 ms, doubling to [`MAX_BACKOFF`]; the wait is only ever paid by an `initialize`.
 
 pub mod child;
+pub mod identity;
 pub mod lines;
 pub mod params;
 
@@ -49,6 +50,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use wire::fields::FieldKind;
+
+use crate::upstream::identity::{Tokens, Who};
 
 /// A process that exits by itself sooner than this after its start counts as a crash.
 const QUICK_EXIT: Duration = Duration::from_secs(10);
@@ -97,6 +100,8 @@ pub struct StdioUpstream {
     gauge: prometheus_client::metrics::gauge::Gauge,
     /// Quick exits in a row, and when the last was.
     crashes: Arc<Mutex<(u32, Option<Instant>)>>,
+    /// With `identity`: the tokens that tell its processes who they serve.
+    identity: identity::Current,
 }
 
 impl StdioUpstream {
@@ -120,6 +125,7 @@ impl StdioUpstream {
             processes: Arc::new(AtomicUsize::new(0)),
             gauge,
             crashes: Arc::new(Mutex::new((0, None))),
+            identity: Default::default(),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&up)));
@@ -127,8 +133,14 @@ impl StdioUpstream {
         up
     }
 
+    /// The tokens its processes are told from now on (each reload sets them).
+    pub fn identify(&self, tokens: Option<Arc<Tokens>>) {
+        self.identity.store(tokens);
+    }
+
     /// Answers one request as the process's Streamable HTTP server would. A modern one
-    /// comes with its caller; a bridged one with mcpgate's session (`in_session`).
+    /// comes with its caller; a bridged one with mcpgate's session (`in_session`). `who`
+    /// (with `identity`) is whom a process it starts serves.
     #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
@@ -139,6 +151,7 @@ impl StdioUpstream {
         caller: Option<CallerKey>,
         bridged: bool,
         in_session: Option<&crate::upstream::bridged::InSession<'_>>,
+        who: Option<&Who>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         // A 2026-07-28 client bridged to a legacy child is served in mcpgate's session.
         let (session, era) = match in_session {
@@ -147,10 +160,10 @@ impl StdioUpstream {
         };
         match *method {
             Method::POST if era == Era::Modern => {
-                self.post_modern(caller.unwrap_or_default(), fields, body, bridged)
+                self.post_modern(caller.unwrap_or_default(), fields, body, bridged, who)
                     .await
             }
-            Method::POST => self.post(session, body).await,
+            Method::POST => self.post(session, body, who).await,
             Method::GET => self.open_stream(session),
             Method::DELETE => self.delete(session),
             _ => Err(GateError::MethodNotAllowed),
@@ -161,6 +174,7 @@ impl StdioUpstream {
         &self,
         session: Option<&[u8]>,
         body: &Bytes,
+        who: Option<&Who>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let messages = messages(body)?;
         let initialize = messages.iter().any(|m| m["method"] == "initialize");
@@ -191,7 +205,7 @@ impl StdioUpstream {
                     "initialize is a request: it needs an id".into(),
                 ));
             };
-            return self.initialize(request).await;
+            return self.initialize(request, who).await;
         }
         let Some(id) = session else {
             return Err(GateError::InvalidRequest(
@@ -226,6 +240,7 @@ impl StdioUpstream {
         fields: &wire::fields::Fields,
         body: &Bytes,
         bridged: bool,
+        who: Option<&Who>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let messages = messages(body)?;
         // A bridged request is mcpgate's own (its client mirrors nothing): not checked.
@@ -238,7 +253,7 @@ impl StdioUpstream {
                     .map_err(GateError::HeaderMismatch)?;
             }
         }
-        let session = self.caller(caller).await?;
+        let session = self.caller(caller, who).await?;
         session.used.store(self.now_ms(), Ordering::Relaxed);
         let rx = session
             .child
@@ -262,7 +277,11 @@ impl StdioUpstream {
 
     /// A modern caller's session: its process, started (without `initialize`) if it has
     /// none running.
-    async fn caller(&self, caller: CallerKey) -> Result<Arc<Session>, GateError> {
+    async fn caller(
+        &self,
+        caller: CallerKey,
+        who: Option<&Who>,
+    ) -> Result<Arc<Session>, GateError> {
         let known = self
             .callers
             .lock()
@@ -279,13 +298,13 @@ impl StdioUpstream {
                 match &*modern {
                     Some(c) if !c.is_gone() => c.clone(),
                     _ => {
-                        let c = self.start().await?;
+                        let c = self.start(None).await?;
                         *modern = Some(c.clone());
                         c
                     }
                 }
             }
-            Sharing::PerClient => self.start().await?,
+            Sharing::PerClient => self.start(who).await?,
         };
         let session = Arc::new(Session {
             child,
@@ -311,9 +330,13 @@ impl StdioUpstream {
         }
     }
 
-    async fn initialize(&self, request: Value) -> Result<Response<UpstreamBody>, GateError> {
+    async fn initialize(
+        &self,
+        request: Value,
+        who: Option<&Who>,
+    ) -> Result<Response<UpstreamBody>, GateError> {
         if self.command.sessions == Sharing::PerClient {
-            let child = self.start().await?;
+            let child = self.start(who).await?;
             return match first_answer(&child, request).await {
                 Ok(r) => self.with_session(child, r),
                 Err(e) => {
@@ -335,7 +358,7 @@ impl StdioUpstream {
         }
         let child = match &*shared {
             Some((c, None)) if !c.is_gone() => c.clone(),
-            _ => self.start().await?,
+            _ => self.start(None).await?,
         };
         *shared = Some((child.clone(), None));
         let r = first_answer(&child, request).await?;
@@ -372,8 +395,9 @@ impl StdioUpstream {
         Ok(response)
     }
 
-    /// A process for a new session, within `max_processes`, after any backoff.
-    async fn start(&self) -> Result<Arc<Child>, GateError> {
+    /// A process for a new session, within `max_processes`, after any backoff. With
+    /// `identity` it is told it serves `who` (`None`: anyone, `sub: mcpgate`).
+    async fn start(&self, who: Option<&Who>) -> Result<Arc<Child>, GateError> {
         if self.processes.fetch_add(1, Ordering::Relaxed) >= self.command.max_processes {
             self.processes.fetch_sub(1, Ordering::Relaxed);
             return Err(GateError::TooManyProcesses {
@@ -395,6 +419,20 @@ impl StdioUpstream {
             tracing::info!(upstream = %self.name, wait_ms = wait.as_millis() as u64, "stdio server crashed lately; waiting before starting it again");
             tokio::time::sleep(wait).await;
         }
+        let who = who.cloned().unwrap_or_else(Who::gateway);
+        let given = match self.identity.load_full() {
+            Some(tokens) => match identity::give(&tokens, &who, &self.name) {
+                Ok(given) => Some(given),
+                Err(e) => {
+                    self.processes.fetch_sub(1, Ordering::Relaxed);
+                    tracing::error!(upstream = %self.name, error = %e, "the stdio server's identity token could not be made");
+                    return Err(GateError::UpstreamUnreachable(
+                        "the stdio server's identity token could not be made".into(),
+                    ));
+                }
+            },
+            None => None,
+        };
         let processes = self.processes.clone();
         let gauge = self.gauge.clone();
         let crashes = self.crashes.clone();
@@ -409,12 +447,32 @@ impl StdioUpstream {
             }
         });
         self.gauge.inc();
-        Child::spawn(self.name.clone(), &self.command, self.params.clone(), on_exit).map_err(|e| {
+        let spawned = Child::spawn(
+            self.name.clone(),
+            &self.command,
+            given.as_ref(),
+            self.params.clone(),
+            on_exit,
+        );
+        let child = spawned.map_err(|e| {
             self.gauge.dec();
             self.processes.fetch_sub(1, Ordering::Relaxed);
+            if let Some(given) = &given {
+                let _ = std::fs::remove_file(&given.file);
+            }
             tracing::error!(upstream = %self.name, program = %self.command.program, error = %e, "stdio server could not be started");
             GateError::UpstreamUnreachable("the stdio server could not be started".into())
-        })
+        })?;
+        if let Some(given) = given {
+            background(identity::keep_fresh(
+                self.identity.clone(),
+                who,
+                given.file,
+                child.exits(),
+                self.name.clone(),
+            ));
+        }
+        Ok(child)
     }
 
     fn session(&self, id: &[u8]) -> Result<Arc<Session>, GateError> {

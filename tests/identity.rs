@@ -281,6 +281,7 @@ auth = "none"
 async fn an_exchanged_token_names_the_caller_for_the_upstreams_audience() {
     let dir = tempfile::tempdir().unwrap();
     let idp = support::Idp::start();
+    let collector = support::Collector::start(Some(std::time::Duration::ZERO)).await;
     let (port, up_port) = (free_port(), free_port());
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let audience = "https://kb.internal/mcp";
@@ -323,9 +324,14 @@ addr = "127.0.0.1:0"
 
 [audit]
 path = {audit:?}
+
+[telemetry]
+otlp = "http://{otlp}"
+sampling = 1.0
 "#,
         issuer = idp.issuer,
         audit = dir.path().join("audit.jsonl"),
+        otlp = collector.addr,
     ));
     let record = dir.path().join("seen.jsonl");
     let _upstream = start_peer(
@@ -488,12 +494,26 @@ path = {audit:?}
     );
     assert_eq!(seen(&record).len(), before, "not forwarded");
 
-    // No caller's token and no secret in the log or the audit trail.
+    // No caller's token, no exchanged token and no secret in the log, the audit trail or
+    // the traces (every request sampled).
     let log = gw.log();
     let trail = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
-    for text in [&log, &trail] {
+    let traces = format!("{:?}", collector.wait_spans(20).await);
+    assert!(traces.contains("tools/call"), "spans came: {traces:.300}");
+    let exchanged: Vec<String> = seen(&record)
+        .iter()
+        .filter_map(|r| {
+            r["authorization"]
+                .as_str()?
+                .strip_prefix("Bearer ")
+                .map(String::from)
+        })
+        .collect();
+    assert!(!exchanged.is_empty());
+    for text in [&log, &trail, &traces] {
         assert!(!text.contains(&alice) && !text.contains(&bob) && !text.contains(&carol));
         assert!(!text.contains("mcpgate-secret"));
+        assert!(exchanged.iter().all(|t| !text.contains(t.as_str())));
     }
     assert!(
         trail.contains("identity_refused"),

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod client;
+mod collector;
 mod gateway;
 mod idp;
 mod peers;
@@ -14,6 +15,7 @@ mod redis;
 mod upstreams;
 
 pub use client::*;
+pub use collector::*;
 pub use gateway::*;
 pub use idp::*;
 pub use peers::*;

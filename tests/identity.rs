@@ -656,3 +656,258 @@ async fn keyed_token(idp: &support::Idp, resource: &str, sub: &str) -> String {
     idp.sign(serde_json::json!({"claims": {"sub": sub, "client_id": "chatgpt", "aud": resource, "scope": "kb.read"}}))
         .await
 }
+
+/// A stdio server is told whom it serves (SPEC §19): the caller that started its process
+/// (`per_client`), or nobody in particular (`shared`), in `MCPGATE_IDENTITY_TOKEN` at its
+/// start and in a file kept fresh for its life. The server (`jwt_stdio.mjs`) checks both
+/// with `jose` against the JWKS it fetches from the admin listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_is_told_whom_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ec, ed) = (
+        key(dir.path(), "ec.pem", true),
+        key(dir.path(), "ed.pem", false),
+    );
+    let admin = free_port();
+    let server = |audience: &str| {
+        format!(
+            "command = [{:?}, {:?}]\nenv = {{ JWKS_URL = \"http://127.0.0.1:{admin}/.well-known/jwks.json\", ISSUER = \"https://gate.test\", AUDIENCE = \"{audience}\" }}",
+            node22().display(),
+            peers().join("jwt_stdio.mjs").display(),
+        )
+    };
+    let config = |first: &Path, second: &Path| {
+        format!(
+            r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[admin]
+addr = "127.0.0.1:{admin}"
+
+[upstreams.notes]
+{notes}
+protocol = "legacy"
+[upstreams.notes.identity]
+mode = "jwt"
+issuer = "https://gate.test"
+key = ["${{file:{first}}}", "${{file:{second}}}"]
+
+[upstreams.pool]
+{pool}
+protocol = "legacy"
+sessions = "shared"
+[upstreams.pool.identity]
+mode = "jwt"
+issuer = "https://gate.test"
+key = ["${{file:{first}}}", "${{file:{second}}}"]
+
+[profiles.notes]
+upstream = "notes"
+allow = ["*"]
+[profiles.pool]
+upstream = "pool"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "notes"
+[[routes]]
+listen = "main"
+path = "/pool"
+profile = "pool"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["notes", "pool"]
+[[tokens]]
+id = "bob"
+sha256 = "{bob}"
+profiles = ["notes", "pool"]
+"#,
+            notes = server("notes"),
+            pool = server("pool"),
+            first = first.display(),
+            second = second.display(),
+            alice = hash(ALICE),
+            bob = hash(BOB),
+        )
+    };
+    let conf = dir.path().join("mcpgate.toml");
+    std::fs::write(&conf, config(&ec, &ed)).unwrap();
+    let mut gw = Gateway::start_at(&conf);
+    let url = gw.url("/mcp");
+    let kids: Vec<String> = [&ec, &ed]
+        .iter()
+        .map(|p| {
+            mcpgate::config::identity::SigningKey::from_pem(&std::fs::read_to_string(p).unwrap())
+                .unwrap()
+                .kid
+        })
+        .collect();
+
+    // alice's own session, held open: its process serves alice.
+    let auth = format!("Bearer {ALICE}");
+    let headers = [("authorization", auth.as_str())];
+    let init = support::post(&url, &headers, INIT).await;
+    assert_eq!(init.status, 200, "{}", init.body);
+    let session = init.header("mcp-session-id").to_string();
+    let in_session = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let r = support::post(
+        &url,
+        &in_session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let ask = |id: u64| {
+        let (url, auth, session) = (url.clone(), auth.clone(), session.clone());
+        async move {
+            let r = support::post(
+                &url,
+                &[("authorization", &auth), ("mcp-session-id", &session)],
+                &support::call(id, "whoami"),
+            )
+            .await;
+            let m = r.messages().pop().unwrap();
+            let text = m["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{m}"));
+            serde_json::from_str::<Value>(text).unwrap()
+        }
+    };
+    let first = ask(2).await;
+    let start = &first["start"];
+    assert_eq!(
+        (
+            start["sub"].as_str(),
+            start["profile"].as_str(),
+            start["aud"].as_str()
+        ),
+        (Some("alice"), Some("notes"), Some("notes")),
+        "{first}"
+    );
+    assert_eq!(
+        start["kid"].as_str(),
+        Some(kids[0].as_str()),
+        "the first key signs"
+    );
+    assert_eq!(
+        start["exp"].as_u64().unwrap() - start["iat"].as_u64().unwrap(),
+        60
+    );
+    assert_eq!(first["file"]["sub"], "alice", "{first}");
+    assert_eq!(
+        first["file"]["jti"], start["jti"],
+        "the file starts with the same token"
+    );
+    let file = std::path::PathBuf::from(first["file_path"].as_str().unwrap());
+    assert!(file.exists());
+    // What the process was given holds no caller's token.
+    let env = first["env"].to_string();
+    assert!(!env.contains(ALICE) && !env.contains(BOB), "{env}");
+    assert!(first["env"]["MCPGATE_IDENTITY_TOKEN"].is_string());
+
+    // bob, through the SDK client: a process of his own.
+    let bob = {
+        let u = url.clone();
+        tokio::task::spawn_blocking(move || whoami(&u, BOB))
+            .await
+            .unwrap()
+    };
+    assert_eq!(bob["start"]["sub"], "bob", "{bob}");
+    assert_ne!(bob["pid"], first["pid"]);
+
+    // A 2026-07-28 client of this legacy server: its process serves it too.
+    let modern = support::post(
+        &url,
+        &[
+            ("authorization", auth.as_str()),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "whoami"),
+        ],
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+    )
+    .await;
+    let m = modern.messages().pop().unwrap();
+    let said: Value = serde_json::from_str(
+        m["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{m}")),
+    )
+    .unwrap();
+    assert_eq!(said["start"]["sub"], "alice", "{said}");
+    assert_ne!(
+        said["pid"], first["pid"],
+        "a session of its own, in mcpgate's name"
+    );
+
+    // shared: one process for everyone, serving nobody in particular.
+    let pool = gw.url("/pool");
+    let (a, b) = {
+        let (u1, u2) = (pool.clone(), pool.clone());
+        let a = tokio::task::spawn_blocking(move || whoami(&u1, ALICE));
+        let b = tokio::task::spawn_blocking(move || whoami(&u2, BOB));
+        (a.await.unwrap(), b.await.unwrap())
+    };
+    assert_eq!(a["pid"], b["pid"]);
+    for said in [&a, &b] {
+        assert_eq!(
+            (said["start"]["sub"].as_str(), said["start"]["aud"].as_str()),
+            (Some("mcpgate"), Some("pool")),
+            "{said}"
+        );
+        assert!(said["start"].get("profile").is_none(), "{said}");
+    }
+
+    // Rotation: the process is kept, and the file's next token (half a life after its
+    // start) is signed by the new first key, which the server fetches and accepts.
+    std::fs::write(&conf, config(&ed, &ec)).unwrap();
+    let r = support::send(http::Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    let later = support::eventually(
+        std::time::Duration::from_secs(45),
+        "the file's token renewed",
+        || async {
+            let now = ask(4).await;
+            (now["file"]["jti"] != first["file"]["jti"]).then_some(now)
+        },
+    )
+    .await;
+    assert_eq!(later["pid"], first["pid"], "the same process");
+    assert_eq!(
+        (later["file"]["sub"].as_str(), later["file"]["kid"].as_str()),
+        (Some("alice"), Some(kids[1].as_str())),
+        "{later}"
+    );
+    let renewed_after = later["file"]["iat"].as_u64().unwrap() - start["iat"].as_u64().unwrap();
+    assert!(
+        (29..=32).contains(&renewed_after),
+        "renewed after {renewed_after} s"
+    );
+
+    // The session ends: its process goes, and its file with it.
+    let r = support::send(http::Method::DELETE, &url, &in_session, "").await;
+    assert!(r.status.is_success(), "{}", r.body);
+    support::eventually(
+        std::time::Duration::from_secs(10),
+        "the file removed",
+        || async { (!file.exists()).then_some(()) },
+    )
+    .await;
+    // At shutdown the directory goes too.
+    let files = file.parent().unwrap().to_path_buf();
+    assert!(files.exists());
+    gw.signal("TERM");
+    assert_eq!(gw.wait_exit(std::time::Duration::from_secs(20)), Some(0));
+    assert!(!files.exists(), "{}", files.display());
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;

@@ -709,6 +709,10 @@ allow = ["*"]
 [profiles.pool]
 upstream = "pool"
 allow = ["*"]
+[profiles.fed]
+upstreams = ["notes", "pool"]
+prefix = "always"
+allow = ["*"]
 
 [[routes]]
 listen = "main"
@@ -718,11 +722,15 @@ profile = "notes"
 listen = "main"
 path = "/pool"
 profile = "pool"
+[[routes]]
+listen = "main"
+path = "/fed"
+profile = "fed"
 
 [[tokens]]
 id = "alice"
 sha256 = "{alice}"
-profiles = ["notes", "pool"]
+profiles = ["notes", "pool", "fed"]
 [[tokens]]
 id = "bob"
 sha256 = "{bob}"
@@ -847,6 +855,32 @@ profiles = ["notes", "pool"]
     assert_ne!(
         said["pid"], first["pid"],
         "a session of its own, in mcpgate's name"
+    );
+
+    // A federated profile with the stdio server as a member: alice's process there serves
+    // alice, by the federated profile.
+    let fed = {
+        let u = gw.url("/fed");
+        tokio::task::spawn_blocking(move || {
+            run_client(
+                Command::new(node22())
+                    .arg(peers().join("ts_client.mjs"))
+                    .args([&u, ALICE, "notes__whoami", "{}", "nothing"]),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let fed: Value = serde_json::from_str(fed.trim().lines().last().unwrap()).unwrap();
+    let said: Value = serde_json::from_str(fed["call"][0].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {fed}"));
+    assert_eq!(
+        (
+            said["start"]["sub"].as_str(),
+            said["start"]["profile"].as_str()
+        ),
+        (Some("alice"), Some("fed")),
+        "{said}"
     );
 
     // shared: one process for everyone, serving nobody in particular.

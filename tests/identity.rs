@@ -822,6 +822,28 @@ profiles = ["notes", "pool"]
     assert!(!env.contains(ALICE) && !env.contains(BOB), "{env}");
     assert!(first["env"]["MCPGATE_IDENTITY_TOKEN"].is_string());
 
+    // bob cannot use alice's session, whose process serves alice: it does not exist for
+    // him, whatever he sends; alice's goes on.
+    let bob_auth = format!("Bearer {BOB}");
+    let as_bob = [
+        ("authorization", bob_auth.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let r = support::post(&url, &as_bob, &support::call(9, "whoami")).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(
+        r.body.contains("session_not_found") || r.body.contains("-32001"),
+        "{}",
+        r.body
+    );
+    for method in [http::Method::GET, http::Method::DELETE] {
+        let mut h = as_bob.to_vec();
+        h.push(("accept", "text/event-stream"));
+        let r = support::send(method.clone(), &url, &h, "").await;
+        assert_eq!(r.status, 404, "{method}: {}", r.body);
+    }
+    assert_eq!(ask(5).await["pid"], first["pid"]);
+
     // bob, through the SDK client: a process of his own.
     let bob = {
         let u = url.clone();

@@ -273,6 +273,10 @@ async fn without_body<'s>(
         body_deadline,
     );
     out.who = who(ctx, upstream);
+    // A stdio upstream's sessions are their opener's.
+    if live.upstream(upstream).stdio.is_some() {
+        out.caller = Some(rounds::caller(ctx));
+    }
     let answer = forward::send(live, upstream, out).await?;
     let mut shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
     if req.method == Method::GET {
@@ -529,8 +533,9 @@ async fn checked<'s>(
         out.era = ctx.era;
         out.mcp_name = mcp_name;
         out.who = who(ctx, upstream);
-        // A stdio upstream runs a process per modern caller.
-        if ctx.era == Era::Modern && live.upstream(upstream).stdio.is_some() {
+        // A stdio upstream runs a process per modern caller; its sessions are their
+        // opener's.
+        if live.upstream(upstream).stdio.is_some() {
             out.caller = Some(rounds::caller(ctx));
         }
         let again = (may_refuse || maybe_legacy.is_some()).then(|| (out.body.clone(), out.timeout));

@@ -73,6 +73,8 @@ struct Session {
     used: AtomicU64,
     /// Its GET stream, while one is open.
     stream: Mutex<Option<mpsc::Sender<Result<Bytes, BodyError>>>>,
+    /// Who opened it (a legacy session): another caller is told it does not exist.
+    opener: Option<CallerKey>,
 }
 
 /// One stdio upstream as run: its sessions and processes. Kept across reloads that keep
@@ -163,9 +165,9 @@ impl StdioUpstream {
                 self.post_modern(caller.unwrap_or_default(), fields, body, bridged, who)
                     .await
             }
-            Method::POST => self.post(session, body, who).await,
-            Method::GET => self.open_stream(session),
-            Method::DELETE => self.delete(session),
+            Method::POST => self.post(session, caller, body, who).await,
+            Method::GET => self.open_stream(session, caller),
+            Method::DELETE => self.delete(session, caller),
             _ => Err(GateError::MethodNotAllowed),
         }
     }
@@ -173,6 +175,7 @@ impl StdioUpstream {
     async fn post(
         &self,
         session: Option<&[u8]>,
+        caller: Option<CallerKey>,
         body: &Bytes,
         who: Option<&Who>,
     ) -> Result<Response<UpstreamBody>, GateError> {
@@ -205,14 +208,14 @@ impl StdioUpstream {
                     "initialize is a request: it needs an id".into(),
                 ));
             };
-            return self.initialize(request, who).await;
+            return self.initialize(request, caller, who).await;
         }
         let Some(id) = session else {
             return Err(GateError::InvalidRequest(
                 "Mcp-Session-Id is required (initialize first)".into(),
             ));
         };
-        let session = self.session(id)?;
+        let session = self.session(id, caller)?;
         session.used.store(self.now_ms(), Ordering::Relaxed);
         let mut messages = messages;
         if self.command.sessions == Sharing::Shared {
@@ -311,6 +314,7 @@ impl StdioUpstream {
             owner: self.owners.fetch_add(1, Ordering::Relaxed),
             used: AtomicU64::new(self.now_ms()),
             stream: Mutex::new(None),
+            opener: Some(caller),
         });
         let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
         match callers.get(&caller) {
@@ -333,12 +337,13 @@ impl StdioUpstream {
     async fn initialize(
         &self,
         request: Value,
+        caller: Option<CallerKey>,
         who: Option<&Who>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         if self.command.sessions == Sharing::PerClient {
             let child = self.start(who).await?;
             return match first_answer(&child, request).await {
-                Ok(r) => self.with_session(child, r),
+                Ok(r) => self.with_session(child, caller, r),
                 Err(e) => {
                     background(async move { child.close().await });
                     Err(e)
@@ -354,7 +359,7 @@ impl StdioUpstream {
             let answer =
                 serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
             let r = whole(StatusCode::OK, Bytes::from(answer.to_string()));
-            return self.with_session(child.clone(), r);
+            return self.with_session(child.clone(), caller, r);
         }
         let child = match &*shared {
             Some((c, None)) if !c.is_gone() => c.clone(),
@@ -364,13 +369,14 @@ impl StdioUpstream {
         let r = first_answer(&child, request).await?;
         *shared = Some((child.clone(), initialize_result(&r)));
         drop(shared);
-        self.with_session(child, r)
+        self.with_session(child, caller, r)
     }
 
     /// A new session on `child`; the answer carries its id.
     fn with_session(
         &self,
         child: Arc<Child>,
+        opener: Option<CallerKey>,
         mut response: Response<UpstreamBody>,
     ) -> Result<Response<UpstreamBody>, GateError> {
         let mut bytes = [0u8; 16];
@@ -383,6 +389,7 @@ impl StdioUpstream {
             owner: self.owners.fetch_add(1, Ordering::Relaxed),
             used: AtomicU64::new(self.now_ms()),
             stream: Mutex::new(None),
+            opener,
         });
         self.sessions
             .lock()
@@ -475,11 +482,14 @@ impl StdioUpstream {
         Ok(child)
     }
 
-    fn session(&self, id: &[u8]) -> Result<Arc<Session>, GateError> {
+    /// The session `id` names, if `caller` opened it (SPEC §19: the process of a session
+    /// may have been told whom it serves). mcpgate's own requests name no caller.
+    fn session(&self, id: &[u8], caller: Option<CallerKey>) -> Result<Arc<Session>, GateError> {
         let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let session = sessions
             .get(id)
+            .filter(|s| opened_by(s, caller))
             .cloned()
             .ok_or(GateError::SessionNotFound)?;
         if session.child.is_gone() {
@@ -490,11 +500,15 @@ impl StdioUpstream {
         Ok(session)
     }
 
-    fn open_stream(&self, session: Option<&[u8]>) -> Result<Response<UpstreamBody>, GateError> {
+    fn open_stream(
+        &self,
+        session: Option<&[u8]>,
+        caller: Option<CallerKey>,
+    ) -> Result<Response<UpstreamBody>, GateError> {
         let id = session.ok_or_else(|| {
             GateError::InvalidRequest("Mcp-Session-Id is required (initialize first)".into())
         })?;
-        let session = self.session(id)?;
+        let session = self.session(id, caller)?;
         let mut stream = session.stream.lock().unwrap_or_else(|p| p.into_inner());
         if stream.as_ref().is_some_and(|s| !s.is_closed()) {
             return Err(GateError::StreamConflict);
@@ -507,17 +521,21 @@ impl StdioUpstream {
         Ok(r)
     }
 
-    fn delete(&self, session: Option<&[u8]>) -> Result<Response<UpstreamBody>, GateError> {
+    fn delete(
+        &self,
+        session: Option<&[u8]>,
+        caller: Option<CallerKey>,
+    ) -> Result<Response<UpstreamBody>, GateError> {
         let id = session.ok_or_else(|| {
             GateError::InvalidRequest("Mcp-Session-Id is required (initialize first)".into())
         })?;
         let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
-        let session = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-            .ok_or(GateError::SessionNotFound)?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if !sessions.get(id).is_some_and(|s| opened_by(s, caller)) {
+            return Err(GateError::SessionNotFound);
+        }
+        let session = sessions.remove(id).ok_or(GateError::SessionNotFound)?;
+        drop(sessions);
         self.end(session);
         Ok(empty(StatusCode::OK))
     }
@@ -706,6 +724,15 @@ fn initialize_result(r: &Response<UpstreamBody>) -> Option<Value> {
     let data = first.strip_prefix(b"event: message\ndata: ")?;
     let message = serde_json::from_slice::<Value>(data.trim_ascii()).ok()?;
     message.get("result").cloned()
+}
+
+/// Whether a request of `caller` may use `session`: one of the caller that opened it, or
+/// one of mcpgate's own (no caller).
+fn opened_by(session: &Session, caller: Option<CallerKey>) -> bool {
+    match (session.opener, caller) {
+        (Some(opener), Some(caller)) => opener == caller,
+        _ => true,
+    }
 }
 
 /// An answer made here, whole: `body` is JSON (none when empty).

@@ -8,7 +8,7 @@
 //!   is initialized once, with the first client's `initialize`; later clients get its
 //!   answer with their own id, and only the first `notifications/initialized` reaches it.
 //! - Every other legacy request needs a session: none is a 400, an unknown or ended one a
-//!   404.
+//!   404, and so is one another caller opened.
 //! - A modern request (MCP 2026-07-28: no session, no `initialize`) goes to a process
 //!   started without `initialize`: the one modern process (`shared`), or the caller's own
 //!   (`per_client`: one per token, OAuth caller, or route without auth). A process serves

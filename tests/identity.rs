@@ -37,10 +37,16 @@ fn seen(record: &Path) -> Vec<Value> {
 
 /// The TypeScript SDK v1 client with `bearer`: its call of `whoami`.
 fn whoami(url: &str, bearer: &str) -> Value {
+    tool_says(url, bearer, "whoami", "nothing")
+}
+
+/// The TypeScript SDK v1 client with `bearer`: what `tool` said (its text, as JSON); the
+/// client then tries `hidden`.
+fn tool_says(url: &str, bearer: &str, tool: &str, hidden: &str) -> Value {
     let out = run_client(
         Command::new(node22())
             .arg(peers().join("ts_client.mjs"))
-            .args([url, bearer, "whoami", "{}", "nothing"]),
+            .args([url, bearer, tool, "{}", hidden]),
     );
     let v: Value = serde_json::from_str(out.trim().lines().last().unwrap()).unwrap();
     serde_json::from_str(v["call"][0].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {out}"))
@@ -201,21 +207,12 @@ profiles = ["kb"]
     let before = seen(&record).len();
     let fed = {
         let u = gw.url("/fed");
-        tokio::task::spawn_blocking(move || {
-            run_client(
-                Command::new(node22())
-                    .arg(peers().join("ts_client.mjs"))
-                    .args([&u, ALICE, "kb__whoami", "{}", "bare__whoami"]),
-            )
-        })
-        .await
-        .unwrap()
+        tokio::task::spawn_blocking(move || tool_says(&u, ALICE, "kb__whoami", "bare__whoami"))
+            .await
+            .unwrap()
     };
-    let fed: Value = serde_json::from_str(fed.trim().lines().last().unwrap()).unwrap();
-    let said: Value = serde_json::from_str(fed["call"][0].as_str().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {fed}"));
     assert_eq!(
-        (said["sub"].as_str(), said["profile"].as_str()),
+        (fed["sub"].as_str(), fed["profile"].as_str()),
         (Some("alice"), Some("fed")),
         "{fed}"
     );
@@ -883,26 +880,17 @@ profiles = ["notes", "pool"]
     // alice, by the federated profile.
     let fed = {
         let u = gw.url("/fed");
-        tokio::task::spawn_blocking(move || {
-            run_client(
-                Command::new(node22())
-                    .arg(peers().join("ts_client.mjs"))
-                    .args([&u, ALICE, "notes__whoami", "{}", "nothing"]),
-            )
-        })
-        .await
-        .unwrap()
+        tokio::task::spawn_blocking(move || tool_says(&u, ALICE, "notes__whoami", "nothing"))
+            .await
+            .unwrap()
     };
-    let fed: Value = serde_json::from_str(fed.trim().lines().last().unwrap()).unwrap();
-    let said: Value = serde_json::from_str(fed["call"][0].as_str().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {fed}"));
     assert_eq!(
         (
-            said["start"]["sub"].as_str(),
-            said["start"]["profile"].as_str()
+            fed["start"]["sub"].as_str(),
+            fed["start"]["profile"].as_str()
         ),
         (Some("alice"), Some("fed")),
-        "{said}"
+        "{fed}"
     );
 
     // shared: one process for everyone, serving nobody in particular.

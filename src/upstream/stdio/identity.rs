@@ -21,7 +21,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// The tokens an upstream's processes are told, as the last reload set them.
@@ -75,36 +75,39 @@ pub async fn keep_fresh(
 
 /// Removes the directory of the token files (at shutdown, once the processes are gone).
 pub fn remove_dir() {
-    if let Some(Ok(dir)) = DIR.get() {
+    if let Some(dir) = DIR.lock().unwrap_or_else(|p| p.into_inner()).take() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+/// The directory of the token files, once made. A failure to make it is not kept: the
+/// next process tries again.
+static DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// mcpgate's directory for the token files, made on first use: under `$XDG_RUNTIME_DIR`
 /// (else the temporary directory), a new name no one else can have made, 0700.
-fn dir() -> Result<&'static Path, String> {
-    DIR.get_or_init(|| {
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .filter(|p| p.is_dir())
-            .unwrap_or_else(std::env::temp_dir);
-        let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| format!("no randomness: {e}"))?;
-        let dir = base.join(format!(
-            "mcpgate-{}-{}",
-            std::process::id(),
-            crate::config::pins::hex(&random)
-        ));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(dir)
-    })
-    .as_deref()
-    .map_err(Clone::clone)
+fn dir() -> Result<PathBuf, String> {
+    let mut made = DIR.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(dir) = &*made {
+        return Ok(dir.clone());
+    }
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| format!("no randomness: {e}"))?;
+    let dir = base.join(format!(
+        "mcpgate-{}-{}",
+        std::process::id(),
+        crate::config::pins::hex(&random)
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    *made = Some(dir.clone());
+    Ok(dir)
 }
 
 /// Puts `token` in `file` whole: written beside it, then renamed over it.
@@ -148,6 +151,7 @@ mod tests {
         write(&given.file, "next").unwrap();
         assert_eq!(std::fs::read_to_string(&given.file).unwrap(), "next");
         assert!(!given.file.with_extension("jwt.new").exists());
-        std::fs::remove_file(&given.file).unwrap();
+        remove_dir();
+        assert!(!given.file.parent().unwrap().exists());
     }
 }

@@ -673,7 +673,7 @@ async fn a_stdio_server_is_told_whom_it_serves() {
             peers().join("jwt_stdio.mjs").display(),
         )
     };
-    let config = |first: &Path, second: &Path| {
+    let config = |first: &Path, second: &Path, pool_mode: &str| {
         format!(
             r#"
 [[listen]]
@@ -696,7 +696,7 @@ key = ["${{file:{first}}}", "${{file:{second}}}"]
 protocol = "legacy"
 sessions = "shared"
 [upstreams.pool.identity]
-mode = "jwt"
+mode = "{pool_mode}"
 issuer = "https://gate.test"
 key = ["${{file:{first}}}", "${{file:{second}}}"]
 
@@ -742,7 +742,7 @@ profiles = ["notes", "pool"]
         )
     };
     let conf = dir.path().join("mcpgate.toml");
-    std::fs::write(&conf, config(&ec, &ed)).unwrap();
+    std::fs::write(&conf, config(&ec, &ed, "jwt")).unwrap();
     let mut gw = Gateway::start_at(&conf);
     let url = gw.url("/mcp");
     let kids: Vec<String> = [&ec, &ed]
@@ -913,7 +913,7 @@ profiles = ["notes", "pool"]
 
     // Rotation: the process is kept, and the file's next token (half a life after its
     // start) is signed by the new first key, which the server fetches and accepts.
-    std::fs::write(&conf, config(&ed, &ec)).unwrap();
+    std::fs::write(&conf, config(&ed, &ec, "jwt")).unwrap();
     let r = support::send(http::Method::POST, &gw.admin_url("/reload"), &[], "").await;
     assert_eq!(r.status.as_u16(), 200, "{}", r.body);
     let later = support::eventually(
@@ -946,6 +946,24 @@ profiles = ["notes", "pool"]
         || async { (!file.exists()).then_some(()) },
     )
     .await;
+    // A reload that takes identity off the shared upstream restarts its process, which is
+    // then told nothing.
+    std::fs::write(&conf, config(&ed, &ec, "none")).unwrap();
+    let r = support::send(http::Method::POST, &gw.admin_url("/reload"), &[], "").await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    let plain = {
+        let u = pool.clone();
+        tokio::task::spawn_blocking(move || whoami(&u, ALICE))
+            .await
+            .unwrap()
+    };
+    assert_ne!(plain["pid"], a["pid"], "{plain}");
+    assert!(
+        plain["env"].get("MCPGATE_IDENTITY_TOKEN").is_none(),
+        "{plain}"
+    );
+    assert!(plain["start"]["error"].is_string(), "{plain}");
+
     // At shutdown the directory goes too.
     let files = file.parent().unwrap().to_path_buf();
     assert!(files.exists());

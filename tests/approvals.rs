@@ -820,51 +820,28 @@ redis = "{redis}"
     );
     let (a, b) = (Gateway::start(&config), Gateway::start(&config));
     let (on_a, on_b) = (a.url("/mcp"), b.url("/mcp"));
-    let args = json!({"path": "once"});
-    let state =
-        modern(&on_a, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"]
+    // Asked and used on A, replayed on B; then asked on B, used on A, replayed on B.
+    for (asked, used, path) in [(&on_a, &on_a, "once"), (&on_b, &on_a, "twice")] {
+        let args = json!({ "path": path });
+        let state = modern(asked, Some(ALICE), "delete_note", args.clone(), "").await["result"]
+            ["requestState"]
             .clone();
-    let r = modern(
-        &on_a,
-        Some(ALICE),
-        "delete_note",
-        args.clone(),
-        &retry(&state, YES),
-    )
-    .await;
-    assert_eq!(r["result"]["content"][0]["text"], "deleted once", "{r}");
-    let r = modern(
-        &on_b,
-        Some(ALICE),
-        "delete_note",
-        args.clone(),
-        &retry(&state, YES),
-    )
-    .await;
-    assert!(message(&r).contains("used already"), "{r}");
-    // Asked on B, answered on A, replayed on B.
-    let args = json!({"path": "twice"});
-    let state =
-        modern(&on_b, Some(ALICE), "delete_note", args.clone(), "").await["result"]["requestState"]
-            .clone();
-    let r = modern(
-        &on_a,
-        Some(ALICE),
-        "delete_note",
-        args.clone(),
-        &retry(&state, YES),
-    )
-    .await;
-    assert_eq!(r["result"]["content"][0]["text"], "deleted twice", "{r}");
-    let r = modern(
-        &on_b,
-        Some(ALICE),
-        "delete_note",
-        args.clone(),
-        &retry(&state, YES),
-    )
-    .await;
-    assert!(message(&r).contains("used already"), "{r}");
+        let r = modern(
+            used,
+            Some(ALICE),
+            "delete_note",
+            args.clone(),
+            &retry(&state, YES),
+        )
+        .await;
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("deleted {path}").as_str(),
+            "{r}"
+        );
+        let r = modern(&on_b, Some(ALICE), "delete_note", args, &retry(&state, YES)).await;
+        assert!(message(&r).contains("used already"), "{r}");
+    }
     assert_eq!(ran(&ran_file), ["delete_note once", "delete_note twice"]);
     assert_eq!(
         redis

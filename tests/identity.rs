@@ -282,53 +282,19 @@ async fn an_exchanged_token_names_the_caller_for_the_upstreams_audience() {
     let (port, up_port) = (free_port(), free_port());
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let audience = "https://kb.internal/mcp";
-    let gw = Gateway::start(&format!(
-        r#"
-[[listen]]
-name = "main"
-addr = "127.0.0.1:{port}"
-
-[upstreams.kb]
-url = "http://127.0.0.1:{up_port}/mcp"
-protocol = "legacy"
-[upstreams.kb.identity]
-mode = "exchange"
-audience = "{audience}"
-client_id = "mcpgate"
-client_secret = "mcpgate-secret"
-
-[profiles.kb]
-upstream = "kb"
-allow = ["*"]
-
-[[routes]]
-listen = "main"
-path = "/mcp"
-profile = "kb"
-auth = "oauth"
-
-[oauth]
-issuer = "{issuer}"
-resource = "{resource}"
-leeway = "1s"
-
-[[oauth.grants]]
-scope = "kb.read"
-profiles = ["kb"]
-
-[admin]
-addr = "127.0.0.1:0"
-
-[audit]
-path = {audit:?}
-
-[telemetry]
-otlp = "http://{otlp}"
-sampling = 1.0
-"#,
-        issuer = idp.issuer,
-        audit = dir.path().join("audit.jsonl"),
-        otlp = collector.addr,
+    let gw = Gateway::start(&exchanging(
+        port,
+        up_port,
+        &format!(
+            "audience = \"{audience}\"\nclient_id = \"mcpgate\"\nclient_secret = \"mcpgate-secret\""
+        ),
+        &idp.issuer,
+        &resource,
+        &format!(
+            "[admin]\naddr = \"127.0.0.1:0\"\n\n[audit]\npath = {:?}\n\n[telemetry]\notlp = \"http://{}\"\nsampling = 1.0\n",
+            dir.path().join("audit.jsonl"),
+            collector.addr
+        ),
     ));
     let record = dir.path().join("seen.jsonl");
     let _upstream = start_peer(
@@ -543,41 +509,16 @@ sampling = 1.0
     assert_eq!(registered.status.as_u16(), 201, "{}", registered.body);
     let client_id = registered.json()["client_id"].as_str().unwrap().to_string();
     let keyed_port = free_port();
-    let keyed = Gateway::start(&format!(
-        r#"
-[[listen]]
-name = "main"
-addr = "127.0.0.1:{keyed_port}"
-
-[upstreams.kb]
-url = "http://127.0.0.1:{up_port}/mcp"
-protocol = "legacy"
-[upstreams.kb.identity]
-mode = "exchange"
-audience = "{audience}"
-client_id = "{client_id}"
-client_key = "${{file:{pem}}}"
-
-[profiles.kb]
-upstream = "kb"
-allow = ["*"]
-
-[[routes]]
-listen = "main"
-path = "/mcp"
-profile = "kb"
-auth = "oauth"
-
-[oauth]
-issuer = "{issuer}"
-resource = "{resource}"
-
-[[oauth.grants]]
-scope = "kb.read"
-profiles = ["kb"]
-"#,
-        issuer = idp.issuer,
-        pem = pem.display(),
+    let keyed = Gateway::start(&exchanging(
+        keyed_port,
+        up_port,
+        &format!(
+            "audience = \"{audience}\"\nclient_id = \"{client_id}\"\nclient_key = \"${{file:{}}}\"",
+            pem.display()
+        ),
+        &idp.issuer,
+        &resource,
+        "",
     ));
     let exchanges = idp.count("exchange").await;
     let frank = keyed_token(&idp, &resource, "frank").await;
@@ -592,42 +533,13 @@ profiles = ["kb"]
 
     // Entra ID's on-behalf-of: the upstream named by its scope.
     let obo_port = free_port();
-    let obo = Gateway::start(&format!(
-        r#"
-[[listen]]
-name = "main"
-addr = "127.0.0.1:{obo_port}"
-
-[upstreams.kb]
-url = "http://127.0.0.1:{up_port}/mcp"
-protocol = "legacy"
-[upstreams.kb.identity]
-mode = "exchange"
-grant = "on_behalf_of"
-scope = "api://kb/.default"
-audience = "api://kb"
-client_id = "mcpgate"
-client_secret = "mcpgate-secret"
-
-[profiles.kb]
-upstream = "kb"
-allow = ["*"]
-
-[[routes]]
-listen = "main"
-path = "/mcp"
-profile = "kb"
-auth = "oauth"
-
-[oauth]
-issuer = "{issuer}"
-resource = "{resource}"
-
-[[oauth.grants]]
-scope = "kb.read"
-profiles = ["kb"]
-"#,
-        issuer = idp.issuer,
+    let obo = Gateway::start(&exchanging(
+        obo_port,
+        up_port,
+        "grant = \"on_behalf_of\"\nscope = \"api://kb/.default\"\naudience = \"api://kb\"\nclient_id = \"mcpgate\"\nclient_secret = \"mcpgate-secret\"",
+        &idp.issuer,
+        &resource,
+        "",
     ));
     let grace = keyed_token(&idp, &resource, "grace").await;
     let said = {
@@ -646,6 +558,53 @@ profiles = ["kb"]
             .all(|r| r["ok"] == true && r["sub"] == "grace"),
         "{last:?}"
     );
+}
+
+/// A gateway on `port` whose route `/mcp` (OAuth, `issuer`, for `resource`, scope
+/// `kb.read`) reaches the legacy upstream on `up_port` with exchanged identity:
+/// `identity` is the rest of that table; `more` follows the config.
+fn exchanging(
+    port: u16,
+    up_port: u16,
+    identity: &str,
+    issuer: &str,
+    resource: &str,
+    more: &str,
+) -> String {
+    format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:{port}"
+
+[upstreams.kb]
+url = "http://127.0.0.1:{up_port}/mcp"
+protocol = "legacy"
+[upstreams.kb.identity]
+mode = "exchange"
+{identity}
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+auth = "oauth"
+
+[oauth]
+issuer = "{issuer}"
+resource = "{resource}"
+leeway = "1s"
+
+[[oauth.grants]]
+scope = "kb.read"
+profiles = ["kb"]
+
+{more}"#
+    )
 }
 
 /// An access token for `sub` at the gateway whose resource is `resource`.

@@ -12,6 +12,7 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)  # shared rate limits (tests/shared_limits.rs, the script test in src/runtime/store.rs)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)          # renders the status page (tests/observability.rs)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)        # checks the alert rules and /metrics (same)
+command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)                 # a trusted proxy in front (tests/limits.rs), and the benchmarks' baseline
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null

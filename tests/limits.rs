@@ -189,10 +189,28 @@ async fn repeated_bad_tokens_from_one_address_get_429() {
         "the first failures look like any wrong URL"
     );
     assert!(statuses[3..].iter().all(|s| *s == 429), "{statuses:?}");
-    // Blocked before the token is looked at: even the right token waits.
-    let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(2)).await;
+    let r = post(&gw.url("/gpt-mcp/guess-again/mcp"), &[], &list(2)).await;
     assert_eq!(r.status, 429);
     assert!(r.header("retry-after").parse::<u64>().unwrap() >= 1);
+    // The guard slows failing attempts only: the right token from the blocked address is
+    // served (behind a proxy, that address is everybody's).
+    let r = post(&gw.url(&format!("/gpt-mcp/{GPT}/mcp")), &[], &list(3)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", &bearer(READONLY))],
+        &list(4),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = post(
+        &gw.url("/mcp-readonly"),
+        &[("authorization", "Bearer nope")],
+        &list(5),
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    assert_eq!(up.received().len(), 2);
     // Successful requests never count: a fresh gateway, many good calls, no block.
     let gw = Gateway::start(&with_limits(
         &up.url(),
@@ -206,5 +224,129 @@ async fn repeated_bad_tokens_from_one_address_get_429() {
             200
         );
     }
-    assert_eq!(up.received().len(), 8);
+    assert_eq!(up.received().len(), 10);
+}
+
+/// Behind a real nginx (as docs/nginx-migration.md sets it up), with nginx's address
+/// trusted: the guard, the audit trail, the log and `/status` see the client nginx names,
+/// so one broken client blocks itself, not everyone behind the proxy; the upstream gets
+/// the chain. A forged hop left of the client changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_guard_blocks_the_client_it_names() {
+    let up = json_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let trail = dir.path().join("audit.jsonl");
+    let text = with_admin(with_limits(
+        &up.url(),
+        "rate = [ { key = \"client_ip\", on = \"auth_failure\", rate = \"3/m\" } ]",
+    ))
+    .replace(
+        "[[listen]]",
+        &format!(
+            "[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[audit]\npath = \"{}\"\n\n[[listen]]",
+            trail.display()
+        ),
+    );
+    let gw = Gateway::start(&text);
+    let nginx = Nginx::start(gw.listeners["main"]);
+    // Clients of a load balancer in front of nginx: nginx appends its own peer.
+    let from = |ip: &'static str| [("x-forwarded-for", ip)];
+    for i in 0..4 {
+        let r = post(
+            &nginx.url(&format!("/gpt-mcp/guess-{i}/mcp")),
+            &from("203.0.113.7"),
+            &list(i),
+        )
+        .await;
+        assert_eq!(r.status, if i < 3 { 404 } else { 429 }, "{}", r.body);
+    }
+    // Another client behind the same nginx is not blocked, even with a wrong token.
+    let r = post(
+        &nginx.url("/gpt-mcp/wrong/mcp"),
+        &from("198.51.100.9"),
+        &list(9),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    // A hop the client forged left of itself does not make it someone else.
+    let r = post(
+        &nginx.url("/gpt-mcp/wrong/mcp"),
+        &from("198.51.100.9, 203.0.113.7"),
+        &list(10),
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    // The blocked client's own valid token is served.
+    let r = post(
+        &nginx.url(&format!("/gpt-mcp/{GPT}/mcp")),
+        &from("203.0.113.7"),
+        &call(11, "get_document"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let got = up.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        got[0].headers["x-forwarded-for"], "203.0.113.7, 127.0.0.1, 127.0.0.1",
+        "the chain from the client on, nginx's peer and mcpgate's"
+    );
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&trail)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        records.iter().any(|r| r["client"] == "203.0.113.7"),
+        "{records:?}"
+    );
+    let log = gw.log_with("\"client\":\"203.0.113.7\"", 1).await;
+    assert!(log.contains("\"client\":\"198.51.100.9\""), "{log}");
+    let status = send(Method::GET, &gw.admin_url("/status"), &[], "").await;
+    assert!(
+        status.json()["decisions"][0]["client"] == "203.0.113.7",
+        "{}",
+        status.body
+    );
+    // Straight to mcpgate (not through the proxy), a forged field is not believed: the
+    // peer is 127.0.0.1, a trusted proxy, so only a hop naming an untrusted address would
+    // count. An untrusted peer is covered by `http::forwarded`'s tests.
+}
+
+/// Without `trusted_proxies`, `X-Forwarded-For` is never believed: a client that forges
+/// one is still blocked by its own address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_trusted_proxies_a_forged_forwarded_for_changes_nothing() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(&with_limits(
+        &up.url(),
+        "rate = [ { key = \"client_ip\", on = \"auth_failure\", rate = \"3/m\" } ]",
+    ));
+    let mut statuses = Vec::new();
+    for i in 0..5u16 {
+        let forged = format!("10.9.9.{i}");
+        let r = post(
+            &gw.url(&format!("/gpt-mcp/guess-{i}/mcp")),
+            &[
+                ("x-forwarded-for", forged.as_str()),
+                ("forwarded", format!("for={forged}").as_str()),
+            ],
+            &list(i.into()),
+        )
+        .await;
+        statuses.push(r.status.as_u16());
+    }
+    assert_eq!(statuses, [404, 404, 404, 429, 429]);
+    let r = post(
+        &gw.url(&format!("/gpt-mcp/{GPT}/mcp")),
+        &[
+            ("x-forwarded-for", "10.9.9.9"),
+            ("forwarded", "for=10.9.9.9"),
+        ],
+        &list(7),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let got = up.received();
+    assert_eq!(got[0].headers["x-forwarded-for"], "127.0.0.1");
+    assert!(got[0].headers.get("forwarded").is_none());
 }

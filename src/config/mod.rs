@@ -9,6 +9,7 @@ pub mod identity;
 pub mod message;
 pub mod pins;
 pub mod position;
+pub mod proxies;
 pub mod raw;
 pub mod restart;
 pub mod tls;

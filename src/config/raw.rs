@@ -430,6 +430,12 @@ pub struct RawServer {
     /// Keep request header fields whose names hold `_` (nginx's `underscores_in_headers`);
     /// default false: they are dropped.
     pub underscores_in_headers: Option<S<bool>>,
+    /// Addresses (CIDRs, or single addresses) of proxies in front of mcpgate whose
+    /// `X-Forwarded-For` / `Forwarded` is believed; default none.
+    pub trusted_proxies: Option<Vec<S<String>>>,
+    /// Which field a trusted proxy writes the client's address in: `x-forwarded-for` or
+    /// `forwarded`; default: whichever is present, `X-Forwarded-For` when both are.
+    pub client_address_header: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

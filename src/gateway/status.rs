@@ -109,6 +109,7 @@ impl Gateway {
                 at: rfc3339(d.at),
                 request_id: d.request_id.to_string(),
                 caller: d.caller.to_string(),
+                client: d.client.to_string(),
                 profile: d.profile.to_string(),
                 tool: d.tool.to_string(),
                 outcome: d.outcome,

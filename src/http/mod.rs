@@ -4,6 +4,7 @@
 //! grammar) are read and written by the `wire` crate.
 
 pub mod body;
+pub mod forwarded;
 pub mod h1;
 pub mod request;
 pub mod server;

@@ -219,6 +219,8 @@ static DIRECT: OnceLock<Box<dyn Sink>> = OnceLock::new();
 /// The fields of the line every request ends with (the access log).
 pub struct RequestLine<'a> {
     pub method: &'a str,
+    /// The client's address (behind a trusted proxy, the one it names).
+    pub client: std::net::IpAddr,
     pub route: &'a str,
     pub profile: &'a str,
     pub token: &'a str,
@@ -240,6 +242,7 @@ macro_rules! request_event {
             target: "mcpgate::pipeline",
             $level,
             method = $f.method,
+            client = %$f.client,
             route = $f.route,
             profile = $f.profile,
             token = $f.token,
@@ -302,8 +305,13 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
     push_rfc3339(out, now, 6);
     out.push_str("\",\"level\":\"INFO\",\"message\":\"request\"");
     // In the order the event lists them; each `,"key":` is written as one piece.
+    out.push_str(",\"method\":");
+    push_str(out, f.method);
+    {
+        use std::fmt::Write as _;
+        let _ = write!(out, ",\"client\":\"{}\"", f.client);
+    }
     let text = [
-        (",\"method\":", f.method),
         (",\"route\":", f.route),
         (",\"profile\":", f.profile),
         (",\"token\":", f.token),
@@ -592,6 +600,7 @@ mod tests {
     fn the_direct_request_line_is_the_events_line() {
         let fields = RequestLine {
             method: "POST",
+            client: "2001:db8::7".parse().unwrap(),
             route: "/gpt-mcp/{token}/mcp",
             profile: "gpt \"full\"",
             token: "-",
@@ -612,7 +621,7 @@ mod tests {
             let f = &fields;
             tracing::info!(
                 target: "mcpgate::pipeline",
-                method = f.method, route = f.route, profile = f.profile, token = f.token,
+                method = f.method, client = %f.client, route = f.route, profile = f.profile, token = f.token,
                 sub = f.sub, client_id = f.client_id, rpc = f.rpc, tool = f.tool, status = f.status, reason = f.reason, ms = f.ms,
                 "request"
             );

@@ -146,6 +146,8 @@ pub struct DecisionStatus {
     pub at: String,
     pub request_id: String,
     pub caller: String,
+    /// The client's address (behind a trusted proxy, the one it names).
+    pub client: String,
     pub profile: String,
     pub tool: String,
     pub outcome: &'static str,

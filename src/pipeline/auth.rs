@@ -32,9 +32,11 @@ pub struct Credential {
     pub configured: bool,
 }
 
-/// The auth stage: an address that failed too often is refused before its token is even
-/// looked at; a failed authentication counts against it. The caller's token id and expiry
-/// are noted in `ctx`.
+/// The auth stage. A failed authentication counts against the client's address; once that
+/// address failed too often, its failures are answered 429 until the block ends. A valid
+/// credential is never refused by the guard: behind a proxy many clients share an address,
+/// and one broken client must not lock out the rest (docs/limits.md). The caller's token
+/// id and expiry are noted in `ctx`.
 pub(super) fn check<'s>(
     live: &'s Live,
     route: &Route,
@@ -43,11 +45,8 @@ pub(super) fn check<'s>(
     peer: &Peer,
     ctx: &mut Ctx<'s>,
 ) -> Result<(), GateError> {
-    if route.auth != Auth::None {
-        live.limiter.auth_guard(peer.addr.ip())?;
-    }
     let token = authenticate(live, route, path_token, fields, SystemTime::now())
-        .map_err(|e| live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e))?;
+        .map_err(|e| failed(live, peer, e))?;
     ctx.token_id = token.map(|(_, t)| &*t.id);
     ctx.token = token.map(|(hash, t)| Credential {
         key: *hash,
@@ -102,7 +101,6 @@ pub(super) async fn oauth<'s>(
     peer: &Peer,
     ctx: &mut Ctx<'s>,
 ) -> Result<(), GateError> {
-    live.limiter.auth_guard(peer.addr.ip())?;
     let (Some(settings), Some(verifier)) = (live.config.oauth.as_deref(), live.verifier.as_deref())
     else {
         // The configuration refuses an oauth route without `[oauth]`.
@@ -118,11 +116,13 @@ pub(super) async fn oauth<'s>(
     };
     let caller = match verdict {
         Ok(caller) => caller,
-        Err(why) if why.unavailable() || why == Why::Missing => return Err(refuse(why)),
-        Err(why) => {
-            let e = refuse(why);
-            return Err(live.limiter.auth_failed(peer.addr.ip()).unwrap_or(e));
+        Err(why) if why.unavailable() => return Err(refuse(why)),
+        // No token at all: not an attempt to count, but a blocked address stays blocked.
+        Err(Why::Missing) => {
+            let e = refuse(Why::Missing);
+            return Err(live.limiter.auth_guard(peer.addr.ip()).err().unwrap_or(e));
         }
+        Err(why) => return Err(failed(live, peer, refuse(why))),
     };
     if !caller
         .profiles(settings)
@@ -138,6 +138,16 @@ pub(super) async fn oauth<'s>(
     });
     ctx.caller = Some(caller);
     Ok(())
+}
+
+/// The answer to a failed authentication from `peer`: `refusal`, or 429 once the address
+/// failed too often (this failure counted).
+fn failed(live: &Live, peer: &Peer, refusal: GateError) -> GateError {
+    let ip = peer.addr.ip();
+    match live.limiter.auth_guard(ip) {
+        Err(blocked) => blocked,
+        Ok(()) => live.limiter.auth_failed(ip).unwrap_or(refusal),
+    }
 }
 
 /// The refusal for `why` on an oauth route, with its `WWW-Authenticate` challenge.

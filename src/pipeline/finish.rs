@@ -85,6 +85,7 @@ fn log_request(
     }
     let line = log::RequestLine {
         method: method.as_str(),
+        client: ctx.peer.addr.ip(),
         route,
         profile: ctx.route.map_or("-", |r| &*r.profile.name),
         token: ctx.token_id.unwrap_or("-"),
@@ -288,6 +289,7 @@ fn record_metrics(
             at: now,
             request_id: ctx.request_id.clone(),
             caller: ctx.who().into(),
+            client: ctx.peer.addr.ip(),
             profile: profile.into(),
             tool: tool.clone(),
             outcome,

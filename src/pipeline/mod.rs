@@ -132,6 +132,10 @@ async fn serve(
 ) -> Response<GateBody> {
     let started = Instant::now();
     let live = gw.live_here();
+    // Behind a trusted proxy, the client is whom it names (docs/configuration.md); the
+    // guard, the limits, the logs and the audit trail all see that address.
+    let peer = crate::http::forwarded::client(&live.server.trusted_proxies, &peer, &req.fields)
+        .unwrap_or(peer);
     let on = live.listeners.get(listener);
     let mut ctx = Ctx {
         listener: on.map_or("", |l| &l.name),

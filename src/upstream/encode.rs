@@ -33,6 +33,7 @@ fn stays_here(kind: FieldKind) -> bool {
                 | FieldKind::XForwardedFor
                 | FieldKind::XForwardedProto
                 | FieldKind::XForwardedHost
+                | FieldKind::Forwarded
                 | FieldKind::XRequestId
                 // Answered by the server that read the body (mcpgate), not passed on.
                 | FieldKind::Expect

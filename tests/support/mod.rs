@@ -1,7 +1,7 @@
 //! Test support, by what it starts: the real `mcpgate` binary on 127.0.0.1 with a config
 //! written for the test (`gateway`), the sample MCP server in-process so a test can read
 //! what it received (`upstreams`), the installed MCP peers (`peers`), a test CA (`pki`), a
-//! real `redis-server` (`redis`), and a small HTTP client over real sockets (`client`).
+//! real `redis-server` (`redis`), a real nginx in front (`nginx`), and a small HTTP client over real sockets (`client`).
 //! Tests wait for a condition with [`eventually`], never for a fixed time.
 #![allow(dead_code, unused_imports)]
 
@@ -9,6 +9,7 @@ mod client;
 mod collector;
 mod gateway;
 mod idp;
+mod nginx;
 mod peers;
 mod pki;
 mod redis;
@@ -18,6 +19,7 @@ pub use client::*;
 pub use collector::*;
 pub use gateway::*;
 pub use idp::*;
+pub use nginx::*;
 pub use peers::*;
 pub use pki::*;
 pub use redis::*;

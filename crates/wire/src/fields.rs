@@ -45,11 +45,12 @@ pub enum FieldKind {
     ProxyConnection,
     Traceparent,
     Tracestate,
+    Forwarded,
 }
 
 impl FieldKind {
     /// Every kind but `Other`, with its name as HTTP/2 writes it (lower case).
-    pub const NAMED: [(FieldKind, &'static str); 29] = [
+    pub const NAMED: [(FieldKind, &'static str); 30] = [
         (FieldKind::Host, "host"),
         (FieldKind::ContentLength, "content-length"),
         (FieldKind::ContentType, "content-type"),
@@ -79,6 +80,7 @@ impl FieldKind {
         (FieldKind::ProxyConnection, "proxy-connection"),
         (FieldKind::Traceparent, "traceparent"),
         (FieldKind::Tracestate, "tracestate"),
+        (FieldKind::Forwarded, "forwarded"),
     ];
 
     /// The kind of a field name, in any case: the name is put in lower case on the stack
@@ -106,6 +108,7 @@ impl FieldKind {
             b"connection" => FieldKind::Connection,
             b"tracestate" => FieldKind::Tracestate,
             b"traceparent" => FieldKind::Traceparent,
+            b"forwarded" => FieldKind::Forwarded,
             b"keep-alive" => FieldKind::KeepAlive,
             b"mcp-method" => FieldKind::McpMethod,
             b"content-type" => FieldKind::ContentType,

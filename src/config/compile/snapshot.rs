@@ -26,6 +26,8 @@ pub struct ServerSettings {
     pub max_chunk_overhead: usize,
     /// Whether request fields with `_` in their names reach the upstream.
     pub underscores_in_headers: bool,
+    /// Proxies whose account of the client's address is believed (docs/configuration.md).
+    pub trusted_proxies: crate::config::proxies::TrustedProxies,
 }
 
 impl Default for ServerSettings {
@@ -38,6 +40,7 @@ impl Default for ServerSettings {
             max_header_size: 64 << 10,
             max_chunk_overhead: 16 << 10,
             underscores_in_headers: false,
+            trusted_proxies: Default::default(),
         }
     }
 }
@@ -644,6 +647,19 @@ impl Snapshot {
             sv.max_chunk_overhead,
             sv.underscores_in_headers
         );
+        if !sv.trusted_proxies.nets.is_empty() {
+            let _ = writeln!(
+                out,
+                "  trusted_proxies={} client address from {}",
+                sv.trusted_proxies
+                    .nets
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                sv.trusted_proxies.header.describe()
+            );
+        }
         let _ = writeln!(out, "\ntransport:");
         let _ = writeln!(
             out,

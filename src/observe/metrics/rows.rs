@@ -97,6 +97,8 @@ pub struct Decision {
     pub at: std::time::SystemTime,
     pub request_id: Arc<str>,
     pub caller: Box<str>,
+    /// The client's address (behind a trusted proxy, the one it names).
+    pub client: std::net::IpAddr,
     /// A copy, not the configuration's shared `Arc`: its count would be written by both
     /// workers per call.
     pub profile: Box<str>,

@@ -30,6 +30,7 @@ fn decision(outcome: &'static str) -> Decision {
         at: std::time::SystemTime::now(),
         request_id: Arc::from("r"),
         caller: "chatgpt-app".into(),
+        client: std::net::Ipv4Addr::LOCALHOST.into(),
         profile: "gpt".into(),
         tool: Arc::from("get_document"),
         outcome,

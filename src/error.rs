@@ -247,6 +247,10 @@ pub enum GateError {
     BadPathToken,
     #[error("Unauthorized: a valid bearer token is required")]
     Unauthorized,
+    /// The caller's credential was revoked by a reload, or expired, while its call was held
+    /// for an answer (an approval, a question): the call ends without running.
+    #[error("Unauthorized: the token was revoked or has expired")]
+    Revoked,
     #[error("{}", .0.message)]
     OAuth(Box<Challenge>),
     /// A second GET stream for a session that has one open (a stdio upstream's; an HTTP
@@ -375,7 +379,7 @@ impl GateError {
         use GateError::*;
         match self {
             NoRoute | BadPathToken | SessionNotFound => StatusCode::NOT_FOUND,
-            Unauthorized => StatusCode::UNAUTHORIZED,
+            Unauthorized | Revoked => StatusCode::UNAUTHORIZED,
             OAuth(c) => c.status,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             StreamConflict => StatusCode::CONFLICT,
@@ -414,7 +418,7 @@ impl GateError {
     pub fn rpc_code(&self) -> i64 {
         use GateError::*;
         match self {
-            NoRoute | BadPathToken | Unauthorized | HostRefused | OriginRefused
+            NoRoute | BadPathToken | Unauthorized | Revoked | HostRefused | OriginRefused
             | SessionNotFound | IdentityRefused(_) => code::UNAUTHORIZED,
             OAuth(c) if c.status == StatusCode::SERVICE_UNAVAILABLE => code::UNAVAILABLE,
             OAuth(_) => code::UNAUTHORIZED,
@@ -494,6 +498,7 @@ impl GateError {
             NoRoute => "no_route",
             BadPathToken => "bad_path_token",
             Unauthorized => "unauthorized",
+            Revoked => "revoked",
             OAuth(c) => c.reason,
             MethodNotAllowed => "method_not_allowed",
             StreamConflict => "stream_conflict",

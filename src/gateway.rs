@@ -391,11 +391,18 @@ impl Gateway {
         ) {
             old.abort();
         }
-        // Streams of tokens that are gone or expired end now (SPEC §8).
+        // Streams of tokens that are gone or expired end now, and so does every call held
+        // for such a caller's answer: an approval, a question, a retry (docs/operations.md).
         let now = SystemTime::now();
-        Ok(self
-            .streams
-            .revoke(|hash| next.tokens.get(hash).is_some_and(|t| t.valid_at(now))))
+        let valid = |hash: &[u8; 32]| next.tokens.get(hash).is_some_and(|t| t.valid_at(now));
+        let held = self.held.revoke(valid);
+        if held > 0 {
+            tracing::info!(
+                calls = held,
+                "calls held for a 2026-07-28 client's retry ended: their caller's token was revoked"
+            );
+        }
+        Ok(self.streams.revoke(valid) + held)
     }
 }
 

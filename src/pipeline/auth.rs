@@ -32,6 +32,18 @@ pub struct Credential {
     pub configured: bool,
 }
 
+impl Credential {
+    /// What a call held for an answer (an approval, a question) waits on besides it: ready
+    /// when a reload removes this token, or when it expires.
+    pub(super) fn hold(
+        token: Option<Credential>,
+        gw: &crate::gateway::Gateway,
+    ) -> Option<crate::runtime::streams::StreamWatch> {
+        let t = token?;
+        gw.streams.hold(t.configured.then_some(t.key), t.not_after)
+    }
+}
+
 /// The auth stage. A failed authentication counts against the client's address; once that
 /// address failed too often, its failures are answered 429 until the block ends. A valid
 /// credential is never refused by the guard: behind a proxy many clients share an address,

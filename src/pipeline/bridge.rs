@@ -519,6 +519,7 @@ async fn asked(
         body,
         id,
         owner,
+        revoked: super::auth::Credential::hold(ctx.token, gw),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let driven = Driven {
@@ -572,6 +573,8 @@ struct Replay {
     /// The call's id, as JSON text.
     id: Box<str>,
     owner: Owner,
+    /// Ready when the caller's token is revoked or expires: the call ends where it is.
+    revoked: Option<crate::runtime::streams::StreamWatch>,
 }
 
 /// A bridged request's parts, owned, for what mcpgate sends upstream once the request's
@@ -648,16 +651,33 @@ enum Ending {
 }
 
 impl Replay {
-    async fn run(mut self, mut round: Round, tx: tokio::sync::mpsc::Sender<Bytes>) {
+    async fn run(mut self, round: Round, tx: tokio::sync::mpsc::Sender<Bytes>) {
+        let mut revoked = self.revoked.take();
+        let ending = tokio::select! {
+            e = self.rounds(round, &tx) => e,
+            () = crate::runtime::streams::until_revoked(&mut revoked) => {
+                tracing::info!("a bridged call ended: its caller's token was revoked or expired");
+                Ending::Failed(code::UNAUTHORIZED, GateError::Revoked.to_string())
+            }
+        };
+        if let Ending::Failed(code, message) = ending {
+            let id = RawValue::from_string(self.id.to_string()).ok();
+            let json = error_json(id.as_deref(), code, &message, &self.parts.request_id);
+            let _ = tx.send(sse::encode_json(&json, None)).await;
+        }
+    }
+
+    /// The call's rounds until it ends: its answer, its client gone, or a failure.
+    async fn rounds(&mut self, mut round: Round, tx: &tokio::sync::mpsc::Sender<Bytes>) -> Ending {
         let mut rounds = 0;
-        let ending = loop {
+        loop {
             let asks = match round {
                 Round::Asks(asks) => asks,
                 Round::Answer(text) => {
                     let _ = tx.send(sse::encode_json(&text, None)).await;
                     break Ending::Answered;
                 }
-                Round::Stream(body) => match self.relay(body, &tx).await {
+                Round::Stream(body) => match self.relay(body, tx).await {
                     Ok(Some(asks)) => asks,
                     Ok(None) => break Ending::Answered,
                     Err(e) => break e,
@@ -672,7 +692,7 @@ impl Replay {
                     ),
                 );
             }
-            let answers = match self.ask(&asks, &tx).await {
+            let answers = match self.ask(&asks, tx).await {
                 Ok(a) => a,
                 Err(e) => break e,
             };
@@ -691,11 +711,6 @@ impl Replay {
                 Ok(r) => r,
                 Err(e) => break e,
             };
-        };
-        if let Ending::Failed(code, message) = ending {
-            let id = RawValue::from_string(self.id.to_string()).ok();
-            let json = error_json(id.as_deref(), code, &message, &self.parts.request_id);
-            let _ = tx.send(sse::encode_json(&json, None)).await;
         }
     }
 

@@ -884,20 +884,20 @@ async fn resume(
     retry: msg::Retry,
     ctx: &mut Ctx<'_>,
 ) -> Result<Response<GateBody>, GateError> {
-    let held = gw.held.take(retry.held).ok_or(GateError::BadRequestState)?;
+    let (held, token) = gw.held.take(retry.held).ok_or(GateError::BadRequestState)?;
     let holding = match held.downcast::<Holding>() {
         Ok(h) => h,
         Err(other) => {
-            gw.held.give_back(retry.held, other);
+            gw.held.give_back(retry.held, other, token);
             return Err(GateError::BadRequestState);
         }
     };
     let refuse = |holding: Box<Holding>, why: &str| {
-        gw.held.give_back(retry.held, holding);
+        gw.held.give_back(retry.held, holding, token);
         Err(GateError::InvalidRequest(why.into()))
     };
     if holding.call.key != b.key {
-        gw.held.give_back(retry.held, holding);
+        gw.held.give_back(retry.held, holding, token);
         return Err(GateError::BadRequestState);
     }
     let digest = msg::call_digest(&s.body).map_err(GateError::InvalidRequest)?;
@@ -931,6 +931,11 @@ async fn drive(
     let list = s.shaping.list.clone();
     let life = s.live.config.input_timeout;
     let held = gw.held.clone();
+    // Held for its caller: a reload that removes the token, or its expiry, ends it.
+    let caller = crate::runtime::held::Caller {
+        token: s.shaping.token.filter(|t| t.configured).map(|t| t.key),
+        not_after: s.shaping.token.and_then(|t| t.not_after),
+    };
     let rid = request_id.to_string();
     let finish = move |call: Call, step: Result<Step, GateError>| -> String {
         let text = match step {
@@ -954,6 +959,7 @@ async fn drive(
                                 digest,
                             }),
                             life,
+                            caller,
                         );
                         msg::input_required(&id, INPUT, &shown, &msg::held_state(n, &digest))
                     })

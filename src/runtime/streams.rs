@@ -3,6 +3,10 @@
 //! see reaches its clients' GET streams as a `notifications/*/list_changed` (SPEC §12). A
 //! relayed stream registers itself with its token's hash (and, for a GET stream, its
 //! profile) and holds a guard that unregisters it when the stream ends.
+//!
+//! A call held for someone's answer (an approval, a bridged question) registers too, as a
+//! hold ([`StreamRegistry::hold`]): not counted as a stream, but ended by the same
+//! revocation, so nothing of a revoked caller runs after the reload (docs/operations.md).
 
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::HashMap;
@@ -21,6 +25,8 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 #[derive(Debug)]
 struct Entry {
     token: Option<[u8; 32]>,
+    /// A stream (counted in `mcpgate_open_streams`), not a hold.
+    counted: bool,
     cancel: CancellationToken,
     /// A GET stream's profile and where its notices go.
     notices: Option<(Arc<str>, mpsc::UnboundedSender<&'static str>)>,
@@ -45,8 +51,9 @@ pub struct StreamGuard {
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         let mut open = self.registry.open.lock().expect("stream registry lock");
-        open.remove(&self.id);
-        self.registry.gauge.set(open.len() as i64);
+        if open.remove(&self.id).is_some_and(|e| e.counted) {
+            self.registry.gauge.dec();
+        }
     }
 }
 
@@ -81,6 +88,11 @@ impl StreamWatch {
         }
     }
 
+    /// Resolves when the stream's token may no longer be used.
+    pub async fn revoked(&mut self) {
+        std::future::poll_fn(|cx| self.poll_revoked(cx)).await
+    }
+
     /// Ready when the stream's token may no longer be used.
     pub fn poll_revoked(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.revoked.as_mut().poll(cx).is_ready() {
@@ -90,6 +102,14 @@ impl StreamWatch {
             Some(e) => e.as_mut().poll(cx),
             None => Poll::Pending,
         }
+    }
+}
+
+/// Resolves when `watch`'s token may no longer be used; never without a watch.
+pub async fn until_revoked(watch: &mut Option<StreamWatch>) {
+    match watch {
+        Some(w) => w.revoked().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -120,6 +140,29 @@ impl StreamRegistry {
         token: Option<[u8; 32]>,
         profile: Option<Arc<str>>,
     ) -> StreamGuard {
+        self.enter(token, profile, true)
+    }
+
+    /// What a call held for an answer waits on besides the answer: ready when its caller's
+    /// credential is revoked by a reload (`token`: a configured token's hash) or passes
+    /// `not_after`. `None` when there is nothing to watch.
+    pub fn hold(
+        self: &Arc<Self>,
+        token: Option<[u8; 32]>,
+        not_after: Option<SystemTime>,
+    ) -> Option<StreamWatch> {
+        if token.is_none() && not_after.is_none() {
+            return None;
+        }
+        Some(StreamWatch::new(self.enter(token, None, false), not_after))
+    }
+
+    fn enter(
+        self: &Arc<Self>,
+        token: Option<[u8; 32]>,
+        profile: Option<Arc<str>>,
+        counted: bool,
+    ) -> StreamGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
         let (notices, rx) = match profile {
@@ -134,11 +177,14 @@ impl StreamRegistry {
             id,
             Entry {
                 token,
+                counted,
                 cancel: cancel.clone(),
                 notices,
             },
         );
-        self.gauge.set(open.len() as i64);
+        if counted {
+            self.gauge.inc();
+        }
         StreamGuard {
             id,
             registry: self.clone(),
@@ -171,8 +217,14 @@ impl StreamRegistry {
         n
     }
 
+    /// How many streams are open (holds are not counted).
     pub fn len(&self) -> usize {
-        self.open.lock().expect("stream registry lock").len()
+        self.open
+            .lock()
+            .expect("stream registry lock")
+            .values()
+            .filter(|e| e.counted)
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -197,6 +249,33 @@ mod tests {
         assert!(!open.cancel.is_cancelled());
         drop(b);
         assert_eq!(r.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_ends_with_its_token_and_is_not_a_stream() {
+        let gauge = Gauge::default();
+        let r = StreamRegistry::new(gauge.clone());
+        assert!(r.hold(None, None).is_none(), "nothing to watch");
+        let mut removed = r.hold(Some([1; 32]), None).unwrap();
+        let mut kept = r.hold(Some([2; 32]), None).unwrap();
+        let soon = SystemTime::now() + std::time::Duration::from_secs(5);
+        let mut expiring = r.hold(None, Some(soon)).unwrap();
+        let _stream = r.register(Some([1; 32]), None);
+        assert_eq!((r.len(), gauge.get()), (1, 1), "holds are not streams");
+        assert_eq!(
+            r.revoke(|t| *t == [2; 32]),
+            2,
+            "the stream and the hold of [1]"
+        );
+        removed.revoked().await;
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(kept.poll_revoked(&mut cx).is_pending());
+        assert!(expiring.poll_revoked(&mut cx).is_pending());
+        tokio::time::advance(std::time::Duration::from_secs(6)).await;
+        expiring.revoked().await;
+        drop((removed, kept, expiring, _stream));
+        assert_eq!((r.len(), gauge.get()), (0, 0));
     }
 
     #[tokio::test]

@@ -39,6 +39,8 @@ pub(super) struct Asking {
     pub(super) profile: Arc<str>,
     pub(super) base: Arc<audit::Base>,
     pub(super) call: Option<Arc<audit::Call>>,
+    /// Ready when the caller's token is revoked or expires: the question is withdrawn.
+    pub(super) revoked: Option<crate::runtime::streams::StreamWatch>,
 }
 
 impl Asking {
@@ -61,7 +63,7 @@ impl Asking {
         r
     }
 
-    async fn run(self, tx: tokio::sync::mpsc::Sender<Bytes>) {
+    async fn run(mut self, tx: tokio::sync::mpsc::Sender<Bytes>) {
         let qid = format!("{QUESTION}{}\"", self.gw.waits.next());
         let mut waiter = self.gw.waits.ask(&qid, self.owner);
         let asked = msg::elicitation_request(&qid, &self.question);
@@ -87,10 +89,18 @@ impl Asking {
             tokio::time::interval_at(tokio::time::Instant::now() + self.keepalive, self.keepalive);
         let limit = tokio::time::sleep(self.rule.timeout);
         tokio::pin!(limit);
+        let mut revoked = self.revoked.take();
         let answer = loop {
             tokio::select! {
                 a = &mut waiter.answer => break a.ok(),
                 () = &mut limit => break None,
+                () = crate::runtime::streams::until_revoked(&mut revoked) => {
+                    gone.record = None;
+                    drop(waiter);
+                    self.note("revoked", None, Some(super::REVOKED)).await;
+                    self.fail(&tx, &GateError::Revoked).await;
+                    return;
+                }
                 _ = alive.tick() => {
                     if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
                         return;

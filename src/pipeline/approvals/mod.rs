@@ -29,6 +29,7 @@ use crate::mcp::jsonrpc::{MessageKind, Payload, ToolName};
 use crate::mcp::transport::accept::Want;
 use crate::observe::audit;
 use crate::runtime::approvals::{Decision, Waiting};
+use crate::runtime::streams::until_revoked;
 use crate::upstream::hints::UpstreamSays;
 use crate::upstream::session::Sealer;
 use bytes::Bytes;
@@ -48,6 +49,10 @@ mod asking;
 
 /// The ids of the questions asked of legacy clients start so.
 const QUESTION: &str = "\"mcpgate-approval-";
+
+/// The audit reason of a call whose caller was revoked while it waited.
+const REVOKED: &str =
+    "the caller's token was revoked or expired while the call waited for approval";
 
 /// Notes in `ctx` the rule that holds the request's call, if any. `says` tells the
 /// tools' annotations (by the names the profile's clients use).
@@ -296,6 +301,7 @@ pub(super) async fn ask(
                 profile: profile.name.clone(),
                 base: super::audit::base(ctx, "tools/call"),
                 call: records.into_iter().next(),
+                revoked: super::auth::Credential::hold(ctx.token, gw),
             };
             let r = asking.stream();
             Ok(Some(r))
@@ -334,6 +340,7 @@ async fn by_operator(
         expires: now + rule.timeout,
     };
     let mut held = gw.approvals.hold(shown);
+    let mut revoked = super::auth::Credential::hold(ctx.token, gw);
     note(gw, profile, ctx, rule, "asked", None, None).await?;
     tracing::info!(approval = %held.id, tool = ?tool, "a call waits for an operator's approval");
     // A client that leaves while its call waits: the call is taken off the list (with
@@ -353,6 +360,13 @@ async fn by_operator(
     let decision = tokio::select! {
         d = &mut held.answer => d.ok(),
         _ = tokio::time::sleep(rule.timeout) => None,
+        () = until_revoked(&mut revoked) => {
+            // Off the list before anything else: an operator can no longer approve it.
+            left.record = None;
+            drop(held);
+            note(gw, profile, ctx, rule, "revoked", None, Some(REVOKED)).await?;
+            return Err(GateError::Revoked);
+        }
     };
     left.record = None;
     drop(held);

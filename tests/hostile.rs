@@ -481,3 +481,53 @@ async fn fields_that_mean_something_else_upstream_do_not_pass() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(up.received().len(), 2);
 }
+
+/// Arguments nested past `[limits] max_json_depth` (default 64) are refused with 400
+/// -32600 before anything is parsed or forwarded, however deep (200,000 levels, which a
+/// parser that reads a value whole would take and the server's recursive one would not);
+/// up to the limit they pass. The limit is configurable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_nested_past_the_limit_is_refused_before_forwarding() {
+    let up = json_upstream().await;
+    let gw = Gateway::start(
+        &config(&up.url(), "10s").replace("max_body = \"64KiB\"", "max_body = \"1MiB\""),
+    );
+    let url = gw.url("/mcp-gpt-full");
+    let call = |levels: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"search_knowledge","arguments":{{"q":{}1{}}}}}}}"#,
+            "[".repeat(levels),
+            "]".repeat(levels)
+        )
+    };
+    // The arguments object is 3 deep: 61 levels inside it make 64.
+    let r = post(&url, &[], &call(61)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(up.received().len(), 1);
+    for levels in [62, 1_000, 200_000] {
+        let r = post(&url, &[], &call(levels)).await;
+        let v = assert_envelope(&r, 400, -32600);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("max_json_depth"),
+            "{v}"
+        );
+        assert_eq!(v["id"], Value::Null, "not parsed, so no id");
+    }
+    // A batch of deep calls, brackets inside strings ignored.
+    let quoted = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search_knowledge","arguments":{"q":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}}}"#;
+    assert_eq!(post(&url, &[], quoted).await.status, 200);
+    let batch = format!("[{},{}]", call(2), call(80));
+    assert_envelope(&post(&url, &[], &batch).await, 400, -32600);
+    assert_eq!(up.received().len(), 2, "only the two within the limit");
+
+    let gw = Gateway::start(&config(&up.url(), "10s").replace(
+        "max_body = \"64KiB\"",
+        "max_body = \"64KiB\"\nmax_json_depth = 8",
+    ));
+    let url = gw.url("/mcp-gpt-full");
+    assert_eq!(post(&url, &[], &call(5)).await.status, 200);
+    assert_envelope(&post(&url, &[], &call(6)).await, 400, -32600);
+}

@@ -311,6 +311,8 @@ pub struct RawToken {
 pub struct RawLimits {
     /// Largest request body accepted; default `1MiB`.
     pub max_body: Option<S<String>>,
+    /// Deepest nesting of objects and arrays a request body may have; default 64.
+    pub max_json_depth: Option<S<i64>>,
     /// Rate limits, each applied on its own.
     #[serde(default)]
     pub rate: Vec<S<RawRate>>,

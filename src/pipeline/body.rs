@@ -35,6 +35,17 @@ pub async fn read(fields: &Fields, body: &mut ClientBody, limit: u64) -> Result<
     }
 }
 
+/// A body nested deeper than `[limits] max_json_depth` is refused before it is parsed, so
+/// it reaches no parser that recurses, here or upstream (docs/limits.md).
+pub fn check_depth(bytes: &[u8], limit: u32) -> Result<(), GateError> {
+    if wire::json::read::deeper_than(bytes, limit) {
+        return Err(GateError::InvalidRequest(format!(
+            "the body nests objects and arrays more than {limit} deep ([limits] max_json_depth)"
+        )));
+    }
+    Ok(())
+}
+
 /// `Content-Type` must be JSON (any parameters), and the body must not be encoded: a body
 /// mcpgate did not inspect is never forwarded.
 fn check_content_headers(fields: &Fields) -> Result<(), GateError> {

@@ -299,6 +299,7 @@ async fn post<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let want = ctx.want.map_err(|_| GateError::NotAcceptable)?;
     let bytes = body::read(&req.fields, &mut req.body, live.max_body).await?;
+    body::check_depth(&bytes, live.limits.max_json_depth)?;
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;

@@ -94,6 +94,19 @@ pub fn json_read(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // The depth scan against the nesting of the value serde_json reads (within its own
+    // recursion limit of 128).
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+        let d = depth(&v);
+        assert!(
+            !wire::json::read::deeper_than(data, d),
+            "{text:?} is {d} deep"
+        );
+        assert!(
+            d == 0 || wire::json::read::deeper_than(data, d - 1),
+            "{text:?} is {d} deep"
+        );
+    }
     let mut r = Reader::new(text);
     r.skip_ws();
     if let Some(value) = r.value(0).filter(|_| r.at_end()) {
@@ -105,6 +118,15 @@ pub fn json_read(data: &[u8]) {
             let part: serde_json::Value = serde_json::from_str(value).unwrap();
             assert_eq!(part, whole);
         }
+    }
+}
+
+/// How deeply `v` nests objects and arrays (a scalar 0).
+pub fn depth(v: &serde_json::Value) -> u32 {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 

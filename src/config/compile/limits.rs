@@ -2,7 +2,7 @@
 //! state that enforces them (counters, calls in flight) is built from these by the
 //! gateway and kept across reloads for rules whose signature is unchanged.
 
-use super::{Compiler, DEFAULT_MAX_BODY, Fail, at, check_patterns, fail};
+use super::{Compiler, DEFAULT_MAX_BODY, DEFAULT_MAX_JSON_DEPTH, Fail, at, check_patterns, fail};
 use crate::config::glob::Matcher;
 use crate::config::raw;
 use crate::config::units::{parse_duration, parse_size, resolve_secrets_noting};
@@ -59,14 +59,29 @@ pub struct ConcurrencySpec {
 }
 
 /// The compiled `[limits]` (besides `max_body`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LimitRules {
+    /// The deepest nesting of objects and arrays a request body may have (the top-level
+    /// object is 1).
+    pub max_json_depth: u32,
     pub rate: Vec<RateSpec>,
     pub concurrency: Vec<ConcurrencySpec>,
     /// Per-tool deadlines, exact names first, then globs in file order.
     pub timeouts: Vec<(Matcher, String, Duration)>,
     /// `[limits.store]`: rate rules counted in Redis, shared by every replica.
     pub store: Option<Arc<StoreSettings>>,
+}
+
+impl Default for LimitRules {
+    fn default() -> Self {
+        LimitRules {
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            rate: Vec::new(),
+            concurrency: Vec::new(),
+            timeouts: Vec::new(),
+            store: None,
+        }
+    }
 }
 
 /// What a request does when the shared store cannot answer in time (SPEC §13).
@@ -194,6 +209,17 @@ impl Compiler<'_> {
 
     fn limits(&self, l: &raw::RawLimits) -> Result<LimitRules, Fail> {
         let mut out = LimitRules::default();
+        if let Some(v) = &l.max_json_depth {
+            out.max_json_depth = match *v.get_ref() {
+                d @ 3..=10_000 => d as u32,
+                _ => {
+                    return fail(
+                        v.span(),
+                        "max_json_depth must be between 3 (a call's arguments are 3 deep) and 10000",
+                    );
+                }
+            };
+        }
         for r in &l.rate {
             let r = r.get_ref();
             let key = match r.key.get_ref().as_str() {

@@ -52,6 +52,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+/// `[limits] max_json_depth` by default: deeper than any tool's arguments we have seen
+/// (JSON Schema-shaped arguments nest a dozen levels), far below what breaks a server's
+/// recursive parser (Python's json module: about 1,000; serde_json: 128).
+pub const DEFAULT_MAX_JSON_DEPTH: u32 = 64;
 pub const DEFAULT_DENY_CODE: i64 = -32602;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

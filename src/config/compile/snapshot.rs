@@ -553,6 +553,7 @@ impl Snapshot {
         }
         let _ = writeln!(out, "\nlimits:");
         let _ = writeln!(out, "  max_body:  {} bytes", self.max_body);
+        let _ = writeln!(out, "  max_json_depth: {}", self.limits.max_json_depth);
         for r in &self.limits.rate {
             let tools = r.tools.as_ref().map_or(String::new(), |t| {
                 format!(" tools=[{}]", t.patterns().join(", "))

@@ -142,6 +142,41 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Whether the JSON text nests objects and arrays more than `limit` deep (a top-level
+/// object is 1 deep). One pass over the bytes, brackets inside strings passed over, that
+/// stops at the first container past the limit; it does not check the grammar (a text
+/// that is not JSON is refused by the parser after it). A parser that reads a value whole
+/// without recursion (serde_json's `RawValue`) takes any depth; the server behind may not.
+pub fn deeper_than(text: &[u8], limit: u32) -> bool {
+    let mut depth = 0u32;
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        match b {
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                // To the closing quote: a backslash takes the byte after it along.
+                i += 1;
+                while let Some(&c) = text.get(i) {
+                    match c {
+                        b'"' => break,
+                        b'\\' => i += 2,
+                        _ => i += 1,
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 /// Past the object or array that opens at `i`, at nesting depth `depth`. Read in one loop
 /// rather than by recursion: the containers open are a stack of bits (1 an object, 0 an
 /// array), innermost lowest.
@@ -376,6 +411,21 @@ pub fn edits(seeds: &[&str], bits: &[&str], seed: u64, count: usize) -> Vec<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_counts_containers_not_brackets_in_strings() {
+        assert!(!deeper_than(b"1", 0));
+        assert!(deeper_than(b"[]", 0));
+        assert!(!deeper_than(b"[]", 1));
+        assert!(!deeper_than(br#"{"a":[1,{"b":2}],"c":{}}"#, 3));
+        assert!(deeper_than(br#"{"a":[1,{"b":2}],"c":{}}"#, 2));
+        assert!(!deeper_than(br#"{"a":"[[[[{{{{\"[[["}"#, 1));
+        assert!(!deeper_than(br#"{"a\\":"]]]"}"#, 1));
+        assert!(deeper_than(br#"{"a\\":[["x"]]}"#, 2));
+        let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        assert!(deeper_than(deep.as_bytes(), 64));
+        assert!(!deeper_than(deep.as_bytes(), 200_000));
+    }
 
     fn whole(text: &str) -> Option<&str> {
         let mut r = Reader::new(text);

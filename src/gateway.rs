@@ -175,6 +175,8 @@ impl Gateway {
         let mut metrics = Metrics::new();
         let series = Series::register(metrics.registry());
         let streams = StreamRegistry::registered(metrics.registry());
+        let directories =
+            crate::mcp::federation::directory::Directories::registered(metrics.registry());
         let audit_dropped = Audit::register(metrics.registry());
         let spans = crate::observe::trace::register(metrics.registry());
         let certs = snapshot
@@ -219,7 +221,7 @@ impl Gateway {
             held: Default::default(),
             approvals: Default::default(),
             legacy_sessions: Default::default(),
-            directories: Default::default(),
+            directories,
             fed_sessions: Default::default(),
             certs,
             config_path,

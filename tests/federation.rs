@@ -367,7 +367,7 @@ auth = "none"
 "#
         ));
     }
-    let gw = Gateway::start(&text);
+    let gw = Gateway::start(&support::with_admin(text));
     let out = fed_client(
         &gw.url("/conflict"),
         json!({"calls": [
@@ -452,6 +452,33 @@ auth = "none"
     assert_eq!(calls["a__b"], "a:b", "{out}");
     assert_eq!(calls["tickets__search"], "tickets:search", "{out}");
     assert_eq!(calls["kb__tickets__search"], "kb:tickets__search", "{out}");
+
+    // never: tickets' `search` is shadowed by kb's. Not silent at run time: a warning
+    // naming both, and a metric (none for the profiles where nothing is shadowed).
+    let out = fed_client(&gw.url("/never"), json!({"calls": [["search", {}]]})).await;
+    assert_eq!(out["calls"]["search"], "kb:search", "{out}");
+    let log = gw
+        .log_with("a federated member's name is not shown", 1)
+        .await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("a federated member's name is not shown"))
+        .unwrap();
+    assert!(line.contains("\"profile\":\"never\""), "{line}");
+    assert!(line.contains("\"kept\":\"kb search\""), "{line}");
+    assert!(line.contains("\"shadowed\":\"tickets search\""), "{line}");
+    assert_eq!(log.matches("a federated member's name is not shown").count(), 1);
+    let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
+        .await
+        .body;
+    assert!(
+        metrics.contains("mcpgate_federation_shadowed{profile=\"never\",kind=\"tool\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcpgate_federation_shadowed{profile=\"always\",kind=\"tool\"} 0"),
+        "{metrics}"
+    );
 }
 
 /// A member killed mid-test: lists carry the others' items and name it unavailable, its

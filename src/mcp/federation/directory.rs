@@ -8,6 +8,9 @@
 use super::{Merged, merge, template};
 use crate::config::federation::Federation;
 use crate::mcp::jsonrpc::ListKind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -31,7 +34,20 @@ pub struct Directory {
     /// How many times each kind was forgotten (a member said its list changed): a read
     /// after a change is never skipped as too soon.
     changes: [std::sync::atomic::AtomicU64; 4],
+    /// The profile's name, and per kind (tools, prompts) how many member names are not
+    /// shown because another member shows the same name (`mcpgate_federation_shadowed`).
+    profile: Arc<str>,
+    shadowed: [Gauge; 2],
 }
+
+/// The labels of `mcpgate_federation_shadowed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowedLabels {
+    profile: String,
+    kind: &'static str,
+}
+
+const SLOT_KINDS: [&str; 2] = ["tool", "prompt"];
 
 #[derive(Default)]
 struct Known {
@@ -59,8 +75,10 @@ fn slot(kind: ListKind) -> Option<usize> {
 }
 
 impl Directory {
-    fn new(members: usize) -> Directory {
+    fn new(members: usize, profile: &str, shadowed: [Gauge; 2]) -> Directory {
         Directory {
+            profile: Arc::from(profile),
+            shadowed,
             known: RwLock::new(Known {
                 names: [vec![None; members], vec![None; members]],
                 partial: [vec![Vec::new(); members], vec![Vec::new(); members]],
@@ -141,8 +159,41 @@ impl Directory {
             }
         };
         if changed {
-            self.merged[s].store(Arc::new(merged(fed, &known.names[s], &known.partial[s])));
+            let next = merged(fed, &known.names[s], &known.partial[s]);
+            let before = self.merged[s].load();
+            self.tell_collisions(fed, s, &before, &next);
+            self.merged[s].store(Arc::new(next));
         }
+    }
+
+    /// Under `prefix = "always"` or `"never"` two members may show one name; the first
+    /// keeps it and the other's is not shown (docs/federation.md). Each new such name is a
+    /// warning naming both, and the count of names not shown is a metric, so an operator
+    /// learns it at run time and not only from `check --probe`.
+    fn tell_collisions(&self, fed: &Federation, s: usize, before: &Merged, next: &Merged) {
+        let member = |m: usize| fed.members.get(m).map_or("?", |x| &*x.name);
+        for c in &next.collisions {
+            if before.collisions.iter().any(|b| b == c) {
+                continue;
+            }
+            let Some(((keeper, kept), others)) = c.claims.split_first() else {
+                continue;
+            };
+            let shadowed: Vec<String> = others
+                .iter()
+                .map(|(m, own)| format!("{} {own}", member(*m)))
+                .collect();
+            tracing::warn!(
+                profile = %self.profile,
+                kind = SLOT_KINDS[s],
+                name = %c.name,
+                kept = format!("{} {kept}", member(*keeper)),
+                shadowed = shadowed.join(", "),
+                "a federated member's name is not shown: another member shows the same name (prefix or rename one)"
+            );
+        }
+        let hidden: usize = next.collisions.iter().map(|c| c.claims.len() - 1).sum();
+        self.shadowed[s].set(hidden as i64);
     }
 
     /// Whether every member's whole `kind` list is known.
@@ -242,6 +293,7 @@ fn merged(fed: &Federation, whole: &[Option<Vec<String>>], partial: &[Vec<String
 pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
     members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
+    shadowed: Family<ShadowedLabels, Gauge>,
 }
 
 /// A directory handed out on this thread: of which `Directories` (its address), for
@@ -338,8 +390,27 @@ impl Directories {
         }
         // A reload's new shape replaces the profile's old one.
         map.retain(|k, _| k.split('\0').next() != Some(profile));
-        let d = Arc::new(Directory::new(fed.members.len()));
+        let gauges = SLOT_KINDS.map(|kind| {
+            self.shadowed
+                .get_or_create(&ShadowedLabels {
+                    profile: profile.to_string(),
+                    kind,
+                })
+                .clone()
+        });
+        let d = Arc::new(Directory::new(fed.members.len(), profile, gauges));
         map.insert(key, d.clone());
+        d
+    }
+
+    /// Directories whose `mcpgate_federation_shadowed` is registered in `registry`.
+    pub fn registered(registry: &mut prometheus_client::registry::Registry) -> Directories {
+        let d = Directories::default();
+        registry.register(
+            "federation_shadowed",
+            "Names a federated profile's members list that are not shown because another member shows the same name (prefix = always or never)",
+            d.shadowed.clone(),
+        );
         d
     }
 }

@@ -232,7 +232,14 @@ fn main() {
 fn dispatch(command: Command) -> Result<()> {
     match command {
         Command::Check { config, probe } => {
-            let mut snapshot = config::load(&config_path(config))?;
+            let path = config_path(config);
+            let mut snapshot = config::load(&path)?;
+            // What `run` would stop on besides the file itself (the audit file, TLS).
+            let pre = mcpgate::cli::check::preflight(&snapshot);
+            if !pre.errors.is_empty() {
+                bail!("{}: {}", path.display(), pre.errors.join("\n"));
+            }
+            snapshot.warnings.extend(pre.warnings);
             print!("{}", snapshot.describe());
             if probe {
                 // The probe sends through the gateway's own request path, without writing

@@ -256,6 +256,86 @@ fn startup_failures_are_one_clear_line() {
     assert!(!o.stderr.contains("panicked") && !o.stderr.contains("backtrace"));
 }
 
+/// `check` refuses what `run` would refuse before serving: an audit file in a folder that
+/// does not exist (the example of docs/nginx-migration.md, copied to a fresh machine).
+/// A port in use is a warning (the running instance may hold it); a configuration that
+/// serves nothing, or names what nothing reaches, is warned about.
+#[test]
+fn check_refuses_what_run_would_refuse_and_warns_of_what_serves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-folder/audit.jsonl");
+    let text = format!(
+        "{}\n[audit]\npath = {:?}\n",
+        config("http://127.0.0.1:9/mcp", "10s"),
+        missing.display().to_string()
+    );
+    let (_d, path) = write_config(&text);
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert_eq!(c.code, Some(1), "{}", c.stdout);
+    assert!(c.stderr.contains("no-such-folder"), "{}", c.stderr);
+    assert!(c.stderr.contains("does not exist"), "{}", c.stderr);
+    assert!(!missing.parent().unwrap().exists(), "check creates nothing");
+    let r = run(mcpgate().arg("run").arg("-c").arg(&path));
+    assert_eq!(r.code, Some(1), "run refuses it too: {}", r.stderr);
+    assert!(r.stderr.contains("no-such-folder"), "{}", r.stderr);
+    // Made, the folder is fine; nothing is written by check.
+    std::fs::create_dir(missing.parent().unwrap()).unwrap();
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(!missing.exists());
+
+    // A port held by another process: a warning, not an error.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let text = config("http://127.0.0.1:9/mcp", "10s")
+        .replace("addr = \"127.0.0.1:0\"", &format!("addr = \"{addr}\""));
+    let (_d2, path) = write_config(&text);
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(
+        c.stdout.contains(&format!(
+            "warning: listener \"main\" cannot listen on {addr} now"
+        )),
+        "{}",
+        c.stdout
+    );
+
+    // Serving nothing: an empty file, no routes, a token without profiles, a profile no
+    // route reaches.
+    let (_d3, path) = write_config("");
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert_eq!(c.code, Some(0));
+    assert!(c.stdout.contains("warning: no [[listen]]"), "{}", c.stdout);
+    let (_d4, path) = write_config("[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n");
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert!(c.stdout.contains("warning: no [[routes]]"), "{}", c.stdout);
+    let text = format!(
+        "{}\n[profiles.orphan]\nupstream = \"docs\"\n\n[[tokens]]\nid = \"nobody\"\nsha256 = \"{}\"\nprofiles = []\n",
+        config("http://127.0.0.1:9/mcp", "10s"),
+        "ab".repeat(32)
+    );
+    let (_d5, path) = write_config(&text);
+    let c = run(mcpgate().arg("check").arg("-c").arg(&path));
+    assert_eq!(c.code, Some(0), "{}", c.stderr);
+    assert!(
+        c.stdout
+            .contains("warning: profile \"orphan\" is on no route"),
+        "{}",
+        c.stdout
+    );
+    assert!(
+        c.stdout
+            .contains("warning: token \"nobody\" has no profiles"),
+        "{}",
+        c.stdout
+    );
+    assert!(
+        !c.stdout.contains("warning: profile \"gpt\""),
+        "{}",
+        c.stdout
+    );
+}
+
 #[test]
 fn token_new_and_hash_agree() {
     let o = run(mcpgate().args(["token", "new", "--id", "new-app", "--profile", "gpt"]));

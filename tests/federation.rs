@@ -467,7 +467,11 @@ auth = "none"
     assert!(line.contains("\"profile\":\"never\""), "{line}");
     assert!(line.contains("\"kept\":\"kb search\""), "{line}");
     assert!(line.contains("\"shadowed\":\"tickets search\""), "{line}");
-    assert_eq!(log.matches("a federated member's name is not shown").count(), 1);
+    assert_eq!(
+        log.matches("a federated member's name is not shown")
+            .count(),
+        1
+    );
     let metrics = support::send(http::Method::GET, &gw.admin_url("/metrics"), &[], "")
         .await
         .body;

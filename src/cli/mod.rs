@@ -2,6 +2,7 @@
 //! gateway itself (`run`), the demo, `pin`, and the sample MCP server the demo and the tests put
 //! behind the gateway.
 
+pub mod check;
 pub mod demo;
 pub mod pin;
 pub mod run;

@@ -232,6 +232,7 @@ impl Compiler<'_> {
             &mut warnings,
         )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;
+        routes::reach_warnings(&listeners, &routes, &profiles, &tokens, &mut warnings);
         exchange_needs_oauth(&raw, &profiles)?;
         let pins_path = raw
             .pins

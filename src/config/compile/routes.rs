@@ -385,3 +385,38 @@ fn same_template(a: &[Segment], b: &[Segment]) -> bool {
             _ => false,
         })
 }
+
+/// Warnings about a configuration that serves nothing, or less than it names: no
+/// listener, no route, a token without profiles, a profile no route reaches.
+pub(super) fn reach_warnings(
+    listeners: &[super::Listener],
+    routes: &[Arc<Route>],
+    profiles: &std::collections::BTreeMap<String, Arc<Profile>>,
+    tokens: &super::TokenMap,
+    warnings: &mut Vec<String>,
+) {
+    if listeners.is_empty() {
+        warnings.push(
+            "no [[listen]]: this configuration serves nothing (docs/configuration.md)".into(),
+        );
+    } else if routes.is_empty() {
+        warnings
+            .push("no [[routes]]: every request gets 404 (docs/configuration.md: routes)".into());
+    }
+    for (name, _) in profiles {
+        if !routes.iter().any(|r| *r.profile.name == **name) {
+            warnings.push(format!(
+                "profile {name:?} is on no route: no request can use it"
+            ));
+        }
+    }
+    let mut empty: Vec<&str> = tokens
+        .values()
+        .filter(|t| t.profiles.is_empty())
+        .map(|t| &*t.id)
+        .collect();
+    empty.sort_unstable();
+    for id in empty {
+        warnings.push(format!("token {id:?} has no profiles: it opens no route"));
+    }
+}

@@ -723,7 +723,7 @@ fn oauth_mistakes_are_named() {
 #[test]
 fn approval_rules_compile_per_profile_and_mistakes_are_named() {
     let text = format!(
-        "{BASE}\n[profiles.other]\nupstream = \"docs\"\nallow = [\"*\"]\n\n[admin]\n\n[[approvals]]\nprofiles = [\"gpt\"]\ntools = [\"delete_*\"]\nmessage = \"Delete {{path}}?\"\n\n[[approvals]]\nannotations = {{ destructiveHint = true }}\napprover = \"admin\"\ntimeout = \"90s\"\n"
+        "{BASE}\n[profiles.other]\nupstream = \"docs\"\nallow = [\"*\"]\n\n[[routes]]\nlisten = \"main\"\npath = \"/other\"\nprofile = \"other\"\n\n[admin]\n\n[[approvals]]\nprofiles = [\"gpt\"]\ntools = [\"delete_*\"]\nmessage = \"Delete {{path}}?\"\n\n[[approvals]]\nannotations = {{ destructiveHint = true }}\napprover = \"admin\"\ntimeout = \"90s\"\n"
     );
     let s = load_str(&text, "f.toml").unwrap();
     let gpt = &s.profiles["gpt"].approvals;

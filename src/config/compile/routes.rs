@@ -403,7 +403,7 @@ pub(super) fn reach_warnings(
         warnings
             .push("no [[routes]]: every request gets 404 (docs/configuration.md: routes)".into());
     }
-    for (name, _) in profiles {
+    for name in profiles.keys() {
         if !routes.iter().any(|r| *r.profile.name == **name) {
             warnings.push(format!(
                 "profile {name:?} is on no route: no request can use it"

@@ -189,6 +189,38 @@ pub(crate) mod tests {
         pem::encode(&pem::Pem::new("PRIVATE KEY", der))
     }
 
+    /// The key is a PEM file's path (relative to the configuration's folder), as the
+    /// upstream `tls` keys take it, or its text through a secret reference; a path that
+    /// does not read says both ways.
+    #[test]
+    fn a_key_is_a_path_or_a_secret_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("identity.pem"), pem_key(false)).unwrap();
+        let text = |key: &str| {
+            format!(
+                "[[listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n\n[upstreams.kb]\nurl = \"http://127.0.0.1:9/mcp\"\n\n[upstreams.kb.identity]\nmode = \"jwt\"\nissuer = \"https://gate.example\"\nkey = {key}\n\n[profiles.p]\nupstream = \"kb\"\n\n[[routes]]\nlisten = \"m\"\npath = \"/mcp\"\nprofile = \"p\"\nauth = \"none\"\n"
+            )
+        };
+        let load = |key: &str| {
+            let path = dir.path().join("gate.toml");
+            std::fs::write(&path, text(key)).unwrap();
+            crate::config::compile::load(&path).map_err(|e| e.to_string())
+        };
+        let pem = dir.path().join("identity.pem").display().to_string();
+        for key in [
+            "\"identity.pem\"".to_string(),
+            format!("{pem:?}"),
+            format!("\"${{file:{pem}}}\""),
+            format!("[\"identity.pem\", {pem:?}]"),
+        ] {
+            let s = load(&key).unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert!(s.upstreams["kb"].identity.is_some(), "{key}");
+        }
+        let e = load("\"missing.pem\"").unwrap_err();
+        assert!(e.contains("gate.toml:11:7: key 1: cannot read"), "{e}");
+        assert!(e.contains("${file:"), "{e}");
+    }
+
     #[test]
     fn a_token_signed_verifies_with_the_published_key() {
         for ec in [true, false] {

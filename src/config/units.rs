@@ -4,9 +4,29 @@
 
 use std::time::{Duration, SystemTime};
 
+/// A duration as docs/configuration.md states the grammar: a whole number and one unit,
+/// with nothing between or around them: `ms`, `s`, `m`, `h` or `d`. Anything else
+/// (`"60 seconds"`, `"2 months"`, `"1ms 2s"`, `"1.5s"`, `"1h30m"`) is refused with the
+/// forms that are right.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|e| format!("bad duration {s:?} ({e}); write e.g. \"250ms\", \"30s\", \"5m\""))?;
+    let wrong = || {
+        format!(
+            "bad duration {s:?}: write a whole number and a unit, nothing between them: \"250ms\", \"30s\", \"5m\", \"1h\", \"2d\""
+        )
+    };
+    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(wrong)?;
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().map_err(|_| wrong())?;
+    let seconds = |k: u64| n.checked_mul(k).map(Duration::from_secs);
+    let d = match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => seconds(1),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        "d" => seconds(86_400),
+        _ => None,
+    }
+    .ok_or_else(wrong)?;
     if d.is_zero() {
         return Err(format!("duration {s:?} must be greater than zero"));
     }
@@ -106,8 +126,30 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("soon").is_err());
+        for wrong in [
+            "soon",
+            "60 seconds",
+            "2 months",
+            "1ms 2s",
+            "1h30m",
+            "1.5s",
+            " 5s",
+            "5s ",
+            "5 s",
+            "5",
+            "-5s",
+            "5S",
+            "5sec",
+            "99999999999999999999d",
+            "",
+        ] {
+            let e = parse_duration(wrong).unwrap_err();
+            assert!(e.contains("\"30s\""), "{wrong:?}: {e}");
+        }
     }
 
     #[test]

@@ -882,6 +882,13 @@ fn identity_compiles_and_its_mistakes_are_named() {
         (
             "identity = { mode = \"exchange\", client_id = \"c\", client_key = \"nope\" }"
                 .to_string(),
+            "client_key: cannot read",
+        ),
+        (
+            format!(
+                "identity = {{ mode = \"exchange\", client_id = \"c\", client_key = \"{}\" }}",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")
+            ),
             "client_key: the key is not PEM",
         ),
         (
@@ -890,6 +897,17 @@ fn identity_compiles_and_its_mistakes_are_named() {
         ),
         (
             "identity = { mode = \"jwt\", issuer = \"i\", key = \"not a key\" }".to_string(),
+            "key 1: cannot read",
+        ),
+        (
+            "identity = { mode = \"jwt\", issuer = \"i\", key = \"${env:PATH}\" }".to_string(),
+            "key 1: the key is not PEM",
+        ),
+        (
+            format!(
+                "identity = {{ mode = \"jwt\", issuer = \"i\", key = \"{}\" }}",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")
+            ),
             "key 1: the key is not PEM",
         ),
         (

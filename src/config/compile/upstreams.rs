@@ -567,10 +567,7 @@ impl Compiler<'_> {
                         resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
                     )?),
                     (None, Some(key)) => {
-                        let text = at(
-                            key,
-                            resolve_secrets_noting(key.get_ref(), &mut self.files.borrow_mut()),
-                        )?;
+                        let text = self.key_pem(key, key.get_ref(), "client_key")?;
                         crate::config::identity::ClientAuth::Key(
                             SigningKey::from_pem(&text)
                                 .map_err(|e| (key.span(), format!("client_key: {e}")))?,
@@ -666,7 +663,7 @@ impl Compiler<'_> {
         let Some(key) = &i.key else {
             return fail(
                 raw.span(),
-                "identity mode = \"jwt\" needs key: a PKCS#8 PEM private key, P-256 or Ed25519 (key = \"${file:/etc/mcpgate/identity.pem}\")",
+                "identity mode = \"jwt\" needs key: a PKCS#8 PEM private key, P-256 or Ed25519 (key = \"/etc/mcpgate/identity.pem\")",
             );
         };
         let texts: Vec<&str> = match key.get_ref() {
@@ -679,10 +676,7 @@ impl Compiler<'_> {
         }
         let mut keys = Vec::new();
         for (n, text) in texts.iter().enumerate() {
-            let text = at(
-                key,
-                resolve_secrets_noting(text, &mut self.files.borrow_mut()),
-            )?;
+            let text = self.key_pem(key, text, &format!("key {}", n + 1))?;
             let k = SigningKey::from_pem(&text)
                 .map_err(|e| (key.span(), format!("key {}: {e}", n + 1)))?;
             keys.push(k);
@@ -882,6 +876,30 @@ impl Compiler<'_> {
     }
 
     /// `session_key`: one key or a list, newest first; each 32 bytes in base64.
+    /// A key's PEM text from what `written` says: a PEM file's path (relative to the
+    /// configuration's folder), as the upstream `tls` keys take it, or the PEM itself
+    /// through `${file:…}` or `${env:…}`. What a reference gives is never taken for a
+    /// path: an error would then print it.
+    fn key_pem<T>(&self, at_: &S<T>, written: &str, what: &str) -> Result<String, Fail> {
+        if written.contains("${") || written.trim_start().starts_with("-----BEGIN") {
+            return at(
+                at_,
+                resolve_secrets_noting(written, &mut self.files.borrow_mut()),
+            );
+        }
+        let text = written;
+        let path = self.path(text.trim());
+        std::fs::read_to_string(&path).map_err(|e| {
+            (
+                at_.span(),
+                format!(
+                    "{what}: cannot read {}: {e} (write the PEM file's path, or its text as \"${{file:/etc/mcpgate/key.pem}}\" or \"${{env:NAME}}\")",
+                    path.display()
+                ),
+            )
+        })
+    }
+
     fn session_keys(&self, v: &S<toml::Value>) -> Result<Box<[SessionKey]>, Fail> {
         let texts: Vec<&str> = match v.get_ref() {
             toml::Value::String(s) => vec![s],

@@ -70,17 +70,26 @@ enum Command {
     },
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
     Completions { shell: clap_complete::Shell },
-    /// Print the man page (roff) to stdout: `mcpgate man > /usr/share/man/man1/mcpgate.1`.
-    Man,
-    /// Run only the sample MCP server (benchmarks and experiments).
-    #[command(hide = true)]
+    /// Print the man page (roff) to stdout: `mcpgate man > /usr/share/man/man1/mcpgate.1`;
+    /// `mcpgate man run` prints the page of `mcpgate run` (`mcpgate-run(1)`), and
+    /// `--dir /usr/share/man/man1` writes every page there.
+    Man {
+        /// The command whose page to print (`run`, `check`, `token`, …).
+        command: Option<String>,
+        /// Write mcpgate.1 and every command's page into this folder instead.
+        #[arg(long, conflicts_with = "command")]
+        dir: Option<PathBuf>,
+    },
+    /// Run the sample MCP server alone, to try mcpgate against: the small document store
+    /// the demo uses (JSON or SSE, over HTTP or stdio), or N generated tools for load tests.
     SampleUpstream {
         #[arg(long, default_value = "127.0.0.1:8000")]
         listen: SocketAddr,
         /// Answer in SSE (with a priming event) instead of JSON.
         #[arg(long)]
         sse: bool,
-        /// List this many generated tools.
+        /// List this many generated tools (`tool_000`, `tool_001`, …), each of which answers
+        /// a call with its arguments, instead of the document store's tools.
         #[arg(long)]
         tools: Option<usize>,
         /// Every tools/call result carries a text of this many bytes.
@@ -177,7 +186,7 @@ fn pin(command: PinCommand) -> Result<()> {
     let reviews = reviews.map_err(anyhow::Error::msg)?;
     match command {
         PinCommand::Review { .. } => {
-            print!("{}", pin::report(&reviews));
+            out(pin::report(&reviews))?;
             if reviews
                 .iter()
                 .any(|r| r.unapproved().next().is_some() || !r.removed.is_empty())
@@ -209,12 +218,12 @@ fn pin(command: PinCommand) -> Result<()> {
             )
             .map_err(anyhow::Error::msg)?;
             if done.is_empty() {
-                println!("nothing to approve: every definition asked for is approved already");
+                out("nothing to approve: every definition asked for is approved already\n")?;
                 return Ok(());
             }
             pin::write(pins_path.as_deref(), &book).map_err(anyhow::Error::msg)?;
             for line in done {
-                println!("{line}");
+                out(format!("{line}\n"))?;
             }
             Ok(())
         }
@@ -229,6 +238,53 @@ fn main() {
     }
 }
 
+/// Writes `text` to stdout. A reader that stopped reading (`mcpgate man | head`) is not an
+/// error: the rest is not wanted.
+fn out(text: impl std::fmt::Display) -> Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("writing to stdout"),
+    }
+}
+
+/// `mcpgate man`: the page of mcpgate or of one of its commands to stdout, or every page
+/// into `dir` (the main page names the commands' pages, `mcpgate-run(1)` and so on).
+fn man(command: Option<&str>, dir: Option<&std::path::Path>) -> Result<()> {
+    // `help` is clap's, with no page of its own: the pages do not name it.
+    let cmd = <Cli as clap::CommandFactory>::command()
+        .disable_help_subcommand(true)
+        .mut_subcommands(|c| c.disable_help_subcommand(true));
+    if let Some(dir) = dir {
+        clap_mangen::generate_to(cmd, dir)
+            .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+        return Ok(());
+    }
+    let page = match command {
+        None => cmd,
+        Some(name) => {
+            let Some(sub) = cmd.find_subcommand(name) else {
+                let names: Vec<&str> = cmd
+                    .get_subcommands()
+                    .map(clap::Command::get_name)
+                    .filter(|n| *n != "help")
+                    .collect();
+                bail!("no command {name:?}: one of {}", names.join(", "));
+            };
+            // Named as the main page names it.
+            // Leaked once, for the life of this short command: clap names are `'static`.
+            let full: &'static str = Box::leak(format!("mcpgate-{}", sub.get_name()).into());
+            sub.clone().name(full)
+        }
+    };
+    let mut text = Vec::new();
+    clap_mangen::Man::new(page)
+        .render(&mut text)
+        .context("rendering the man page")?;
+    out(String::from_utf8_lossy(&text))
+}
+
 fn dispatch(command: Command) -> Result<()> {
     match command {
         Command::Check { config, probe } => {
@@ -240,7 +296,7 @@ fn dispatch(command: Command) -> Result<()> {
                 bail!("{}: {}", path.display(), pre.errors.join("\n"));
             }
             snapshot.warnings.extend(pre.warnings);
-            print!("{}", snapshot.describe());
+            out(snapshot.describe())?;
             if probe {
                 // The probe sends through the gateway's own request path, without writing
                 // an audit trail or listening anywhere.
@@ -251,7 +307,7 @@ fn dispatch(command: Command) -> Result<()> {
                     gw.close_stdio().await;
                     anyhow::Ok(listing)
                 })?;
-                print!("{listing}");
+                out(listing)?;
             }
             Ok(())
         }
@@ -283,8 +339,10 @@ fn dispatch(command: Command) -> Result<()> {
             let secret = token::generate().context("reading random bytes from the OS")?;
             let hash = token::Secret(&secret).hash();
             let id = id.unwrap_or_else(|| format!("token-{}", &token::to_hex(&hash)[..8]));
-            println!("token: {secret}\n\n# add to the configuration (only the hash is stored):");
-            print!("{}", token::toml_entry(&id, &hash, &profiles));
+            out(format!(
+                "token: {secret}\n\n# add to the configuration (only the hash is stored):\n{}",
+                token::toml_entry(&id, &hash, &profiles)
+            ))?;
             Ok(())
         }
         Command::Healthcheck { admin, ready } => {
@@ -329,25 +387,24 @@ fn dispatch(command: Command) -> Result<()> {
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "mcpgate", &mut std::io::stdout());
-            Ok(())
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "mcpgate", &mut text);
+            out(String::from_utf8_lossy(&text))
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd)
-                .render(&mut std::io::stdout())
-                .context("writing the man page")?;
-            Ok(())
-        }
+        Command::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
         Command::Audit(AuditCommand::Verify { file }) => {
             match mcpgate::observe::audit::verify(&file) {
                 Ok(v) => {
-                    println!("{}: {} lines, chain intact", file.display(), v.lines);
+                    out(format!(
+                        "{}: {} lines, chain intact\n",
+                        file.display(),
+                        v.lines
+                    ))?;
                     if let Some(bytes) = v.torn_tail {
-                        println!(
-                            "{}: then {bytes} bytes of a last line a crash cut short; mcpgate marks it with a \"recovered\" record when it next starts on this file",
+                        out(format!(
+                            "{}: then {bytes} bytes of a last line a crash cut short; mcpgate marks it with a \"recovered\" record when it next starts on this file\n",
                             file.display()
-                        );
+                        ))?;
                     }
                     Ok(())
                 }
@@ -366,7 +423,10 @@ fn dispatch(command: Command) -> Result<()> {
             if secret.is_empty() {
                 bail!("no token on stdin");
             }
-            println!("{}", token::to_hex(&token::Secret(secret).hash()));
+            out(format!(
+                "{}\n",
+                token::to_hex(&token::Secret(secret).hash())
+            ))?;
             Ok(())
         }
     }

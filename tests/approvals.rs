@@ -866,6 +866,7 @@ async fn a_federated_profile_asks_by_the_names_its_clients_see() {
             .args([&other_port.to_string(), "other", "wipe", "open"]),
         other_port,
     );
+    let audit = dir.path().join("audit.jsonl");
     let gw = Gateway::start(&format!(
         r#"
 [[listen]]
@@ -891,6 +892,9 @@ auth = "none"
 [[approvals]]
 tools = ["notes__delete_*", "other__wipe"]
 message = "Really {{path}}?"
+
+[audit]
+path = {audit:?}
 "#
     ));
     let fed = gw.url("/fed");
@@ -931,6 +935,20 @@ message = "Really {{path}}?"
     assert_eq!(out["calls"][0]["text"], "deleted f3", "{out}");
     assert_eq!(out["calls"][1]["text"], "other:wipe", "{out}");
     assert_eq!(ran(&ran_file), ["delete_note f1", "delete_note f3"]);
+    // Every approval step names the member, as the call's own records do.
+    let steps: Vec<Value> = records(&audit)
+        .into_iter()
+        .filter(|r| r["phase"] == "approval")
+        .collect();
+    assert!(steps.len() >= 8, "{steps:?}");
+    for s in &steps {
+        let member = if s["tool"] == "other__wipe" {
+            "other"
+        } else {
+            "notes"
+        };
+        assert_eq!(s["upstream"], member, "{s}");
+    }
 }
 
 /// A 2026-07-28 server that asks its own confirmation of the call mcpgate had approved

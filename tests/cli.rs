@@ -496,3 +496,114 @@ fn demo_curl_commands_answer() {
         answers[6]
     );
 }
+
+/// The sample MCP server is a documented command (in `--help`), and every tool it lists can
+/// be called, the generated ones included, directly and through a gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sample_upstream_is_a_visible_command_whose_tools_all_work() {
+    let help = run(mcpgate().arg("--help"));
+    assert!(help.stdout.contains("sample-upstream"), "{}", help.stdout);
+    let port = free_port();
+    let mut child = mcpgate()
+        .args([
+            "sample-upstream",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--tools",
+            "12",
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    eventually(
+        Duration::from_secs(10),
+        "the sample server listens",
+        || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+    let listed = post(&url, &[], &list(1)).await;
+    let names = listed.tool_names();
+    assert_eq!(names.len(), 12);
+    let gw = Gateway::start(&config(&url, "10s"));
+    for target in [url.clone(), gw.url("/mcp-gpt-full")] {
+        for name in &names {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{name}","arguments":{{"q":1}}}}}}"#
+            );
+            let r = post(&target, &[], &body).await;
+            let m = &r.messages()[0];
+            assert_eq!(
+                m["result"]["content"][0]["text"],
+                format!("{name} called with {{\"q\":1}}"),
+                "{target}: {m}"
+            );
+        }
+        let r = post(&target, &[], &call(3, "tool_012")).await;
+        assert_eq!(r.messages()[0]["error"]["code"], -32602, "{}", r.body);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `mcpgate man | head` ends quietly (exit 0, nothing on stderr), and every page the
+/// pages name exists: `mcpgate man COMMAND` prints it, `--dir` writes them all.
+#[test]
+fn man_pages_end_quietly_in_a_pipe_and_name_only_pages_that_exist() {
+    use std::io::Read;
+    let mut child = mcpgate()
+        .arg("man")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let w = run(mcpgate().arg("man").arg("--dir").arg(dir.path()));
+    assert_eq!(w.code, Some(0), "{}", w.stderr);
+    let mut named = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        for (i, _) in text.match_indices("mcpgate\\-") {
+            let rest = &text[i + "mcpgate\\-".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '\\' || c == '-'))
+                .unwrap_or(rest.len());
+            if rest[end..].starts_with("(1)") {
+                named.insert(rest[..end].replace("\\-", "-"));
+            }
+        }
+    }
+    assert!(named.contains("run") && named.contains("pin"), "{named:?}");
+    for page in &named {
+        assert!(
+            dir.path().join(format!("mcpgate-{page}.1")).exists(),
+            "mcpgate-{page}(1) is named but not written"
+        );
+    }
+    let one = run(mcpgate().args(["man", "check"]));
+    assert_eq!(one.code, Some(0));
+    assert!(one.stdout.contains(".TH mcpgate-check 1"), "{}", one.stdout);
+    let bad = run(mcpgate().args(["man", "nope"]));
+    assert_eq!(bad.code, Some(1));
+    assert!(bad.stderr.contains("one of run, check"), "{}", bad.stderr);
+}

@@ -515,6 +515,13 @@ fn the_kubernetes_files_fit_together_and_the_config_passes_check() {
             &format!("${{file:{}}}", local.display()),
         );
     }
+    // The audit trail's volume, as the Deployment mounts it (`check` wants its folder).
+    let deployment =
+        std::fs::read_to_string(root().join("deploy/kubernetes/mcpgate.yaml")).unwrap();
+    assert!(deployment.contains("mountPath: /var/log/mcpgate }"));
+    let logs = mounted.path().join("var/log/mcpgate");
+    std::fs::create_dir_all(&logs).unwrap();
+    text = text.replace("/var/log/mcpgate", &logs.display().to_string());
     let path = mounted.path().join("mcpgate.toml");
     std::fs::write(&path, &text).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_mcpgate"))

@@ -932,3 +932,141 @@ profiles = ["notes", "pool"]
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// Every request mcpgate sends to an upstream with identity carries a token (docs/oauth.md):
+/// the caller's where it acts for one, `sub = mcpgate` for its own. A legacy server left
+/// at `protocol = "auto"` that refuses requests without a good token is probed for its
+/// era (`server/discover`) with mcpgate's token, so a 2026-07-28 client's call is bridged
+/// to it; a federated profile's reads of its members' lists, made because a caller named
+/// a tool not known yet, are mcpgate's; health checks carry a token of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_to_an_upstream_with_identity_carries_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let ec = key(dir.path(), "ec.pem", true);
+    let port = free_port();
+    let audience = format!("http://127.0.0.1:{port}/mcp");
+    let identity = format!(
+        "mode = \"jwt\"\nissuer = \"https://gate.test\"\nkey = {:?}",
+        ec.display().to_string()
+    );
+    let gw = Gateway::start(&support::with_admin(format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.kb]
+url = "{audience}"
+[upstreams.kb.identity]
+{identity}
+jwks_path = "/jwks.json"
+
+[upstreams.checked]
+url = "{audience}"
+health = {{ interval = "1s", timeout = "1s" }}
+[upstreams.checked.identity]
+{identity}
+
+[profiles.kb]
+upstream = "kb"
+allow = ["*"]
+[profiles.fed]
+upstreams = ["kb", "checked"]
+prefix = "always"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "kb"
+[[routes]]
+listen = "main"
+path = "/fed"
+profile = "fed"
+
+[[tokens]]
+id = "alice"
+sha256 = "{alice}"
+profiles = ["kb", "fed"]
+"#,
+        alice = hash(ALICE),
+    )));
+    let record = dir.path().join("seen.jsonl");
+    let _upstream = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("jwt_upstream.mjs")
+            .args(["--port", &port.to_string()])
+            .args(["--jwks", &gw.url("/jwks.json")])
+            .args(["--issuer", "https://gate.test", "--audience", &audience])
+            .arg("--record")
+            .arg(&record),
+        port,
+    );
+    let bearer = format!("Bearer {ALICE}");
+    let call = |path: &str, tool: &str| {
+        let url = gw.url(path);
+        let bearer = bearer.clone();
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{{"name":"raw","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let tool = tool.to_string();
+        async move {
+            let r = support::post(
+                &url,
+                &[
+                    ("authorization", &bearer),
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", &tool),
+                ],
+                &body,
+            )
+            .await;
+            let text = r.messages()[0]["result"]["content"][0]["text"].clone();
+            serde_json::from_str::<Value>(text.as_str().unwrap_or_default())
+                .unwrap_or_else(|e| panic!("{e}: {}", r.body))
+        }
+    };
+    // One upstream: the call is refused as a modern one, the probe shows a legacy server,
+    // the call is bridged.
+    let said = call("/mcp", "whoami").await;
+    assert_eq!(said["sub"], "alice", "{said}");
+    // A federated profile whose names nobody has read yet.
+    let said = call("/fed", "kb__whoami").await;
+    assert_eq!(
+        (&said["sub"], &said["profile"]),
+        (&"alice".into(), &"fed".into())
+    );
+    // The health checks of `checked` carry mcpgate's token.
+    let all = support::eventually(
+        std::time::Duration::from_secs(10),
+        "two health checks answered",
+        || async {
+            let all = seen(&record);
+            let checks = all
+                .iter()
+                .filter(|r| r["method"] == "server/discover" && r["ok"] == true)
+                .count();
+            (checks >= 3).then_some(all)
+        },
+    )
+    .await;
+    let refused: Vec<&Value> = all.iter().filter(|r| r["ok"] != true).collect();
+    assert!(
+        refused.is_empty(),
+        "every request had a good token: {refused:?}"
+    );
+    for r in &all {
+        match r["method"].as_str() {
+            Some("server/discover") => assert_eq!(r["sub"], "mcpgate", "{r}"),
+            Some("tools/call") => assert_eq!(r["sub"], "alice", "{r}"),
+            _ => {}
+        }
+    }
+    assert!(
+        all.iter()
+            .any(|r| r["method"] == "tools/list" && r["sub"] == "mcpgate"),
+        "the members' lists were read as mcpgate's: {all:?}"
+    );
+}

@@ -198,20 +198,28 @@ async fn a_revoked_callers_call_waiting_for_an_operator_never_runs() {
     )
     .await;
     assert_ne!(late.status, 200, "{}", late.body);
-    // Bob's call is approved and runs; Alice's never did.
+    // Bob's call is approved (with curl, as docs/approvals.md shows it, answered
+    // `approved`) and runs; Alice's never did.
     let bob_id = waiting[0]["id"].as_str().unwrap().to_string();
-    let ok = support::send(
-        Method::POST,
-        &gw.admin_url(&format!("/approvals/{bob_id}")),
-        &[("content-type", "application/x-www-form-urlencoded")],
-        "decision=approve",
-    )
-    .await;
-    assert!(
-        ok.status.is_success() || ok.status.is_redirection(),
-        "{}",
-        ok.body
-    );
+    let at = gw.admin_url(&format!("/approvals/{bob_id}"));
+    let curl = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args([
+                "-s",
+                "-w",
+                " %{http_code}",
+                "-X",
+                "POST",
+                "-d",
+                "approve",
+                &at,
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "approved\n 200");
     let r = bobs.await.unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     let ran_text = std::fs::read_to_string(&ran).unwrap_or_default();

@@ -398,6 +398,25 @@ fn answer(state: &State, id: Value, method: &str, params: &Value) -> Value {
                 json!({"content": [{"type": "text", "text": text}], "isError": false}),
             )
         }
+        "tools/call" if state.opts.generated_tools.is_some() => {
+            let name = params["name"].as_str().unwrap_or("");
+            // Exactly a name the list gives (`tool_007`, not `tool_7`).
+            let listed = name
+                .strip_prefix("tool_")
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|i| {
+                    i < state.opts.generated_tools.unwrap_or(0) && format!("tool_{i:03}") == name
+                });
+            if listed {
+                let text = format!("{name} called with {}", params["arguments"]);
+                ok(
+                    id,
+                    json!({"content": [{"type": "text", "text": text}], "isError": false}),
+                )
+            } else {
+                error(id, -32602, &format!("Unknown tool: {name}"))
+            }
+        }
         "tools/call" => {
             let name = params["name"].as_str().unwrap_or("");
             match call(state, name, &params["arguments"]) {

@@ -134,7 +134,8 @@ const MOST_ANSWER: usize = 1024;
 /// `POST /approvals/{id}`: `approve` or `decline`, as the body's text, as the form field
 /// `decision` (the status page's buttons) or as JSON `{"decision": …}`. A browser's form
 /// from another origin is refused (the page's own forms are same-origin), and the page's
-/// form is answered with a redirect back to it.
+/// form (a browser's: it carries `Origin`) is answered with a redirect back to it. The
+/// answer says `approved` or `declined`.
 async fn decide<A: Admin>(
     gw: &A,
     peer: std::net::SocketAddr,
@@ -147,6 +148,8 @@ async fn decide<A: Admin>(
         .headers()
         .get(header::HOST)
         .map(|h| h.as_bytes().to_vec());
+    // A browser says where its form came from; curl and scripts do not.
+    let browser = req.headers().contains_key(header::ORIGIN);
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let same = host.as_ref().is_some_and(|h| {
             let mut own = b"http://".to_vec();
@@ -194,13 +197,15 @@ async fn decide<A: Admin>(
             "no call waits for that approval (answered already, gone, or past its time)\n",
         );
     }
-    if form {
-        let mut r = text(StatusCode::SEE_OTHER, PLAIN, "answered\n");
+    let said = if approve { "approved\n" } else { "declined\n" };
+    // The status page's own form goes back to the page; `curl -d approve` (a form too, by
+    // its type) gets the answer docs/approvals.md shows.
+    if form && browser {
+        let mut r = text(StatusCode::SEE_OTHER, PLAIN, said);
         r.headers_mut()
             .insert(header::LOCATION, header::HeaderValue::from_static("/"));
         return r;
     }
-    let said = if approve { "approved\n" } else { "declined\n" };
     text(StatusCode::OK, PLAIN, said)
 }
 

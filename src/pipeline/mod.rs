@@ -98,6 +98,10 @@ struct Ctx<'s> {
     approval: Option<approvals::Need>,
     /// Who approved the request's call (`client`, or the operator), once approved.
     approved: Option<Box<str>>,
+    /// A request mcpgate makes for itself (a federated profile reading its members'
+    /// lists): an upstream with `identity` is told `sub = mcpgate`, not the caller whose
+    /// request made the read happen (docs/oauth.md).
+    own: bool,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -170,6 +174,7 @@ async fn serve(
         listener_at: listener,
         approval: None,
         approved,
+        own: false,
     };
     let method = req.method.clone();
     // Every log line of the request carries its id (`observe::log` explains how).
@@ -324,6 +329,10 @@ async fn post<'s>(
                 dir: &dir,
             };
             approvals::find(profile, &says, &payload, ctx)?;
+            if ctx.approval.is_some() {
+                // The approval's records name the member, as the call's do.
+                federation::note_member(fed, &dir, &payload, ctx);
+            }
         }
         None => {
             let state = live.upstream(&profile.upstream);
@@ -685,6 +694,9 @@ fn who(
     upstream: &crate::config::Upstream,
 ) -> Option<crate::upstream::identity::Who> {
     upstream.identity.as_ref()?;
+    if ctx.own {
+        return Some(crate::upstream::identity::Who::gateway());
+    }
     let (sub, client_id): (Arc<str>, _) = match (ctx.token_id, ctx.caller.as_deref()) {
         (Some(id), _) => (id.into(), None),
         (None, Some(c)) => (

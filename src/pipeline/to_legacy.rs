@@ -187,6 +187,7 @@ pub(super) async fn refused_as_modern(live: &Live, upstream: &Upstream, answer: 
         return false;
     };
     let probe = crate::upstream::encode::discover(upstream, &upstream.endpoints[i]);
+    let probe = crate::upstream::encode::authorized(&probe, upstream);
     let era = crate::upstream::health::probe(state.endpoints[i].here(), &probe).await;
     if let Some(era) = era {
         state.endpoints[i].set_era(era);

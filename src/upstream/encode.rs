@@ -233,6 +233,39 @@ pub fn ping(upstream: &Upstream, endpoint: &Endpoint) -> Vec<u8> {
     )
 }
 
+/// `request` (one of mcpgate's own, made by this module) with `Authorization: Bearer` and a
+/// token for `sub = mcpgate` when `upstream` has `identity` (docs/oauth.md): every request
+/// mcpgate sends to such an upstream carries one, its health checks and era probes
+/// included. Signed afresh, as these requests are seldom (a check every few seconds).
+pub fn authorized<'r>(request: &'r [u8], upstream: &Upstream) -> std::borrow::Cow<'r, [u8]> {
+    let Some(identity) = upstream
+        .identity
+        .as_ref()
+        .filter(|_| upstream.stdio.is_none())
+    else {
+        return std::borrow::Cow::Borrowed(request);
+    };
+    let tokens = super::identity::Tokens::new(identity.clone());
+    let value = match tokens.jwt(&super::identity::Who::gateway()) {
+        Ok(token) => token,
+        Err(e) => {
+            tracing::error!(upstream = %upstream.name, error = %e, "identity token");
+            return std::borrow::Cow::Borrowed(request);
+        }
+    };
+    // After the request line: the head's fields follow it.
+    let Some(line) = request.windows(2).position(|w| w == b"\r\n") else {
+        return std::borrow::Cow::Borrowed(request);
+    };
+    let mut out = Vec::with_capacity(request.len() + value.len() + 32);
+    out.extend_from_slice(&request[..line + 2]);
+    out.extend_from_slice(b"authorization: Bearer ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&request[line + 2..]);
+    std::borrow::Cow::Owned(out)
+}
+
 /// The `params._meta` mcpgate's own 2026-07-28 requests carry.
 pub const OWN_META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"mcpgate","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
 

@@ -317,6 +317,8 @@ pub struct Checker {
     pub request: Arc<[u8]>,
     /// Whether its answers set the endpoint's era (`protocol = "auto"`).
     pub learns_era: bool,
+    /// Its upstream's settings: with `identity`, each check is signed.
+    pub upstream: Arc<crate::config::Upstream>,
     pub task: tokio::task::AbortHandle,
 }
 

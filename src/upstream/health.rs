@@ -31,12 +31,22 @@ pub fn ensure(
     settings: Option<HealthCheck>,
     request: Vec<u8>,
     learns_era: bool,
+    upstream: &Arc<crate::config::Upstream>,
 ) {
     let mut running = endpoint.checker.lock().unwrap_or_else(|p| p.into_inner());
+    let same_identity = |c: &super::endpoint::Checker| match (
+        c.upstream.identity.as_deref(),
+        upstream.identity.as_deref(),
+    ) {
+        (None, None) => true,
+        (Some(a), Some(b)) => super::identity::Tokens::same_as(a, b),
+        _ => false,
+    };
     if let (Some(c), Some(s)) = (&*running, &settings)
         && c.settings == *s
         && *c.request == *request
         && c.learns_era == learns_era
+        && same_identity(c)
     {
         return;
     }
@@ -54,11 +64,13 @@ pub fn ensure(
         settings,
         request.clone(),
         learns_era,
+        upstream.clone(),
     ));
     *running = Some(Checker {
         settings,
         request,
         learns_era,
+        upstream: upstream.clone(),
         task: task.abort_handle(),
     });
 }
@@ -68,6 +80,7 @@ async fn run(
     settings: HealthCheck,
     request: Arc<[u8]>,
     learns_era: bool,
+    upstream: Arc<crate::config::Upstream>,
 ) {
     let pool = match endpoint.upgrade() {
         Some(e) => e.new_pool(),
@@ -75,6 +88,8 @@ async fn run(
     };
     let (mut passed, mut failed) = (0u32, 0u32);
     loop {
+        // With `identity`, each check carries a token of its own (a kept one would expire).
+        let request = super::encode::authorized(&request, &upstream);
         let verdict = tokio::time::timeout(settings.timeout, ping(&pool, &request))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {:?}", settings.timeout)));

@@ -261,6 +261,7 @@ async fn exchange(
     let fields = modern.map(super::encode::modern_fields);
     let fields: &[(&str, &str)] = fields.as_ref().map_or(&[], |f| &f[..]);
     let request = super::encode::own(upstream, endpoint, method, session, &body, fields);
+    let request = super::encode::authorized(&request, upstream);
     let answer = pool
         .send(method, &request, &mut || {})
         .await
@@ -349,6 +350,7 @@ pub fn start_fetching<'a>(
                         Some(era) => era,
                         None => {
                             let probe = super::encode::discover(&upstream, &upstream.endpoints[at]);
+                            let probe = super::encode::authorized(&probe, &upstream);
                             let era = super::health::probe(&pools[at], &probe).await;
                             if let Some(era) = era {
                                 endpoints[at].set_era(era);

@@ -115,6 +115,18 @@ impl Tokens {
             .map_err(|e| format!("signing the identity token failed: {e}"))
     }
 
+    /// Whether `other` signs the same tokens: the same issuer, audience and keys.
+    pub fn same_as(identity: &Identity, other: &Identity) -> bool {
+        identity.issuer == other.issuer
+            && identity.audience == other.audience
+            && identity.keys.len() == other.keys.len()
+            && identity
+                .keys
+                .iter()
+                .zip(other.keys.iter())
+                .all(|(a, b)| a.kid == b.kid)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Who, (HeaderValue, Instant)>> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -233,7 +233,7 @@ impl Registry {
                                 Protocol::Auto => {}
                             }
                             let learns_era = u.protocol == Protocol::Auto;
-                            super::health::ensure(&state, u.health, check, learns_era);
+                            super::health::ensure(&state, u.health, check, learns_era, u);
                         }
                         next.insert(key, state.clone());
                         state

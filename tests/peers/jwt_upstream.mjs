@@ -3,8 +3,9 @@
 // each token with `jose` (signature, iss, aud, exp), refuses a request without a good one
 // (401), and records what it saw. Its tool `whoami` answers with the verified subject.
 // Usage: node jwt_upstream.mjs --port P --jwks URL --issuer ISS --audience AUD[,AUD…] --record FILE
-// Each request is appended to FILE as one JSON line: {ok, sub, client_id, profile, jti,
-// act, error, authorization} (authorization: the raw header, to check no client token came).
+// Each request is appended to FILE as one JSON line: {ok, method, sub, client_id, profile,
+// jti, act, error, authorization} (authorization: the raw header, to check no client token
+// came; method: the JSON-RPC method of a POST, else the HTTP method).
 import http from 'node:http';
 import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
@@ -33,6 +34,8 @@ const srv = http.createServer(async (req, res) => {
     for await (const c of req) chunks.push(c);
     const raw = Buffer.concat(chunks).toString('utf8');
     const header = req.headers.authorization ?? '';
+    let method = req.method;
+    try { method = JSON.parse(raw).method ?? method; } catch { /* not JSON: the HTTP method */ }
     let claims;
     try {
         if (!header.startsWith('Bearer ')) throw new Error('no bearer token');
@@ -41,12 +44,12 @@ const srv = http.createServer(async (req, res) => {
             audience: opt('--audience').split(','),
         }));
     } catch (e) {
-        note({ ok: false, error: String(e.code ?? e.message), authorization: header });
+        note({ ok: false, method, error: String(e.code ?? e.message), authorization: header });
         res.writeHead(401, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'bad identity token' } }));
         return;
     }
-    note({ ok: true, sub: claims.sub, client_id: claims.client_id ?? null, profile: claims.profile ?? null, act: claims.act ?? null, jti: claims.jti, exp: claims.exp, iat: claims.iat, authorization: header });
+    note({ ok: true, method, sub: claims.sub, client_id: claims.client_id ?? null, profile: claims.profile ?? null, act: claims.act ?? null, jti: claims.jti, exp: claims.exp, iat: claims.iat, authorization: header });
     req.auth = { token: header.slice(7), clientId: claims.client_id ?? '', scopes: [], extra: { sub: claims.sub, profile: claims.profile ?? null } };
     const body = raw ? JSON.parse(raw) : undefined;
     const id = req.headers['mcp-session-id'];

@@ -90,14 +90,15 @@ pub(super) async fn post<'s>(
         session: session.as_ref(),
     };
     // Annotation rules and pins judge a call by what its member says of the tool or
-    // prompt: a name the directory does not know yet is looked for first.
+    // prompt, and an approval's records name the member: a name the directory does not
+    // know yet is looked for first.
     let pinned = fed
         .members
         .iter()
         .any(|m| m.profile.upstream.pin != PinMode::Off);
     match (m.method(), &m.tool, &m.target) {
         (Some("tools/call"), Some(ToolName::Name(name)), _)
-            if pinned || profile.needs_hints(name) =>
+            if pinned || profile.needs_hints(name) || ctx.approval.is_some() =>
         {
             let _ = fan.by_name(ListKind::Tools, name, ctx).await;
         }
@@ -111,6 +112,9 @@ pub(super) async fn post<'s>(
         fed,
         dir: &dir,
     };
+    // Its refusal or approval records name the member it would go to, as every record of
+    // a federated call does (docs/federation.md).
+    note_member(fed, &dir, &payload, ctx);
     let Some(admitted) = judge(gw, live, profile, peer, &payload, &hints, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
@@ -290,6 +294,26 @@ impl UpstreamSays for MemberHints<'_> {
         // A name no member is known to show (after the lists were read for it) is refused
         // as unknown by its route.
         self.member(list, name, |one, own| one.pinned(kind, own))?
+    }
+}
+
+/// Notes in `ctx` the member a call or prompt of `payload` goes to, when the directory
+/// knows its name already, for the records written before it is sent (a refusal, an
+/// approval's steps).
+pub(super) fn note_member<'s>(
+    fed: &'s Federation,
+    dir: &Directory,
+    payload: &Payload<'_>,
+    ctx: &mut Ctx<'s>,
+) {
+    let Payload::Single(m) = payload else { return };
+    let (kind, name) = match (m.method(), &m.tool, &m.target) {
+        (Some("tools/call"), Some(ToolName::Name(n)), _) => (ListKind::Tools, n),
+        (Some("prompts/get"), _, Some(ToolName::Name(n))) => (ListKind::Prompts, n),
+        _ => return,
+    };
+    if let Some((at, _)) = dir.names(kind).route(name) {
+        ctx.member = fed.members.get(at).map(|x| &*x.name);
     }
 }
 
@@ -798,6 +822,8 @@ impl<'s> Fan<'_, 's> {
     /// again within [`REREAD_AFTER`] of the last time (the lock makes callers that come
     /// together wait for one read).
     async fn read_lists(&self, kinds: &[ListKind], ctx: &Ctx<'s>) {
+        // mcpgate's own reads, whoever's request made them happen.
+        let ctx = &ctx.as_own();
         let mut read_at = self.dir.read_at.lock().await;
         let kinds: Vec<ListKind> = kinds
             .iter()
@@ -1350,6 +1376,10 @@ impl<'s> Ctx<'s> {
     /// The context of a request mcpgate sends to `member` as part of this one (a list
     /// fanned out): the caller's, with its own records.
     fn for_member(&self, member: &'s Member) -> Ctx<'s> {
+        self.derived(Some(&member.name))
+    }
+
+    fn derived(&self, member: Option<&'s str>) -> Ctx<'s> {
         Ctx {
             request_id: self.request_id.clone(),
             route: self.route,
@@ -1371,12 +1401,21 @@ impl<'s> Ctx<'s> {
             trace: self.trace.clone(),
             era: self.era,
             first_request: None,
-            member: Some(&member.name),
+            member,
             rename: None,
             listener_at: self.listener_at,
             approval: None,
             approved: None,
+            own: self.own,
         }
+    }
+
+    /// The context of a request mcpgate makes for itself while serving this one: the
+    /// same route and session, told upstream as mcpgate's.
+    fn as_own(&self) -> Ctx<'s> {
+        let mut own = self.derived(self.member);
+        own.own = true;
+        own
     }
 }
 
@@ -1431,6 +1470,7 @@ fn own_ctx(peer: &Peer) -> Ctx<'static> {
         listener_at: 0,
         approval: None,
         approved: None,
+        own: true,
     }
 }
 

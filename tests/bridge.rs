@@ -240,6 +240,21 @@ fn legacy_sdk_clients_are_served_by_a_modern_only_server() {
         retried[0]["params"]["inputResponses"]["confirm"]["content"]["confirm"],
         true
     );
+    // Each round of a call is a request of its own: per client, no two rounds of its call
+    // share an id (the clients got their answers under their own ids all the same).
+    for client in ["ts1-bridge", "mcp"] {
+        let ids: Vec<String> = bodies
+            .iter()
+            .filter(|b| {
+                b["params"]["name"] == "ask_twice"
+                    && b["params"]["_meta"]["io.modelcontextprotocol/clientInfo"]["name"] == client
+            })
+            .map(|b| b["id"].to_string())
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+        assert!(ids.len() >= 2, "{client}: {ids:?}");
+        assert_eq!(distinct.len(), ids.len(), "{client}: an id reused: {ids:?}");
+    }
     // The probe found the era, and /status shows it.
     let status = tokio::runtime::Runtime::new()
         .unwrap()
@@ -569,6 +584,17 @@ auth = "none"
     assert_eq!(ts["changed"], 1, "{ts}");
     session_state_holds(&ts);
     let py = py_client(&gw.url("/all"), "legacy", None);
+    full_scenario_holds(&py, "file:///py");
+    // Left at `auto`, a child that refuses a legacy `initialize` (-32022) is learnt as an
+    // HTTP server is: the legacy clients are bridged, not handed the refusal.
+    let auto = Gateway::start(
+        &text
+            .replace(r#"protocol = "modern""#, r#"protocol = "auto""#)
+            .replace(r#""--stdio"]"#, r#""--stdio", "--legacy", "reject"]"#),
+    );
+    let ts = ts1_client(&auto.url("/all"), None, "full");
+    full_scenario_holds(&ts, "file:///work");
+    let py = py_client(&auto.url("/all"), "legacy", None);
     full_scenario_holds(&py, "file:///py");
     // A value that names no generation is refused with the three that do.
     let refused =

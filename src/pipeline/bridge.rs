@@ -110,9 +110,8 @@ pub(super) fn open(
 /// upstream not known to refuse legacy clients (one that speaks both serves them itself).
 pub(super) fn may_refuse_legacy(live: &Live, upstream: &Upstream) -> bool {
     let state = live.upstream(upstream);
-    upstream.protocol == Protocol::Auto
-        && state.stdio.is_none()
-        && state.era(upstream) != Some(Era::Legacy)
+    // A stdio child runs each request's generation: its refusal is learnt alike.
+    upstream.protocol == Protocol::Auto && state.era(upstream) != Some(Era::Legacy)
 }
 
 /// The upstream's answer to a legacy `initialize` when it may be a 2026-07-28 server:
@@ -125,6 +124,7 @@ pub(super) async fn refused_as_legacy(
     upstream: &Upstream,
     answer: Answer,
 ) -> Result<Option<Answer>, GateError> {
+    // A stdio child's refusal is answered 400 by its upstream, as an HTTP server's is.
     if answer.response.status() != StatusCode::BAD_REQUEST {
         return Ok(Some(answer));
     }
@@ -139,6 +139,10 @@ pub(super) async fn refused_as_legacy(
     .await?;
     if bridge::refuses_legacy(&text) {
         let state = live.upstream(upstream);
+        if let Some(stdio) = &state.stdio {
+            stdio.set_modern_only();
+            return Ok(None);
+        }
         if let Some(i) = answer.endpoint.and_then(|e| state.named(&e)) {
             state.endpoints[i].set_modern_only();
             return Ok(None);
@@ -517,6 +521,7 @@ async fn asked(
         method,
         name,
         body,
+        client_id: id.clone(),
         id,
         owner,
         revoked: super::auth::Credential::hold(ctx.token, gw),
@@ -570,8 +575,12 @@ struct Replay {
     name: Option<String>,
     /// The 2026-07-28 request, as last sent.
     body: Bytes,
-    /// The call's id, as JSON text.
+    /// The call's id as the upstream knows it this round, as JSON text: the client's in
+    /// the first round, a new one in each retry (a retry is a new request, and its id must
+    /// differ from the first's: docs/protocol.md).
     id: Box<str>,
+    /// The client's id of the call, which its answer and errors carry.
+    client_id: Box<str>,
     owner: Owner,
     /// Ready when the caller's token is revoked or expires: the call ends where it is.
     revoked: Option<crate::runtime::streams::StreamWatch>,
@@ -661,7 +670,7 @@ impl Replay {
             }
         };
         if let Ending::Failed(code, message) = ending {
-            let id = RawValue::from_string(self.id.to_string()).ok();
+            let id = RawValue::from_string(self.client_id.to_string()).ok();
             let json = error_json(id.as_deref(), code, &message, &self.parts.request_id);
             let _ = tx.send(sse::encode_json(&json, None)).await;
         }
@@ -674,6 +683,10 @@ impl Replay {
             let asks = match round {
                 Round::Asks(asks) => asks,
                 Round::Answer(text) => {
+                    let text = match self.to_client(&text) {
+                        Ok(t) => t,
+                        Err(e) => break e,
+                    };
                     let _ = tx.send(sse::encode_json(&text, None)).await;
                     break Ending::Answered;
                 }
@@ -706,12 +719,29 @@ impl Replay {
                     break Ending::Failed(code::INVALID_REQUEST, format!("Invalid request: {e}"));
                 }
             };
+            // A new request, with an id of its own.
+            self.id = format!("\"mcpgate-retry-{}\"", self.waits.next()).into();
+            let retry = match bridge::renumbered(&retry, &self.id) {
+                Ok(r) => r,
+                Err(e) => {
+                    break Ending::Failed(code::INVALID_REQUEST, format!("Invalid request: {e}"));
+                }
+            };
             self.body = Bytes::from(retry);
             round = match self.send().await {
                 Ok(r) => r,
                 Err(e) => break e,
             };
         }
+    }
+
+    /// The call's answer `text` (the upstream's) with the client's id.
+    fn to_client(&self, text: &str) -> Result<String, Ending> {
+        if *self.id == *self.client_id {
+            return Ok(text.to_string());
+        }
+        bridge::renumbered(text, &self.client_id)
+            .map_err(|e| Ending::Failed(code::UPSTREAM, format!("Upstream error: {e}")))
     }
 
     /// Sends the call's retry upstream: the next round.
@@ -798,6 +828,11 @@ impl Replay {
                     match bridge::asks(&data, &self.id) {
                         Ok(Some(asks)) => return Ok(Some(asks)),
                         Ok(None) => {
+                            // A retry's answer goes to the client under its own id.
+                            let raw = match *self.id == *self.client_id {
+                                true => raw,
+                                false => sse::encode_json(&self.to_client(&data)?, None),
+                            };
                             tx.send(raw).await.map_err(|_| Ending::Gone)?;
                             return Ok(None);
                         }

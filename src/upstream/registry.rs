@@ -112,17 +112,24 @@ impl UpstreamState {
         }
     }
 
-    /// Whether its legacy clients are bridged (SPEC §15): it is marked `protocol =
-    /// "modern"`, or (`auto`) an endpoint refused a legacy `initialize` as a server of
-    /// 2026-07-28 only does. A server that speaks both generations serves each client in
-    /// its own.
+    /// Whether its legacy clients are bridged (docs/protocol.md): it is marked `protocol =
+    /// "modern"`, or (`auto`) an endpoint showed it speaks 2026-07-28: it refused a legacy
+    /// `initialize` as a server of 2026-07-28 only does, or answered `server/discover` (a
+    /// health check, a probe). A discover answer does not say whether the server serves
+    /// legacy sessions too, and mcpgate sends nothing it must expect to be refused, so
+    /// such a server's legacy clients are bridged rather than tried natively. Until its
+    /// generation is known, a legacy `initialize` goes as it came.
     pub fn bridges_legacy(&self, upstream: &Upstream) -> bool {
         match upstream.protocol {
             Protocol::Modern => true,
             Protocol::Legacy => false,
-            Protocol::Auto => {
-                self.stdio.is_none() && self.endpoints.iter().any(|e| e.modern_only())
-            }
+            Protocol::Auto => match &self.stdio {
+                Some(stdio) => stdio.modern_only(),
+                None => self
+                    .endpoints
+                    .iter()
+                    .any(|e| e.modern_only() || e.era() == Some(Era::Modern)),
+            },
         }
     }
 

@@ -1,6 +1,6 @@
 // A 2026-07-28 MCP server on the TypeScript SDK v2, for mcpgate's tests of the
 // stateless protocol. Over HTTP:  node ts2_server.mjs --port P [--legacy reject|stateless]
-// Over stdio:                     node ts2_server.mjs --stdio
+// Over stdio:                     node ts2_server.mjs --stdio [--legacy serve|reject]
 // With --record FILE, every request the server receives is appended to FILE as one JSON
 // line ({method, name, headers, body}), so a test can show what reached the upstream.
 import http from 'node:http';
@@ -179,7 +179,8 @@ function build() {
 
 if (args.includes('--stdio')) {
     const { serveStdio } = await import('@modelcontextprotocol/server/stdio');
-    serveStdio(() => build());
+    // `reject`: a legacy `initialize` is refused with UnsupportedProtocolVersion (-32022).
+    serveStdio(() => build(), { legacy: opt('--legacy', 'serve') });
 } else {
     const handler = createMcpHandler(() => build(), { legacy: opt('--legacy', 'stateless') });
     notify = handler.notify;

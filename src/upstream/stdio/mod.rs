@@ -104,9 +104,23 @@ pub struct StdioUpstream {
     crashes: Arc<Mutex<(u32, Option<Instant>)>>,
     /// With `identity`: the tokens that tell its processes who they serve.
     identity: identity::Current,
+    /// `protocol = "auto"`: a process refused a legacy `initialize` as a server of
+    /// 2026-07-28 only does; its legacy clients are bridged from then on (the command is
+    /// the same program in every process).
+    modern_only: std::sync::atomic::AtomicBool,
 }
 
 impl StdioUpstream {
+    /// Whether a process of it refused a legacy `initialize` as a 2026-07-28 server does.
+    pub fn modern_only(&self) -> bool {
+        self.modern_only.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a process refused a legacy `initialize` for its revision.
+    pub fn set_modern_only(&self) {
+        self.modern_only.store(true, Ordering::Relaxed);
+    }
+
     /// Made inside a runtime: it sweeps idle sessions on it.
     pub fn new(
         name: Arc<str>,
@@ -128,6 +142,7 @@ impl StdioUpstream {
             gauge,
             crashes: Arc::new(Mutex::new((0, None))),
             identity: Default::default(),
+            modern_only: Default::default(),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&up)));
@@ -343,7 +358,15 @@ impl StdioUpstream {
         if self.command.sessions == Sharing::PerClient {
             let child = self.start(who).await?;
             return match first_answer(&child, request).await {
-                Ok(r) => self.with_session(child, caller, r),
+                Ok(r) => match refusal(&r) {
+                    // An initialize the process refused opens no session: answered as its
+                    // HTTP server would (400, the error), and the process goes.
+                    Some(error) => {
+                        background(async move { child.close().await });
+                        Ok(whole(StatusCode::BAD_REQUEST, error))
+                    }
+                    None => self.with_session(child, caller, r),
+                },
                 Err(e) => {
                     background(async move { child.close().await });
                     Err(e)
@@ -367,6 +390,9 @@ impl StdioUpstream {
         };
         *shared = Some((child.clone(), None));
         let r = first_answer(&child, request).await?;
+        if let Some(error) = refusal(&r) {
+            return Ok(whole(StatusCode::BAD_REQUEST, error));
+        }
         *shared = Some((child.clone(), initialize_result(&r)));
         drop(shared);
         self.with_session(child, caller, r)
@@ -724,6 +750,22 @@ fn initialize_result(r: &Response<UpstreamBody>) -> Option<Value> {
     let data = first.strip_prefix(b"event: message\ndata: ")?;
     let message = serde_json::from_slice::<Value>(data.trim_ascii()).ok()?;
     message.get("result").cloned()
+}
+
+/// The error message of an `initialize` answer that refused (its first event), as JSON.
+fn refusal(r: &Response<UpstreamBody>) -> Option<Bytes> {
+    let UpstreamBody::Messages {
+        first: Some(first), ..
+    } = r.body()
+    else {
+        return None;
+    };
+    let data = first.strip_prefix(b"event: message\ndata: ")?.trim_ascii();
+    let message = serde_json::from_slice::<Value>(data).ok()?;
+    message
+        .get("error")
+        .is_some()
+        .then(|| Bytes::copy_from_slice(data))
 }
 
 /// Whether a request of `caller` may use `session`: one of the caller that opened it, or

@@ -1035,3 +1035,92 @@ auth = "none"
         }
     }
 }
+
+/// A server that answers `subscriptions/listen` as the conformance suite's reference
+/// server does (`application/json`, a message per line, never ending): each message is
+/// relayed as it comes, as an event to a client that takes events and as a line to one
+/// that takes only JSON; nothing waits for the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_answered_as_json_lines_is_relayed_message_by_message() {
+    let port = free_port();
+    let _server = start_peer(
+        Command::new(node22())
+            .current_dir(peers())
+            .arg("json_lines_server.mjs")
+            .args(["--port", &port.to_string()]),
+        port,
+    );
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.lines]
+url = "http://127.0.0.1:{port}/mcp"
+protocol = "modern"
+
+[profiles.all]
+upstream = "lines"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "all"
+auth = "none"
+"#
+    ));
+    let listen = format!(
+        r#"{{"jsonrpc":"2.0","id":"listen:1","method":"subscriptions/listen","params":{{"notifications":{{"toolsListChanged":true}},{META}}}}}"#
+    );
+    let headers = |accept: &'static str| {
+        [
+            ("content-type", "application/json"),
+            ("accept", accept),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ]
+    };
+    let url = gw.url("/mcp");
+    let (r, ended) = support::send_stream(
+        http::Method::POST,
+        &url,
+        &headers("application/json, text/event-stream"),
+        listen.clone(),
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert!(!ended, "a listen stream goes on: {}", r.body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), "text/event-stream");
+    let events = r.messages();
+    assert_eq!(
+        events[0]["method"], "notifications/subscriptions/acknowledged",
+        "{}",
+        r.body
+    );
+    let changes = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/tools/list_changed")
+        .count();
+    assert!(changes >= 3, "the changes come as they happen: {}", r.body);
+    // A client that takes only JSON gets the lines as they come.
+    let (r, ended) = support::send_stream(
+        http::Method::POST,
+        &url,
+        &headers("application/json"),
+        listen,
+        Duration::from_millis(1000),
+    )
+    .await;
+    assert!(!ended);
+    assert_eq!(r.header("content-type"), "application/json");
+    let lines: Vec<Value> = r
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() >= 3, "{}", r.body);
+    assert_eq!(lines[0]["method"], "notifications/subscriptions/acknowledged");
+}

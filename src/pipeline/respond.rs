@@ -370,8 +370,18 @@ pub async fn upstream(
         ));
     }
 
+    // A listen answered as JSON is a stream of messages, a line each, never whole: relayed
+    // as it comes (as events to a client that takes them), never waited for.
+    let lines = !passthrough && format == BodyFormat::Json && shaping.listening.is_some();
     let body = if passthrough {
         body
+    } else if lines && shaping.want == Want::Json {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        body
+    } else if lines {
+        parts.headers.remove(header::CONTENT_LENGTH);
+        set_sse_headers(&mut parts.headers);
+        relayed(gw, relay::json_lines_as_events(body), shaping, request_id)
     } else {
         match (format, shaping.want) {
             (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {

@@ -113,22 +113,18 @@ impl UpstreamState {
     }
 
     /// Whether its legacy clients are bridged (docs/protocol.md): it is marked `protocol =
-    /// "modern"`, or (`auto`) an endpoint showed it speaks 2026-07-28: it refused a legacy
-    /// `initialize` as a server of 2026-07-28 only does, or answered `server/discover` (a
-    /// health check, a probe). A discover answer does not say whether the server serves
-    /// legacy sessions too, and mcpgate sends nothing it must expect to be refused, so
-    /// such a server's legacy clients are bridged rather than tried natively. Until its
-    /// generation is known, a legacy `initialize` goes as it came.
+    /// "modern"`, or (`auto`) it refused a legacy `initialize` as a server of 2026-07-28
+    /// only does (an HTTP endpoint, or a stdio child). A server that speaks both
+    /// generations serves each client in its own: a `server/discover` answer cannot tell
+    /// it from one of 2026-07-28 only (both list 2026-07-28 alone), so its first legacy
+    /// `initialize` is how mcpgate learns which it is.
     pub fn bridges_legacy(&self, upstream: &Upstream) -> bool {
         match upstream.protocol {
             Protocol::Modern => true,
             Protocol::Legacy => false,
             Protocol::Auto => match &self.stdio {
                 Some(stdio) => stdio.modern_only(),
-                None => self
-                    .endpoints
-                    .iter()
-                    .any(|e| e.modern_only() || e.era() == Some(Era::Modern)),
+                None => self.endpoints.iter().any(|e| e.modern_only()),
             },
         }
     }

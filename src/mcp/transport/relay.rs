@@ -609,5 +609,7 @@ pub fn json_lines_as_events(body: GateBody) -> GateBody {
             }
         }
     });
-    GateBody::Boxed(BodyExt::boxed_unsync(http_body_util::StreamBody::new(events)))
+    GateBody::Boxed(BodyExt::boxed_unsync(http_body_util::StreamBody::new(
+        events,
+    )))
 }

@@ -624,12 +624,31 @@ auth = "none"
     )
     .await;
     assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
-    let got = received(&record);
-    assert!(
-        got.iter()
-            .all(|b| b["method"] != "initialize" && b["method"] != "ping"),
-        "{got:?}"
+    // Its era known from its checks, and that it keeps no legacy sessions from mcpgate's
+    // own `initialize` (refused): a legacy client is bridged at once, its initialize not
+    // sent to be refused.
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let r = post(&url, &[], init).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let session = r.header("mcp-session-id").to_string();
+    let r = post(
+        &url,
+        &[("mcp-session-id", &session), ("mcp-protocol-version", "2025-06-18")],
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"t"}}}"#,
+    )
+    .await;
+    assert_eq!(
+        r.messages()[0]["result"]["content"][0]["text"],
+        "echo: t",
+        "{}",
+        r.body
     );
+    let got = received(&record);
+    // One initialize reached it: the second half of mcpgate's era probe, never a client's.
+    let inits: Vec<&Value> = got.iter().filter(|b| b["method"] == "initialize").collect();
+    assert_eq!(inits.len(), 1, "{got:?}");
+    assert_eq!(inits[0]["id"], "mcpgate-era");
+    assert!(got.iter().all(|b| b["method"] != "ping"), "{got:?}");
     assert!(got.iter().any(|b| b["method"] == "tools/list"));
 }
 

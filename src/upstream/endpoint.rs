@@ -144,6 +144,8 @@ pub struct EndpointState {
     /// Which generation of MCP it answered in: 0 not known yet, 1 legacy, 2 modern, 3
     /// modern and it refused a legacy `initialize` (so its legacy clients are bridged).
     era: std::sync::atomic::AtomicU8,
+    /// Whether the second half of its era probe (a legacy `initialize`) was sent.
+    legacy_probed: AtomicBool,
     /// The sessions mcpgate holds here for 2026-07-28 clients of a legacy server.
     pub bridged: super::bridged::Sessions,
 }
@@ -174,6 +176,11 @@ impl EndpointState {
         self.era.store(v, Ordering::Relaxed);
     }
 
+    /// `true` the first time only: who gets it sends the endpoint's legacy probe.
+    pub fn claim_legacy_probe(&self) -> bool {
+        !self.legacy_probed.swap(true, Ordering::Relaxed)
+    }
+
     /// Notes that it refused a legacy `initialize` as a 2026-07-28 server does.
     pub fn set_modern_only(&self) {
         self.era.store(3, Ordering::Relaxed);
@@ -197,6 +204,7 @@ impl EndpointState {
             order: Order::default(),
             healthy: AtomicBool::new(true),
             era: std::sync::atomic::AtomicU8::new(0),
+            legacy_probed: AtomicBool::new(false),
             bridged: Default::default(),
             failures: AtomicU32::new(0),
             ejected_until: AtomicU64::new(0),

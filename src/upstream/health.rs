@@ -32,6 +32,7 @@ pub fn ensure(
     request: Vec<u8>,
     learns_era: bool,
     upstream: &Arc<crate::config::Upstream>,
+    at: usize,
 ) {
     let mut running = endpoint.checker.lock().unwrap_or_else(|p| p.into_inner());
     let same_identity = |c: &super::endpoint::Checker| match (
@@ -65,6 +66,7 @@ pub fn ensure(
         request.clone(),
         learns_era,
         upstream.clone(),
+        at,
     ));
     *running = Some(Checker {
         settings,
@@ -81,6 +83,7 @@ async fn run(
     request: Arc<[u8]>,
     learns_era: bool,
     upstream: Arc<crate::config::Upstream>,
+    at: usize,
 ) {
     let pool = match endpoint.upgrade() {
         Some(e) => e.new_pool(),
@@ -99,7 +102,11 @@ async fn run(
         match verdict {
             Ok(era) => {
                 if let Some(era) = era.filter(|_| learns_era) {
+                    let newly_modern = era == Era::Modern && endpoint.era() != Some(Era::Modern);
                     endpoint.set_era(era);
+                    if newly_modern {
+                        legacy_probe(&pool, &upstream, at, &endpoint).await;
+                    }
                 }
                 failed = 0;
                 passed = passed.saturating_add(1);
@@ -119,6 +126,83 @@ async fn run(
         drop(endpoint);
         tokio::time::sleep(settings.interval).await;
     }
+}
+
+/// The second half of an era probe (docs/protocol.md), once endpoint `at` of `upstream`
+/// answered `server/discover` as a 2026-07-28 server: whether it also keeps legacy
+/// sessions. A discover answer cannot tell (the SDK v2 server lists 2026-07-28 alone
+/// either way), so mcpgate sends a legacy `initialize` of its own: refused with -32022,
+/// the endpoint is of 2026-07-28 only and its legacy clients are bridged from the start;
+/// accepted, the session it opened is closed at once and legacy clients are served in
+/// sessions of their own. So no client's `initialize` is sent only to be refused.
+pub async fn legacy_probe(
+    pool: &Arc<super::pool::Pool>,
+    upstream: &crate::config::Upstream,
+    at: usize,
+    state: &EndpointState,
+) {
+    let Some(endpoint) = upstream.endpoints.get(at) else {
+        return;
+    };
+    if state.modern_only() || !state.claim_legacy_probe() {
+        return;
+    }
+    const INIT: &[u8] = br#"{"jsonrpc":"2.0","id":"mcpgate-era","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpgate","version":"1"}}}"#;
+    let request = super::encode::own(upstream, endpoint, &Method::POST, None, INIT, &[]);
+    let request = super::encode::authorized(&request, upstream);
+    let Ok(answer) = pool.send(&Method::POST, &request, &mut || {}).await else {
+        return;
+    };
+    let status = answer.status();
+    let session = answer
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = answer.into_body();
+    let mut seen = BytesMut::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            seen.extend_from_slice(&data);
+        }
+        if seen.len() > MAX_PING_ANSWER {
+            break;
+        }
+    }
+    if status == StatusCode::BAD_REQUEST && refuses_legacy(&seen) {
+        state.set_modern_only();
+        return;
+    }
+    if let Some(session) = session {
+        let delete = super::encode::own(
+            upstream,
+            endpoint,
+            &Method::DELETE,
+            Some(&session),
+            b"",
+            &[],
+        );
+        let delete = super::encode::authorized(&delete, upstream);
+        if let Ok(answer) = pool.send(&Method::DELETE, &delete, &mut || {}).await {
+            let mut body = answer.into_body();
+            while let Some(Ok(_)) = body.frame().await {}
+        }
+    }
+}
+
+/// Whether `text` (a JSON body, or event data) is an error -32022 (UnsupportedProtocolVersion).
+fn refuses_legacy(text: &[u8]) -> bool {
+    let code_of = |bytes: &[u8]| {
+        serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| v["error"]["code"].as_i64())
+    };
+    if code_of(text) == Some(-32022) {
+        return true;
+    }
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .any(|data| code_of(data.trim_ascii()) == Some(-32022))
 }
 
 /// Asks `pool`'s endpoint `request` (a `server/discover`) and reads its era from the

@@ -355,6 +355,10 @@ pub fn start_fetching<'a>(
                             if let Some(era) = era {
                                 endpoints[at].set_era(era);
                             }
+                            if era == Some(Era::Modern) {
+                                super::health::legacy_probe(&pools[at], &upstream, at, &endpoints[at])
+                                    .await;
+                            }
                             era.unwrap_or(Era::Legacy)
                         }
                     },

@@ -208,7 +208,8 @@ impl Registry {
                 let endpoints = u
                     .endpoints
                     .iter()
-                    .map(|e| {
+                    .enumerate()
+                    .map(|(at, e)| {
                         let key = Key::of(u, e);
                         let state = next
                             .get(&key)
@@ -236,7 +237,7 @@ impl Registry {
                                 Protocol::Auto => {}
                             }
                             let learns_era = u.protocol == Protocol::Auto;
-                            super::health::ensure(&state, u.health, check, learns_era, u);
+                            super::health::ensure(&state, u.health, check, learns_era, u, at);
                         }
                         next.insert(key, state.clone());
                         state

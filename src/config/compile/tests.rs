@@ -932,6 +932,38 @@ fn identity_compiles_and_its_mistakes_are_named() {
         "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }",
     ) + oauth));
     assert!(e.contains("the route needs auth = \"oauth\""), "{e}");
+    // mcpgate's own requests to an exchanged upstream carry no token: warned.
+    let oauth_routes = (with(
+        "identity = { mode = \"exchange\", client_id = \"c\", client_secret = \"s\" }",
+    ) + oauth)
+        .replace(
+            "[[routes]]\nlisten = \"main\"\npath = \"/gpt-mcp/{token}/mcp\"\nprofile = \"gpt\"\n",
+            "",
+        )
+        .replace(
+            "path = \"/mcp\"\nprofile = \"gpt\"\n",
+            "path = \"/mcp\"\nprofile = \"gpt\"\nauth = \"oauth\"\n",
+        )
+        + "\n[[oauth.grants]]\nscope = \"kb\"\nprofiles = [\"gpt\"]\n";
+    let s = load_str(&oauth_routes, "f.toml").unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w
+                .contains("mcpgate's own requests to it (the era probe of protocol = \"auto\"")),
+        "{:?}",
+        s.warnings
+    );
+    let named = oauth_routes.replace(
+        "url = \"http://127.0.0.1:9/mcp\"\n",
+        "url = \"http://127.0.0.1:9/mcp\"\nprotocol = \"modern\"\n",
+    );
+    let s = load_str(&named, "f.toml").unwrap();
+    assert!(
+        !s.warnings.iter().any(|w| w.contains("exchange")),
+        "{:?}",
+        s.warnings
+    );
     // The default is none.
     let none = load_str(&with("identity = { mode = \"none\" }"), "f.toml").unwrap();
     assert!(none.upstreams["docs"].identity.is_none() && none.identity_jwks.is_none());

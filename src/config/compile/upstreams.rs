@@ -509,6 +509,17 @@ impl Compiler<'_> {
                 })?;
                 headers.append(hname, hvalue);
             }
+            if exchange.is_some() && (health.is_some() || protocol == Protocol::Auto) {
+                // Exchanged tokens are a caller's: mcpgate has none of its own to send.
+                warnings.push(format!(
+                    "upstream {name:?}: identity mode = \"exchange\" exchanges callers' tokens; mcpgate's own requests to it ({}) carry none: the upstream must answer them without one, or use mode = \"jwt\" (docs/oauth.md)",
+                    if health.is_some() {
+                        "health checks, era probes"
+                    } else {
+                        "the era probe of protocol = \"auto\": name the generation it speaks, protocol = \"modern\" or \"legacy\""
+                    }
+                ));
+            }
             out.insert(
                 name.clone(),
                 Arc::new(Upstream {

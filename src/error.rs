@@ -1,13 +1,13 @@
 //! The one error type of the request path, and the three methods that say how each case
-//! is answered (HTTP status, JSON-RPC code, which side caused it). The SPEC's error table
-//! (§6) reads straight off `status` and `rpc_code`. The JSON-RPC error envelope is written
+//! is answered (HTTP status, JSON-RPC code, which side caused it). The error table of
+//! docs/behaviour.md reads straight off `status` and `rpc_code`. The JSON-RPC error envelope is written
 //! by [`envelope`] and [`envelopes`] here, for every error mcpgate answers (whole answers in
 //! `pipeline::respond`, error events inside a relayed stream in `mcp::transport::relay`).
 
 use http::StatusCode;
 use serde_json::value::RawValue;
 
-/// JSON-RPC codes mcpgate answers with itself (SPEC §6).
+/// JSON-RPC codes mcpgate answers with itself (docs/behaviour.md).
 pub mod code {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;
@@ -21,7 +21,7 @@ pub mod code {
     pub const UPSTREAM_TIMEOUT: i64 = -32004;
     pub const RATE_LIMITED: i64 = -32005;
     pub const UPSTREAM: i64 = -32006;
-    /// A call that needs a person's approval (SPEC §18) and was declined, cancelled or
+    /// A call that needs a person's approval (docs/approvals.md) and was declined, cancelled or
     /// not answered in time, or whose client cannot be asked.
     pub const APPROVAL: i64 = -32007;
     /// MCP 2026-07-28's HeaderMismatch: a mirrored header missing, doubled, or saying
@@ -224,7 +224,7 @@ pub enum Side {
     Gateway,
 }
 
-/// An `auth = "oauth"` route's refusal (SPEC §11): 401 for a missing or bad token, 403
+/// An `auth = "oauth"` route's refusal (docs/oauth.md): 401 for a missing or bad token, 403
 /// for one whose grants do not reach the route, 503 when the token cannot be checked;
 /// each with the `WWW-Authenticate` challenge that tells the client what to do.
 #[derive(Debug)]
@@ -334,7 +334,7 @@ pub enum GateError {
     /// only JSON, or did not declare the capability), or did not give.
     #[error("Input required: {0}")]
     InputNotBridged(String),
-    /// A call that needs approval (SPEC §18), not approved: `declined`, `cancelled` (by
+    /// A call that needs approval (docs/approvals.md), not approved: `declined`, `cancelled` (by
     /// the person at the client) or `expired` (no answer in time). Never forwarded.
     #[error("Call declined")]
     CallDeclined(&'static str),
@@ -351,7 +351,7 @@ pub enum GateError {
     )]
     ApprovalStoreUnavailable,
     /// The `[oauth]` issuer refused to exchange the caller's token for the upstream's
-    /// (SPEC §19): its reason.
+    /// (docs/oauth.md): its reason.
     #[error("Forbidden: the identity provider refused a token for the upstream: {0}")]
     IdentityRefused(String),
     /// The issuer could not exchange the caller's token: why.

@@ -43,7 +43,7 @@ pub struct Live {
     /// (its keys and verified tokens with it).
     pub verifier: Option<Arc<Verifier>>,
     /// Per upstream (by `Upstream::index`), its token exchanges when its identity is
-    /// exchanged (SPEC §19).
+    /// exchanged (docs/oauth.md).
     pub exchanges: Box<[Option<crate::oauth::exchange::Exchanges>]>,
 }
 
@@ -128,13 +128,13 @@ pub struct Gateway {
     pub streams: Arc<StreamRegistry>,
     /// Questions bridged legacy clients were asked and have not answered yet.
     pub waits: Arc<crate::runtime::waits::Waits>,
-    /// Calls waiting for an operator, approvals used, sessions that can be asked (SPEC §18).
+    /// Calls waiting for an operator, approvals used, sessions that can be asked (docs/approvals.md).
     pub approvals: Arc<crate::runtime::approvals::Approvals>,
     /// Calls of 2026-07-28 clients held at legacy servers until their retry.
     pub held: Arc<crate::runtime::held::Held>,
     /// The log levels and subscriptions of bridged legacy sessions.
     pub legacy_sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
-    /// What each federated profile knows of its members' names (SPEC §16).
+    /// What each federated profile knows of its members' names (docs/federation.md).
     pub directories: crate::mcp::federation::directory::Directories,
     /// The member sessions of federated legacy sessions, per replica.
     pub fed_sessions: crate::mcp::federation::sessions::MemberSessions,
@@ -150,7 +150,7 @@ pub struct Gateway {
     sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
     /// The tasks that read what upstreams say of their tools, for annotation rules.
     hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
-    /// The tasks that record and tell the changes of pinned upstreams (SPEC §17).
+    /// The tasks that record and tell the changes of pinned upstreams (docs/pinning.md).
     pin_watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
     /// Itself, for the tasks it starts.
     me: std::sync::Weak<Gateway>,
@@ -287,7 +287,7 @@ impl Gateway {
     }
 
     /// The gateway itself, for work that outlives a request's stages (a call held for its
-    /// client's approval, SPEC §18). `None` while it is being dropped.
+    /// client's approval, docs/approvals.md). `None` while it is being dropped.
     pub fn arc(&self) -> Option<Arc<Gateway>> {
         self.me.upgrade()
     }
@@ -373,7 +373,7 @@ impl Gateway {
         let next = Arc::new(Live::build(next, &self.pools, &self.series, Some(&current)));
         self.live.store(next.clone());
         self.generation.fetch_add(1, Ordering::Release);
-        // What a profile may list changed: its clients hear of it (SPEC §12).
+        // What a profile may list changed: its clients hear of it (docs/policy.md).
         for (profile, method) in list_changes(&current, &next) {
             let told = self.streams.notify(&profile, method);
             tracing::debug!(%profile, method, streams = told, "list change sent");

@@ -6,7 +6,7 @@
 //! `cli` → `pipeline` → `gateway` → `upstream`, `oauth`, `mcp`, `observe` → `http`,
 //! `runtime` → `config` → `error`.
 // The request path holds, boxed, the future of a call sent through it again once approved
-// (SPEC §18): computing the layouts of the futures around it goes deeper than the default.
+// (docs/approvals.md): computing the layouts of the futures around it goes deeper than the default.
 #![recursion_limit = "256"]
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! Approvals (SPEC §18) with real parts: a Python SDK server whose tools write down every
+//! Approvals (docs/approvals.md) with real parts: a Python SDK server whose tools write down every
 //! call they run (`py_approvals.py`), TypeScript SDK clients of both generations whose
 //! elicitation handler approves, declines or cancels (`approve_client.mjs`), an operator
 //! clicking Approve on the status page in headless Chromium (`browser_click.mjs`), and two

@@ -1,4 +1,4 @@
-//! The bridge between MCP's generations (SPEC §15): legacy clients (sessions, 2025-11-25)
+//! The bridge between MCP's generations (docs/protocol.md): legacy clients (sessions, 2025-11-25)
 //! in front of a 2026-07-28 server through mcpgate. The server is the TypeScript SDK v2
 //! fixture in modern-only mode (`legacy: 'reject'`), recording what reaches it; the
 //! clients are the TypeScript SDK v1 client and the Python SDK 2.3 client in legacy mode,
@@ -8,11 +8,9 @@ mod support;
 
 use bytes::Bytes;
 use http::Method;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 use support::{Gateway, Peer, hash, node22, peers, post, python, run_client, ts2_server};
 
 const ALICE: &str = "tok-alice-Br1dGe5eSs10nK3y0000000000000";
@@ -303,30 +301,11 @@ async fn session(gw: &Gateway, path: &str, extra: &[(&str, &str)]) -> String {
     r.header("mcp-session-id").to_string()
 }
 
-/// Reads events from `body` until one holds a JSON-RPC message; returns it.
+/// The next JSON-RPC message of the event stream `body`.
 async fn next_message(body: &mut hyper::body::Incoming, seen: &mut String) -> Value {
-    loop {
-        if let Some(end) = seen.find("\n\n") {
-            let event: String = seen.drain(..end + 2).collect();
-            let data: String = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
-            if !data.is_empty() {
-                return serde_json::from_str(&data).unwrap();
-            }
-            continue;
-        }
-        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
-            .await
-            .expect("an event within 10 s")
-            .expect("the stream goes on")
-            .unwrap();
-        if let Ok(d) = frame.into_data() {
-            seen.push_str(&String::from_utf8_lossy(&d));
-        }
-    }
+    support::next_message(body, seen)
+        .await
+        .expect("the stream goes on")
 }
 
 fn delete_call(id: u64, note: &str) -> String {

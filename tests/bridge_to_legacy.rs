@@ -1,4 +1,4 @@
-//! The bridge between MCP's generations the other way (SPEC §15): 2026-07-28 clients (no
+//! The bridge between MCP's generations the other way (docs/protocol.md): 2026-07-28 clients (no
 //! session, `server/discover`, `input_required` rounds) in front of a legacy server
 //! through mcpgate. The server is the TypeScript SDK v1 fixture (sessions only; it asks
 //! for input on the call's stream), recording what reaches it; the clients are the

@@ -1,4 +1,4 @@
-//! The deploy examples run the replicated shape (SPEC §13), and they fit together:
+//! The deploy examples run the replicated shape (docs/scaling.md), and they fit together:
 //!
 //! - `docker/compose.yaml`: its services are started as processes, the way compose would
 //!   start them (their commands, the mounted config, service names mapped to loopback

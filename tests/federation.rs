@@ -1,4 +1,4 @@
-//! Federation (SPEC §16): one route over several real MCP servers. The members are the
+//! Federation (docs/federation.md): one route over several real MCP servers. The members are the
 //! TypeScript SDK v2 server (2026-07-28, over HTTP), our sample server (legacy only,
 //! paginating its tools: mcpgate bridges it), the Python SDK server as a stdio child, and
 //! Python SDK servers whose tool names are crafted to collide. The clients are the

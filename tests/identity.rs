@@ -1,4 +1,4 @@
-//! Upstream identity, `mode = "jwt"` (SPEC §19), with real parts: an SDK server that
+//! Upstream identity, `mode = "jwt"` (docs/oauth.md), with real parts: an SDK server that
 //! checks every request's JWT with `jose` against the JWKS it fetches from mcpgate
 //! (`jwt_upstream.mjs`), keys made by `openssl genpkey`, and the TypeScript SDK client as
 //! two callers at once. The upstream learns who calls; no caller's token reaches it.
@@ -613,7 +613,7 @@ async fn keyed_token(idp: &support::Idp, resource: &str, sub: &str) -> String {
         .await
 }
 
-/// A stdio server is told whom it serves (SPEC §19): the caller that started its process
+/// A stdio server is told whom it serves (docs/oauth.md): the caller that started its process
 /// (`per_client`), or nobody in particular (`shared`), in `MCPGATE_IDENTITY_TOKEN` at its
 /// start and in a file kept fresh for its life. The server (`jwt_stdio.mjs`) checks both
 /// with `jose` against the JWKS it fetches from the admin listener.

@@ -1,4 +1,4 @@
-//! MCP 2026-07-28 (SPEC §15, up to the bridge): real clients and servers of the stateless
+//! MCP 2026-07-28 (docs/protocol.md, up to the bridge): real clients and servers of the stateless
 //! protocol through mcpgate. The TypeScript SDK v2 server (`ts2_server.mjs`, modern only:
 //! `legacy: 'reject'`) records every request it gets, so each test can show what reached
 //! it; the TypeScript SDK v2 client (`ts2_client.mjs`) pins 2026-07-28.

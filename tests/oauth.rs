@@ -1,4 +1,4 @@
-//! OAuth 2.1 resource server (SPEC §11) against a real OpenID provider: `oidc-provider`
+//! OAuth 2.1 resource server (docs/oauth.md) against a real OpenID provider: `oidc-provider`
 //! from npm (`tests/peers/idp.mjs`), started on 127.0.0.1 by each test. Its tokens come
 //! from the client-credentials and authorization-code flows with resource indicators;
 //! hostile tokens are signed by the test with the provider's own keys, or forged.
@@ -644,7 +644,7 @@ async fn the_typescript_sdk_client_completes_the_flow_through_mcpgate() {
         .await;
 }
 
-/// A federated profile (SPEC §16) behind an OAuth route: the access token's scope grants
+/// A federated profile (docs/federation.md) behind an OAuth route: the access token's scope grants
 /// it, its names are the prefixed ones, the member never sees the token, and the audit
 /// names the caller and the member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! SPEC §14 end to end: the status page (read by Debian's headless Chromium after real
+//! docs/operations.md end to end: the status page (read by Debian's headless Chromium after real
 //! traffic), traces exported to an OTLP/HTTP receiver running in the test (the spans
 //! decoded with the OTLP protobuf types), and the combined access log.
 

@@ -1,4 +1,4 @@
-//! SPEC §8 end to end: reload by every trigger, reloads under load, token rotation closing
+//! docs/operations.md end to end: reload by every trigger, reloads under load, token rotation closing
 //! streams, a broken file keeping the old configuration, the admin endpoints and metrics,
 //! TLS with ALPN h2 and certificate replacement, mTLS, and graceful shutdown.
 

@@ -921,7 +921,7 @@ fn python_sdk_servers_as_replicas_keep_every_session_whole() {
     assert!(log.contains("endpoint unhealthy"), "{log}");
 }
 
-/// Resources and prompts rules (SPEC §12) in front of server-everything, seen by the
+/// Resources and prompts rules (docs/policy.md) in front of server-everything, seen by the
 /// TypeScript SDK client: its lists lose what the profile may not use, its reads and gets
 /// of those are refused with the deny code and never reach the server.
 #[test]

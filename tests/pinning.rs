@@ -1,4 +1,4 @@
-//! Tool pinning (SPEC §17) with real parts: a Python SDK server whose `search` tool is
+//! Tool pinning (docs/pinning.md) with real parts: a Python SDK server whose `search` tool is
 //! re-registered with another definition while mcpgate runs (`py_pinned.py`), the
 //! `mcpgate pin review` and `mcpgate pin approve` commands run against the gateway's own
 //! files, and real SDK clients of both generations (the Python client in a legacy session,

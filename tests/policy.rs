@@ -642,7 +642,7 @@ async fn a_deprecated_tool_is_marked_until_its_sunset_and_gone_from_it() {
     assert_eq!(up.called_tools(), ["update_document", "update_document"]);
 }
 
-/// Annotation rules (SPEC §12): the upstream's own hints allow read-only tools beyond the
+/// Annotation rules (docs/policy.md): the upstream's own hints allow read-only tools beyond the
 /// name list and refuse destructive ones; mcpgate reads the tool list itself at start,
 /// so a call needs no client's tools/list first; tools/list is judged by the list's own
 /// hints.

@@ -1,4 +1,4 @@
-//! Upstreams with several endpoints (SPEC §9): balancing, sealed session ids, retries
+//! Upstreams with several endpoints (docs/configuration.md): balancing, sealed session ids, retries
 //! only of what cannot have acted, health pings, ejection, 503 when none is left, state
 //! kept across reloads, and one replica killed (SIGKILL) under load. The replicas are the
 //! sample server in-process (to see what each received) or as processes of their own

@@ -9,12 +9,11 @@ mod support;
 
 use bytes::Bytes;
 use http::Method;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, free_port, hash, peers, post, python, start_peer};
+use support::{Gateway, free_port, hash, next_message, peers, post, python, start_peer};
 
 const ALICE: &str = "alice-revoked-token-0123456789ab";
 const BOB: &str = "bob-kept-token-0123456789abcdef";
@@ -90,30 +89,6 @@ fn approval_steps(audit: &Path) -> Vec<String> {
 async fn status(gw: &Gateway) -> Value {
     let s = support::send(Method::GET, &gw.admin_url("/status"), &[], "").await;
     serde_json::from_str(&s.body).unwrap()
-}
-
-/// Reads events from `body` until one holds a JSON-RPC message; `None` when it ends.
-async fn next_message(body: &mut hyper::body::Incoming, seen: &mut String) -> Option<Value> {
-    loop {
-        if let Some(end) = seen.find("\n\n") {
-            let event: String = seen.drain(..end + 2).collect();
-            let data: String = event
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
-            if !data.is_empty() {
-                return Some(serde_json::from_str(&data).unwrap());
-            }
-            continue;
-        }
-        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
-            .await
-            .expect("an event or the end within 10 s")?;
-        if let Ok(d) = frame.unwrap().into_data() {
-            seen.push_str(&String::from_utf8_lossy(&d));
-        }
-    }
 }
 
 fn notes_server(dir: &Path) -> (support::Peer, String, std::path::PathBuf) {

@@ -1,4 +1,4 @@
-//! `[limits.store]` end to end (SPEC §13): two `mcpgate run` processes share a real
+//! `[limits.store]` end to end (docs/scaling.md): two `mcpgate run` processes share a real
 //! `redis-server` on loopback. Together they let through what one rule allows, not twice
 //! that; the retry hint is exact across replicas; one round trip per request; Redis killed,
 //! stopped and restarted mid-run takes each `on_error` path without a request hanging,

@@ -1,4 +1,4 @@
-//! stdio upstreams (SPEC §10) through the real gateway: the reference server-everything and
+//! stdio upstreams (docs/stdio.md) through the real gateway: the reference server-everything and
 //! a Python SDK server in stdio mode with the Python and TypeScript SDK clients, the sample
 //! server in shared mode, and `tests/peers/bad_stdio.py`, a server that misbehaves on
 //! purpose. Every test counts the processes it started (by a marker in their command
@@ -669,7 +669,7 @@ fn stdio_settings_are_checked() {
     }
 }
 
-/// MCP 2026-07-28 over stdio (SPEC §15): the SDK v2 client reaches an SDK v2 stdio server
+/// MCP 2026-07-28 over stdio (docs/protocol.md): the SDK v2 client reaches an SDK v2 stdio server
 /// without `initialize` or a session, per caller (one process per token, kept for that
 /// token's next client) and shared (one modern process, apart from the legacy one), with
 /// the elicitation round, progress, mirrored parameters and listen streams working as

@@ -1,4 +1,4 @@
-//! SPEC §5 end to end: Accept negotiation and JSON↔SSE conversion in every direction,
+//! docs/behaviour.md end to end: Accept negotiation and JSON↔SSE conversion in every direction,
 //! SSE headers, keepalives, errors after a stream started, client disconnects, GET streams,
 //! long-lived subscriptions, Host/Origin checks.
 

@@ -1,5 +1,5 @@
 //! `mcpgate demo`: the sample document store on a loopback port, the gateway in front of
-//! it with SPEC §2's three profiles, two tokens made for this run, a second store with the
+//! it with the three profiles, two tokens made for this run, a second store with the
 //! first behind one federated route, and curl commands that show a filtered tools/list, a
 //! refused call, an allowed call and the federated route's list and a call on it.
 

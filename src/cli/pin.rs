@@ -1,4 +1,4 @@
-//! `mcpgate pin review` and `mcpgate pin approve` (SPEC §17): the pinned upstreams' tools
+//! `mcpgate pin review` and `mcpgate pin approve` (docs/pinning.md): the pinned upstreams' tools
 //! and prompts, read as the gateway reads them, compared with the pins file; approving
 //! writes the file, which a running gateway watches.
 //!

@@ -1,4 +1,4 @@
-//! What a federated profile (SPEC §16, `[profiles.X] upstreams = [...]`) says of the names
+//! What a federated profile (docs/federation.md, `[profiles.X] upstreams = [...]`) says of the names
 //! its clients see: when a member's names get the member's prefix (`prefix`), and what
 //! joins the two (`separator`).
 

@@ -1,4 +1,4 @@
-//! MCP's two generations as the configuration and the upstream side name them (SPEC §15):
+//! MCP's two generations as the configuration and the upstream side name them (docs/protocol.md):
 //! which an upstream speaks, which revision is the first without sessions. What a request
 //! says of itself is read in `mcp::era`.
 

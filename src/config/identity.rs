@@ -1,4 +1,4 @@
-//! `[upstreams.NAME.identity]` (SPEC §19): how the upstream learns who is calling without
+//! `[upstreams.NAME.identity]` (docs/oauth.md): how the upstream learns who is calling without
 //! the caller's token. This part builds `mode = "jwt"`: mcpgate signs a short-lived JWT
 //! per caller (ES256 or EdDSA, keys from PEM), and publishes the public keys as a JWKS.
 //!

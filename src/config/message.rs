@@ -1,4 +1,4 @@
-//! The message of an approval rule (SPEC §18): text with `{name}` (a top-level argument)
+//! The message of an approval rule (docs/approvals.md): text with `{name}` (a top-level argument)
 //! or `{/json/pointer}` (RFC 6901, any depth) filled from the call's arguments; `{{` and
 //! `}}` are braces. The message is shown to a person (in a client's form, on the status
 //! page) and the arguments are the caller's, so a value is never shown as markup:

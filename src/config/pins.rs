@@ -1,4 +1,4 @@
-//! Tool pinning's configuration (SPEC §17): each upstream's `pin` mode, and the pins
+//! Tool pinning's configuration (docs/pinning.md): each upstream's `pin` mode, and the pins
 //! file, where a person approves what each tool and prompt of an upstream says. A
 //! definition is known by its fingerprint: the SHA-256 of its canonical JSON (the fields a
 //! model is shown, keys sorted, no spaces), so a change of key order or spacing is no

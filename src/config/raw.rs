@@ -47,9 +47,9 @@ pub struct RawConfig {
     pub oauth: Option<S<RawOAuth>>,
     /// Traces exported over OTLP/HTTP.
     pub telemetry: Option<S<RawTelemetry>>,
-    /// The pins file of tool pinning (SPEC §17).
+    /// The pins file of tool pinning (docs/pinning.md).
     pub pins: Option<S<RawPins>>,
-    /// Calls a person confirms before they run (SPEC §18), in order: the first rule that
+    /// Calls a person confirms before they run (docs/approvals.md), in order: the first rule that
     /// matches a call decides.
     #[serde(default)]
     pub approvals: Vec<S<RawApproval>>,
@@ -140,9 +140,9 @@ pub struct RawUpstream {
     pub headers: BTreeMap<String, S<String>>,
     /// For an `https://` url: an extra CA, the name to verify, a client certificate.
     pub tls: Option<S<RawUpstreamTls>>,
-    /// Tool pinning (SPEC §17): `off` (default), `warn` or `enforce`.
+    /// Tool pinning (docs/pinning.md): `off` (default), `warn` or `enforce`.
     pub pin: Option<S<String>>,
-    /// Who is calling, told to the upstream without the caller's token (SPEC §19).
+    /// Who is calling, told to the upstream without the caller's token (docs/oauth.md).
     pub identity: Option<S<RawIdentity>>,
 }
 
@@ -252,7 +252,7 @@ pub struct RawArgumentRule {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawProfile {
-    /// The one upstream; or `upstreams` for a federated profile (SPEC §16).
+    /// The one upstream; or `upstreams` for a federated profile (docs/federation.md).
     pub upstream: Option<S<String>>,
     /// A federated profile's members, in the order their items are listed.
     pub upstreams: Option<S<Vec<S<String>>>>,
@@ -322,7 +322,7 @@ pub struct RawLimits {
     /// Per-tool deadlines (name or glob → duration), replacing the upstream's `timeout`.
     #[serde(default)]
     pub timeouts: Option<S<toml::Table>>,
-    /// Where rate rules are counted when several replicas share them (SPEC §13).
+    /// Where rate rules are counted when several replicas share them (docs/scaling.md).
     pub store: Option<S<RawStore>>,
 }
 

@@ -1,5 +1,5 @@
 //! What the gateway does when a pinned upstream's definitions change or are approved
-//! (SPEC §17): an audit record of each new definition, the `mcpgate_pin_unapproved`
+//! (docs/pinning.md): an audit record of each new definition, the `mcpgate_pin_unapproved`
 //! series, and, under `enforce`, a list change told to the clients of every profile that
 //! shows the upstream's tools (its own, and the federated ones it is a member of).
 

@@ -22,7 +22,7 @@ pub enum GateBody {
     Empty,
     Full(Option<Bytes>),
     /// Bytes sent as a stream of unknown length: an SSE answer never carries
-    /// `Content-Length` (SPEC §5), even when mcpgate wrote it whole.
+    /// `Content-Length` (docs/behaviour.md), even when mcpgate wrote it whole.
     WholeAsStream(Option<Bytes>),
     /// The upstream's body, cut off with `DeadlineExceeded` if `deadline` fires first.
     Upstream {

@@ -1,4 +1,4 @@
-//! The messages of an approval (SPEC §18): the form a person answers, the sealed state a
+//! The messages of an approval (docs/approvals.md): the form a person answers, the sealed state a
 //! 2026-07-28 client echoes on its retry, and the reading of the answer.
 //!
 //! The state binds, under the upstream's approval key (any replica with the key opens it):

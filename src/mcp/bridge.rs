@@ -1,4 +1,4 @@
-//! The bridge between MCP's generations, legacy client → modern server (SPEC §15): what
+//! The bridge between MCP's generations, legacy client → modern server (docs/protocol.md): what
 //! mcpgate writes and reads so that a 2025-11-25 client, with its session, is served by a
 //! 2026-07-28 server, which has none.
 //!

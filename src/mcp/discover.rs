@@ -1,4 +1,4 @@
-//! `server/discover` (MCP 2026-07-28) as a profile sees it (SPEC §15): the upstream's
+//! `server/discover` (MCP 2026-07-28) as a profile sees it (docs/protocol.md): the upstream's
 //! answer with the capabilities the profile cannot use taken out, `listChanged: true` on
 //! the lists mcpgate itself announces changes of (a reload, a sunset), and the caching
 //! hints of a filtered answer (`cacheScope: "private"`, `ttlMs` capped like a list's).

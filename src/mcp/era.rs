@@ -1,4 +1,4 @@
-//! MCP's two generations (SPEC §15). A request is *modern* when it names 2026-07-28 or
+//! MCP's two generations (docs/protocol.md). A request is *modern* when it names 2026-07-28 or
 //! later (in `params._meta` or the `MCP-Protocol-Version` header) and carries no session
 //! id; everything else is *legacy*, the session protocol of 2025-11-25 and before.
 

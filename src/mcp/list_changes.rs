@@ -1,4 +1,4 @@
-//! The list notifications mcpgate owes clients itself (SPEC §12): what a reload changed
+//! The list notifications mcpgate owes clients itself (docs/policy.md): what a reload changed
 //! of what each profile may list, and the sunsets of deprecated tools as they pass. Sent
 //! to the profiles' GET streams; the filters that apply the same rules to each list are
 //! in `tools_list`.

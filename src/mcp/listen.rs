@@ -1,4 +1,4 @@
-//! `subscriptions/listen` (MCP 2026-07-28) under a profile (SPEC §15). Before it is
+//! `subscriptions/listen` (MCP 2026-07-28) under a profile (docs/protocol.md). Before it is
 //! forwarded, the request's filter loses what the profile may not see: resource URIs its
 //! `resources` rules refuse, and the list notifications of capabilities it cannot use.
 //! The upstream's acknowledgement then names only what it was asked for. The list changes

@@ -1,4 +1,4 @@
-//! Multi round-trip requests (MCP 2026-07-28, SPEC §15). An upstream that needs input
+//! Multi round-trip requests (MCP 2026-07-28, docs/protocol.md). An upstream that needs input
 //! answers `tools/call`, `prompts/get` or `resources/read` with `resultType:
 //! "input_required"` and perhaps a `requestState`, which the client echoes on its retry.
 //! The client never sees the upstream's state: it gets mcpgate's seal of it (the
@@ -50,7 +50,7 @@ pub fn caller_key(credential: Option<&[u8; 32]>, route: &str) -> CallerKey {
 }
 
 /// What a retry must be to use a state: its method and what it names, and for a call that
-/// needed approval (SPEC §18), the call approved (its tool and arguments' digest), so that
+/// needed approval (docs/approvals.md), the call approved (its tool and arguments' digest), so that
 /// the upstream's later rounds of an approved call cannot carry other arguments.
 fn binding(method: &str, name: Option<&str>, approved: Option<&[u8; 32]>) -> [u8; 8] {
     let mut h = Sha256::new();
@@ -131,7 +131,7 @@ impl Issue {
         }
     }
 
-    /// Binds the states sealed for this request to the approved call `call` (SPEC §18).
+    /// Binds the states sealed for this request to the approved call `call` (docs/approvals.md).
     pub fn approved(mut self, call: Option<[u8; 32]>) -> Issue {
         self.approved = call;
         self

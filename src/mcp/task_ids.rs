@@ -1,4 +1,4 @@
-//! Task ids of the tasks extension (MCP 2026-07-28, SPEC §15). A server that runs a call
+//! Task ids of the tasks extension (MCP 2026-07-28, docs/protocol.md). A server that runs a call
 //! as a task answers `resultType: "task"` with a `taskId`, which the client then names in
 //! `tasks/get`, `tasks/update`, `tasks/cancel` (`params.taskId` and `Mcp-Name`) and in a
 //! `subscriptions/listen` (`notifications.taskIds`). The client never sees the server's

@@ -1,4 +1,4 @@
-//! The bridge between MCP's generations, modern client → legacy server (SPEC §15): what
+//! The bridge between MCP's generations, modern client → legacy server (docs/protocol.md): what
 //! mcpgate writes and reads so that a 2026-07-28 client, which has no session, is served
 //! by a 2025-11-25 server, which needs one.
 //!

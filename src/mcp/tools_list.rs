@@ -354,7 +354,7 @@ pub fn item_field<'o>(
 }
 
 /// A tool object's text with its `description` prefixed and `_meta["mcpgate/deprecated"]`
-/// set to `{"replacement", "sunset"}` (SPEC §12), every other member as it was. `None` if
+/// set to `{"replacement", "sunset"}` (docs/policy.md), every other member as it was. `None` if
 /// the object cannot be read (a repeated key among them).
 fn mark_deprecated(tool: &str, d: &Deprecation) -> Option<String> {
     let Entries(entries) = serde_json::from_str(tool).ok()?;
@@ -531,7 +531,7 @@ fn edits_for(
         let read_hints =
             kind == ListKind::Tools && (filter.hints.is_some() || filter.judges_hints());
         let mut learned = Vec::new();
-        // A pinned upstream's list: the names whose definitions are not approved (SPEC §17).
+        // A pinned upstream's list: the names whose definitions are not approved (docs/pinning.md).
         let unpinned = match (&filter.pins, kind) {
             (Some(store), ListKind::Tools | ListKind::Prompts) => {
                 let pin_kind = match kind {

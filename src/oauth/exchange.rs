@@ -1,4 +1,4 @@
-//! Token exchange for upstream identity (SPEC §19, `mode = "exchange"`): the caller's
+//! Token exchange for upstream identity (docs/oauth.md, `mode = "exchange"`): the caller's
 //! access token is exchanged at the `[oauth]` issuer's token endpoint (RFC 8693) for one
 //! meant for the upstream, which gets it as `Authorization: Bearer`. The caller's own
 //! token never goes upstream.

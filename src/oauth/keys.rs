@@ -16,7 +16,7 @@ use serde::Deserialize;
 pub struct Discovered {
     pub jwks_uri: IdpUrl,
     pub introspection: Option<IdpUrl>,
-    /// Where tokens are exchanged (RFC 8693) for upstream identity (SPEC §19).
+    /// Where tokens are exchanged (RFC 8693) for upstream identity (docs/oauth.md).
     pub token_endpoint: Option<IdpUrl>,
 }
 

@@ -1,4 +1,4 @@
-//! The OAuth 2.1 resource server (SPEC §11): access tokens from the `[oauth]` issuer,
+//! The OAuth 2.1 resource server (docs/oauth.md): access tokens from the `[oauth]` issuer,
 //! checked and turned into a [`Caller`].
 //!
 //! - A JWT is checked against the issuer's JWKS (`keys`): its `alg` allow-listed and
@@ -258,7 +258,7 @@ impl Verifier {
         Ok(set)
     }
 
-    /// Checks a token the issuer made for `audience` (an exchanged one, SPEC §19): a JWT
+    /// Checks a token the issuer made for `audience` (an exchanged one, docs/oauth.md): a JWT
     /// is held to the issuer's keys, `iss`, `aud` and `exp`, and its `exp` returned; an
     /// opaque token cannot be read here (`Ok(None)`: its `expires_in` is what is known).
     pub async fn check_issued(&self, token: &str, audience: &str) -> Result<Option<u64>, String> {

@@ -1,4 +1,4 @@
-//! The admin listener (SPEC §8, §14, §18): `GET /` (the status page), `GET /status` (its
+//! The admin listener (docs/operations.md, §14, §18): `GET /` (the status page), `GET /status` (its
 //! data), `GET /healthz`, `GET /readyz`, `GET /metrics`, `POST /reload`, and
 //! `POST /approvals/{id}` (an operator's answer to a call waiting for approval). Plain HTTP/1.1 on its own address (loopback by default), never on a
 //! public route; it shares nothing with the MCP listeners but the gateway state, which it
@@ -32,7 +32,7 @@ pub trait Admin: Send + Sync + 'static {
     /// An operator's answer to the call waiting for approval `id`, given by `by`: `false`
     /// when no call waits under that id (answered already, gone, never asked).
     fn decide(&self, id: &str, approve: bool, by: String) -> bool;
-    /// The public keys of the upstreams' identity tokens (SPEC §19) as a JWKS; `None`
+    /// The public keys of the upstreams' identity tokens (docs/oauth.md) as a JWKS; `None`
     /// when no upstream has identity.
     fn jwks(&self) -> Option<Bytes>;
 }

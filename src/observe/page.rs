@@ -1,4 +1,4 @@
-//! The status page (`GET /` on the admin listener, SPEC §14): one HTML document with its
+//! The status page (`GET /` on the admin listener, docs/operations.md): one HTML document with its
 //! style and script inline, no external asset. One renderer ([`render`]) writes its markup
 //! from the data `GET /status` serves: inside the page, so it reads without JavaScript (a
 //! reload shows new numbers), and as `GET /status/fragment`, which a small script fetches

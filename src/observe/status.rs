@@ -23,11 +23,11 @@ pub struct Status {
     pub open_sessions: usize,
     pub rows: Vec<StatusRow>,
     pub upstreams: Vec<StatusUpstream>,
-    /// The members of federated profiles (SPEC §16), as their last fan-out found them.
+    /// The members of federated profiles (docs/federation.md), as their last fan-out found them.
     pub federation: Vec<StatusMember>,
-    /// Tools and prompts of pinned upstreams whose definitions await approval (SPEC §17).
+    /// Tools and prompts of pinned upstreams whose definitions await approval (docs/pinning.md).
     pub pins: Vec<StatusPin>,
-    /// Calls waiting for an operator's approval (SPEC §18), oldest first.
+    /// Calls waiting for an operator's approval (docs/approvals.md), oldest first.
     pub approvals: Vec<StatusApproval>,
     /// `None` before the first reload.
     pub reload: Option<ReloadStatus>,
@@ -127,7 +127,7 @@ pub struct StatusEndpoint {
     pub requests: u64,
     pub ejections: u64,
     pub sessions: i64,
-    /// Which generation of MCP it speaks (SPEC §15): `modern`, `legacy`, or `unknown`
+    /// Which generation of MCP it speaks (docs/protocol.md): `modern`, `legacy`, or `unknown`
     /// until it has answered a probe.
     pub protocol: &'static str,
 }

@@ -1,4 +1,4 @@
-//! Traces (SPEC §14): W3C trace context continued or started, one span per request,
+//! Traces (docs/operations.md): W3C trace context continued or started, one span per request,
 //! exported over OTLP/HTTP when `[telemetry] otlp` is set.
 //!
 //! A request reads its `traceparent` ([`Tracer::begin`]): a valid one is continued (its

@@ -4,7 +4,7 @@
 //! looks like no URL; a bearer route answers 401 with `WWW-Authenticate` as RFC 6750 asks.
 //!
 //! An `auth = "oauth"` route ([`oauth`]) takes an access token of the `[oauth]` issuer
-//! instead (SPEC §11): verified by `crate::oauth`, then its grants must include the
+//! instead (docs/oauth.md): verified by `crate::oauth`, then its grants must include the
 //! route's profile. Its refusals carry the challenge the MCP authorization spec asks for:
 //! 401 with `resource_metadata` (and `error="invalid_token"` for a bad token), 403
 //! `insufficient_scope` naming the scope that would do, 503 when the issuer's keys or

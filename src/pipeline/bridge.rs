@@ -1,4 +1,4 @@
-//! The bridge stage (SPEC §15, "The bridge between generations"): a legacy client in front
+//! The bridge stage (docs/protocol.md, "The bridge between generations"): a legacy client in front
 //! of a 2026-07-28 server. Its request has been routed, authenticated, read, checked by
 //! policy and limits like any other; here it becomes what the server understands, or is
 //! answered by mcpgate where the server has nothing to say (`mcp::bridge` writes the
@@ -188,7 +188,7 @@ pub(super) struct Sending<'a> {
     pub trace: Option<crate::http::traceparent::Context>,
     pub timeout: std::time::Duration,
     pub body: Bytes,
-    /// Who calls, for an upstream with `identity` (SPEC §19).
+    /// Who calls, for an upstream with `identity` (docs/oauth.md).
     pub who: Option<crate::upstream::identity::Who>,
 }
 

@@ -54,7 +54,7 @@ pub async fn send(
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
     if let Some(exchanges) = &live.exchanges[upstream.index] {
-        // The caller's access token, exchanged for one meant for the upstream (SPEC §19);
+        // The caller's access token, exchanged for one meant for the upstream (docs/oauth.md);
         // it stays here itself.
         let subject = super::auth::bearer(out.fields).ok_or_else(|| {
             GateError::IdentityRefused("the call carries no access token to exchange".into())
@@ -73,7 +73,7 @@ pub async fn send(
         })?);
     }
     if let Some(tokens) = &state.identity {
-        // Who calls, told in a token of mcpgate's (SPEC §19): the client's own
+        // Who calls, told in a token of mcpgate's (docs/oauth.md): the client's own
         // credentials never go upstream.
         let who = out
             .who

@@ -8,7 +8,7 @@ use crate::mcp::jsonrpc::{self, Message, MessageKind};
 use std::sync::Arc;
 use wire::fields::{FieldKind, Fields};
 
-/// Which generation the request speaks (SPEC §15), once its headers are shown to agree
+/// Which generation the request speaks (docs/protocol.md), once its headers are shown to agree
 /// with its body. `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` must say what the
 /// body says, or an intermediary routing on the header and the server reading the body
 /// would disagree: a doubled header, one that does not decode, or one that says something

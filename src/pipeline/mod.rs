@@ -84,15 +84,15 @@ struct Ctx<'s> {
     access: Option<Box<combined::Access>>,
     /// The request's trace context, when traces are exported.
     trace: Option<Box<crate::observe::trace::Context>>,
-    /// Which generation of MCP the request speaks (SPEC §15), once its headers are read.
+    /// Which generation of MCP the request speaks (docs/protocol.md), once its headers are read.
     era: Era,
     /// A multi round-trip retry's first request id, for its audit records.
     first_request: Option<Box<str>>,
-    /// The member of a federated profile the request goes to (SPEC §16).
+    /// The member of a federated profile the request goes to (docs/federation.md).
     member: Option<&'s str>,
     /// The name that member knows the called tool or prompt by, for its `Mcp-Name`.
     rename: Option<String>,
-    /// The listener's number, for a call sent again once approved (SPEC §18).
+    /// The listener's number, for a call sent again once approved (docs/approvals.md).
     listener_at: usize,
     /// The `[[approvals]]` rule that holds the request's call, and what the call does.
     approval: Option<approvals::Need>,
@@ -116,7 +116,7 @@ pub async fn handle(
 }
 
 /// Serves a call that a person approved (`by`) after it was first sent: it goes through
-/// every stage again but the approval (SPEC §18).
+/// every stage again but the approval (docs/approvals.md).
 pub(super) async fn handle_approved(
     gw: &Gateway,
     listener: usize,
@@ -211,7 +211,7 @@ async fn run<'s>(
         && req.method == Method::GET
         && jwks.paths.iter().any(|p| *p == req.target.path())
     {
-        // The public keys of the identity tokens upstreams get (SPEC §19).
+        // The public keys of the identity tokens upstreams get (docs/oauth.md).
         return Ok(respond::jwks(jwks.json.clone(), &ctx.request_id));
     }
     let (route, path_token) = route::find(live, listener, &req.target)?;
@@ -254,7 +254,7 @@ async fn without_body<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let upstream = &profile.upstream;
     if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
-        // A legacy client of a 2026-07-28 server (SPEC §15, the bridge).
+        // A legacy client of a 2026-07-28 server (docs/protocol.md, the bridge).
         if req.method == Method::DELETE {
             return Ok(bridge::delete(gw, &bridged, &req.fields, ctx));
         }
@@ -311,7 +311,7 @@ async fn post<'s>(
     if profile.approvals.is_empty() {
         return dispatch(gw, live, profile, peer, &req, &bytes, payload, want, ctx).await;
     }
-    // Approvals (SPEC §18): a legacy client's answer to mcpgate's question; the rule that
+    // Approvals (docs/approvals.md): a legacy client's answer to mcpgate's question; the rule that
     // holds the call; a 2026-07-28 retry's approval, opened.
     if ctx.era == Era::Legacy
         && let Some(answered) = approvals::answer(gw, &payload, &bytes, &req.fields, ctx)?
@@ -405,7 +405,7 @@ async fn checked<'s>(
         Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
         Era::Modern => None,
     };
-    // A 2026-07-28 request to a server of the legacy protocol only (the bridge, SPEC §15).
+    // A 2026-07-28 request to a server of the legacy protocol only (the bridge, docs/protocol.md).
     let (to_legacy, maybe_legacy) = match ctx.era {
         Era::Modern => match to_legacy::open(live, profile, &payload, ctx)? {
             to_legacy::Bridging::Now(b) => (Some(b), None),
@@ -474,7 +474,7 @@ async fn checked<'s>(
     drop(payload);
     let mut bytes = bytes.clone();
     if let (Some((at, given)), Some(trace)) = (meta_trace, ctx.trace.as_mut()) {
-        // `_meta.traceparent` is a trace context like the header (SPEC §15): continued
+        // `_meta.traceparent` is a trace context like the header (docs/protocol.md): continued
         // when the header did not name one, and rewritten to this request's span.
         if !trace.continued()
             && !req.fields.has(FieldKind::Traceparent)
@@ -492,8 +492,8 @@ async fn checked<'s>(
     }
     let mut pinned = None;
     if listen {
-        // What the profile may not see is not asked for, nor tasks not the caller's (SPEC
-        // §15).
+        // What the profile may not see is not asked for, nor tasks not the caller's
+        // (docs/protocol.md).
         let tasks_at = std::cell::Cell::new(None);
         let tasks = rounds::listen_tasks(live, profile, ctx, &tasks_at);
         let (narrowed, listening, shown) = crate::mcp::listen::prepare(&bytes, profile, &tasks)
@@ -654,7 +654,7 @@ fn outgoing<'a>(
     }
 }
 
-/// A bridged request's parts (SPEC §15, the bridge): what `outgoing` takes, owned where it
+/// A bridged request's parts (docs/protocol.md, the bridge): what `outgoing` takes, owned where it
 /// would borrow the context.
 #[allow(clippy::too_many_arguments)]
 fn sending<'a>(
@@ -686,7 +686,7 @@ fn sending<'a>(
     }
 }
 
-/// Who calls, for an upstream with `identity` (SPEC §19); `None` for one without. The
+/// Who calls, for an upstream with `identity` (docs/oauth.md); `None` for one without. The
 /// token id, else the OAuth caller's subject (its client when it has none) with its
 /// client, else `anonymous` (a route without authentication); with the route's profile.
 fn who(

@@ -208,7 +208,7 @@ fn target_problem(
     (!allowed).then(|| (deny, format!("{what} not allowed: {}", shown(name)), None))
 }
 
-/// Why a pinned upstream's tool or prompt may not be used under `enforce` (SPEC §17).
+/// Why a pinned upstream's tool or prompt may not be used under `enforce` (docs/pinning.md).
 fn unpinned(says: &dyn UpstreamSays, kind: PinKind, name: &str) -> Option<&'static str> {
     match says.pinned(kind, name)? {
         (PinMode::Enforce, Standing::Changed) => Some("changed since it was approved"),

@@ -1,8 +1,8 @@
 //! Every answer leaves through here: errors mcpgate makes itself (one JSON-RPC envelope
-//! per SPEC §6, with the request id in `error.data`; one SSE frame when the client prefers
+//! per docs/behaviour.md, with the request id in `error.data`; one SSE frame when the client prefers
 //! SSE), policy refusals (one error per request element), and upstream answers — headers
 //! cleaned, tools/list filtered, and converted between JSON and SSE per the client's
-//! `Accept` (SPEC §5). Every other body streams through untouched.
+//! `Accept` (docs/behaviour.md). Every other body streams through untouched.
 
 use super::Ctx;
 use super::auth::Credential;
@@ -64,7 +64,7 @@ pub fn set_request_id<B>(r: &mut Response<B>, request_id: &str) {
     }
 }
 
-/// SPEC §5: what every SSE answer carries, so no proxy or cache in between buffers it.
+/// docs/behaviour.md: what every SSE answer carries, so no proxy or cache in between buffers it.
 fn set_sse_headers(h: &mut HeaderMap) {
     h.remove(header::CONTENT_LENGTH);
     h.insert(
@@ -472,7 +472,7 @@ pub(super) fn event_stream(
     response
 }
 
-/// A JWKS (the identity tokens' public keys, SPEC §19), cacheable for a minute.
+/// A JWKS (the identity tokens' public keys, docs/oauth.md), cacheable for a minute.
 pub(super) fn jwks(json: bytes::Bytes, request_id: &str) -> Response<GateBody> {
     let mut r = Response::new(GateBody::full(json));
     let h = r.headers_mut();

@@ -1,4 +1,4 @@
-//! The rounds stage (MCP 2026-07-28, SPEC §15): a modern `tools/call`, `prompts/get` or
+//! The rounds stage (MCP 2026-07-28, docs/protocol.md): a modern `tools/call`, `prompts/get` or
 //! `resources/read` may be answered `input_required`, whose state mcpgate seals
 //! (`mcp::rounds`), or with a task, whose id it seals (`mcp::task_ids`). A retry's state,
 //! and the task id a task request names, are opened here, before the request goes on: one

@@ -1,4 +1,4 @@
-//! The bridge stage for a 2026-07-28 client in front of a legacy server (SPEC §15, "The
+//! The bridge stage for a 2026-07-28 client in front of a legacy server (docs/protocol.md, "The
 //! bridge between generations"). Its request has been routed, authenticated, read, checked
 //! by policy and limits like any other modern one (its `requestState` opened by the rounds
 //! stage); here it is served in a session mcpgate holds on the server for the caller and

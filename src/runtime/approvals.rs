@@ -1,4 +1,4 @@
-//! What approvals keep between requests (SPEC §18):
+//! What approvals keep between requests (docs/approvals.md):
 //!
 //! - the calls waiting for an operator (`approver = "admin"`): each under a random id,
 //!   with what the call would do, until the operator answers on the admin listener, its
@@ -28,7 +28,7 @@ pub struct Waiting {
     pub tool: String,
     /// The token id or OAuth subject of the caller, or `-`.
     pub caller: String,
-    /// The rule's message, filled (values inert, SPEC §18).
+    /// The rule's message, filled (values inert, docs/approvals.md).
     pub message: String,
     /// The arguments, canonical JSON, values inert.
     pub arguments: String,

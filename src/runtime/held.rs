@@ -1,6 +1,6 @@
 //! Calls held for a 2026-07-28 client's retry: a legacy server asked the client something
 //! during a call, the client was answered `input_required`, and the call waits upstream
-//! until the client retries with its answer (SPEC §15, the bridge). Each is kept here
+//! until the client retries with its answer (docs/protocol.md, the bridge). Each is kept here
 //! under a number until the retry takes it, or until its time is up: it is then dropped,
 //! which ends it upstream (what is held decides how, when it is dropped).
 //!

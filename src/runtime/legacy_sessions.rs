@@ -1,5 +1,5 @@
 //! What a legacy client bridged to a 2026-07-28 server changes in its session after
-//! `initialize` (SPEC §15): its log level (`logging/setLevel`) and the resources it
+//! `initialize` (docs/protocol.md): its log level (`logging/setLevel`) and the resources it
 //! subscribed to (`resources/subscribe`). Its session id is a seal that cannot be written
 //! again, so these are kept here, on the replica that received them, under the digest of
 //! the id. Each request the session forwards carries the level; the session's GET stream

@@ -1,4 +1,4 @@
-//! The state behind `[limits]` (SPEC §2, §6): rate limits are GCRA (governor), one keyed
+//! The state behind `[limits]` (docs/configuration.md, §6): rate limits are GCRA (governor), one keyed
 //! limiter per rule; concurrency caps are semaphores. A rule's state lives in an `Arc`
 //! that [`Limits::build`] hands to the next configuration when the rule's signature is
 //! unchanged, so counters and calls in flight survive reloads. Keyed state is pruned on a
@@ -7,7 +7,7 @@
 //! With `[limits.store]` the rate rules are counted in Redis instead (`runtime::store`),
 //! all of a request's keys in one round trip; this replica's own counters then serve only
 //! while the store fails and `on_error = "local"`. The brute-force guard (`auth_failure`)
-//! and concurrency caps always stay per replica (SPEC §13).
+//! and concurrency caps always stay per replica (docs/scaling.md).
 
 use crate::config::compile::{ConcurrencySpec, KeyKind, LimitRules, OnError, RateSpec};
 use crate::config::glob::Matcher;

@@ -1,4 +1,4 @@
-//! The shared counters of `[limits.store]` (SPEC §13): every rate rule of a request is
+//! The shared counters of `[limits.store]` (docs/scaling.md): every rate rule of a request is
 //! counted in Redis by one Lua script (GCRA, one round trip for all the request's keys),
 //! so replicas draw from the same cells and the retry hint is exact.
 //!

@@ -1,6 +1,6 @@
 //! Open SSE streams, so a reload can close the ones whose token was removed or has
-//! expired (SPEC §8), so `/metrics` can count them, and so a change of what a profile may
-//! see reaches its clients' GET streams as a `notifications/*/list_changed` (SPEC §12). A
+//! expired (docs/operations.md), so `/metrics` can count them, and so a change of what a profile may
+//! see reaches its clients' GET streams as a `notifications/*/list_changed` (docs/policy.md). A
 //! relayed stream registers itself with its token's hash (and, for a GET stream, its
 //! profile) and holds a guard that unregisters it when the stream ends.
 //!

@@ -1,4 +1,4 @@
-//! The sessions mcpgate holds on a legacy endpoint for its 2026-07-28 clients (SPEC §15,
+//! The sessions mcpgate holds on a legacy endpoint for its 2026-07-28 clients (docs/protocol.md,
 //! the bridge): one per caller and client (its capabilities and info), opened with the
 //! first request that needs it and kept while it is used. Kept on the endpoint's state, so
 //! a reload that keeps the endpoint keeps them.

@@ -1,4 +1,4 @@
-//! The HTTP/1.1 request an upstream is sent, with the header hygiene of SPEC §5: the
+//! The HTTP/1.1 request an upstream is sent, with the header hygiene of docs/behaviour.md: the
 //! client's credentials (`Authorization`, `Cookie`) and hop-by-hop headers stay here,
 //! configured upstream headers are added, `X-Forwarded-*` and `X-Request-Id` are set,
 //! everything else (all `Mcp-*` headers included) passes, in the client's order and
@@ -89,7 +89,7 @@ pub struct Outgoing<'a> {
     /// A 2026-07-28 client's request bridged to a legacy server: sent in the session
     /// mcpgate holds for the caller there (`upstream::bridged`).
     pub in_session: Option<InSession<'a>>,
-    /// Who calls, for an upstream with `identity` (SPEC §19); `None`: mcpgate itself.
+    /// Who calls, for an upstream with `identity` (docs/oauth.md); `None`: mcpgate itself.
     pub who: Option<super::identity::Who>,
     /// The `Authorization` the upstream gets: its identity token (set by the forward
     /// stage from `who`).
@@ -499,7 +499,7 @@ auth = "none"
         let sent =
             String::from_utf8(encode(upstream, upstream.first(), &out, None).unwrap()).unwrap();
         assert!(sent.contains("\r\nmcp-name: srv-1\r\n"), "{sent}");
-        // With identity (SPEC §19): mcpgate's token, after the configured headers; the
+        // With identity (docs/oauth.md): mcpgate's token, after the configured headers; the
         // client's own `Authorization` still stays here.
         out.authorization = Some(HeaderValue::from_static("Bearer minted"));
         let sent =

@@ -161,7 +161,7 @@ impl EndpointState {
     }
 
     /// Whether it refused a legacy `initialize` for its revision: a server of 2026-07-28
-    /// only, to which legacy clients are bridged (SPEC §15).
+    /// only, to which legacy clients are bridged (docs/protocol.md).
     pub fn modern_only(&self) -> bool {
         self.era.load(Ordering::Relaxed) == 3
     }

@@ -1,4 +1,4 @@
-//! Active health checks (SPEC §9): every `interval`, each endpoint of an upstream with
+//! Active health checks (docs/configuration.md): every `interval`, each endpoint of an upstream with
 //! `health` set is sent a JSON-RPC `ping` on a connection of the check's own.
 //!
 //! - A ping passes when an answer head comes within `timeout` with a status below 500 and

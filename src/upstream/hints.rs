@@ -1,4 +1,4 @@
-//! What each upstream says of its tools (SPEC §12): the `annotations` of its latest
+//! What each upstream says of its tools (docs/policy.md): the `annotations` of its latest
 //! tools/list, kept per upstream for profiles with `allow_annotations` or
 //! `deny_annotations`. Filled from every tools/list answer that passes through, and by
 //! [`fetch`]: mcpgate's own session (initialize, tools/list page by page, DELETE) run by

@@ -1,4 +1,4 @@
-//! The tokens that tell an upstream who is calling (SPEC §19, `mode = "jwt"`): a JWT
+//! The tokens that tell an upstream who is calling (docs/oauth.md, `mode = "jwt"`): a JWT
 //! signed by mcpgate per caller, `{iss, aud, sub, client_id, profile, jti, iat, exp}`, 60 s
 //! of life, sent as `Authorization: Bearer`.
 //!

@@ -1,4 +1,4 @@
-//! What each pinned upstream's tools and prompts say now (SPEC §17), learnt from every
+//! What each pinned upstream's tools and prompts say now (docs/pinning.md), learnt from every
 //! list that passes and from mcpgate's own reads, and judged against the pins file in
 //! force. Kept per upstream across reloads, like its hints.
 //!

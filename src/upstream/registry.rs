@@ -69,10 +69,10 @@ pub struct UpstreamState {
     /// Seals the cursors and legacy session ids of the federated profiles whose first
     /// member this upstream is.
     pub fed_sealer: Sealer,
-    /// Seals the `requestState` of the approvals asked of 2026-07-28 clients (SPEC §18)
+    /// Seals the `requestState` of the approvals asked of 2026-07-28 clients (docs/approvals.md)
     /// on profiles of this upstream (a federated one's: its first member's).
     pub approval_sealer: Sealer,
-    /// The identity tokens of its callers, when it has `identity` (SPEC §19).
+    /// The identity tokens of its callers, when it has `identity` (docs/oauth.md).
     pub identity: Option<super::identity::Tokens>,
     /// A stdio upstream (`command`): its sessions and processes.
     pub stdio: Option<Arc<StdioUpstream>>,
@@ -252,7 +252,7 @@ impl Registry {
                             metrics.processes(&u.name),
                         )
                     });
-                    // Its processes are told who they serve at their start (SPEC §19).
+                    // Its processes are told who they serve at their start (docs/oauth.md).
                     up.identify(u.identity.clone().map(|i| Arc::new(Tokens::new(i))));
                     stdio_next.insert(key, up.clone());
                     up

@@ -1,4 +1,4 @@
-//! Sealed session ids (SPEC §9): the `Mcp-Session-Id` a client holds is the upstream's own
+//! Sealed session ids (docs/configuration.md): the `Mcp-Session-Id` a client holds is the upstream's own
 //! id and the endpoint that made it, encrypted and authenticated with the upstream's
 //! `session_key`. Any mcpgate with the key opens it and routes the session to its
 //! endpoint; nothing is stored anywhere.
@@ -64,10 +64,10 @@ pub enum Purpose {
     /// what the server is told of the client on each request, at most [`MAX_BRIDGED`]
     /// bytes.
     BridgedSession,
-    /// What a federated profile seals (SPEC §16): its lists' cursors (each member's own)
+    /// What a federated profile seals (docs/federation.md): its lists' cursors (each member's own)
     /// and its legacy sessions' ids, at most [`MAX_FEDERATION`] bytes.
     Federation,
-    /// What an approval's `requestState` holds (SPEC §18), at most [`MAX_APPROVAL`]
+    /// What an approval's `requestState` holds (docs/approvals.md), at most [`MAX_APPROVAL`]
     /// bytes.
     Approval,
 }

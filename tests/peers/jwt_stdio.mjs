@@ -1,4 +1,4 @@
-// A stdio MCP server (TypeScript SDK v1) that mcpgate tells whom it serves (SPEC §19 on a
+// A stdio MCP server (TypeScript SDK v1) that mcpgate tells whom it serves (docs/oauth.md on a
 // stdio upstream): MCPGATE_IDENTITY_TOKEN at its start, and the file MCPGATE_IDENTITY_TOKEN_FILE
 // names, which mcpgate keeps fresh. Both are checked with `jose` against mcpgate's JWKS
 // (JWKS_URL, ISSUER, AUDIENCE from its environment). The start token is checked at once,

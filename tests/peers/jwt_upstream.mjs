@@ -1,5 +1,5 @@
 // An MCP server (TypeScript SDK v1, legacy sessions) behind which every request must carry
-// a JWT that mcpgate signed for the caller (SPEC §19): it fetches mcpgate's JWKS, checks
+// a JWT that mcpgate signed for the caller (docs/oauth.md): it fetches mcpgate's JWKS, checks
 // each token with `jose` (signature, iss, aud, exp), refuses a request without a good one
 // (401), and records what it saw. Its tool `whoami` answers with the verified subject.
 // Usage: node jwt_upstream.mjs --port P --jwks URL --issuer ISS --audience AUD[,AUD…] --record FILE

@@ -233,3 +233,31 @@ pub async fn read_answer(s: &mut tokio::net::TcpStream) -> String {
         got.extend_from_slice(&buf[..n]);
     }
 }
+
+/// Reads events from an event-stream `body` until one holds a JSON-RPC message, and returns
+/// it; `None` when the stream ends first. Events already read wait in `seen`.
+pub async fn next_message(
+    body: &mut hyper::body::Incoming,
+    seen: &mut String,
+) -> Option<serde_json::Value> {
+    loop {
+        if let Some(end) = seen.find("\n\n") {
+            let event: String = seen.drain(..end + 2).collect();
+            let data: String = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            if !data.is_empty() {
+                return Some(serde_json::from_str(&data).unwrap());
+            }
+            continue;
+        }
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event or the end within 10 s")?;
+        if let Ok(d) = frame.unwrap().into_data() {
+            seen.push_str(&String::from_utf8_lossy(&d));
+        }
+    }
+}

@@ -5,7 +5,7 @@ pub fn hash(token: &str) -> String {
     to_hex(&Secret(token).hash())
 }
 
-/// The test deployment: SPEC §2's profiles plus one with a `methods` list.
+/// The test deployment: the profiles plus one with a `methods` list.
 pub fn config(upstream_url: &str, timeout: &str) -> String {
     format!(
         r#"

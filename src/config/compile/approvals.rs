@@ -1,4 +1,4 @@
-//! `[[approvals]]` (SPEC §18): which calls a person confirms before they run, what the
+//! `[[approvals]]` (docs/approvals.md): which calls a person confirms before they run, what the
 //! person is asked, who answers and how long the call waits. Each profile gets the rules
 //! that apply to it, in the file's order: the first that matches a call decides.
 
@@ -60,7 +60,7 @@ impl ApprovalRule {
 
     /// Whether a call of `tool`, whose annotations are `hints` (when known), needs this
     /// rule's approval. Annotations that are not known count as holding: a call is asked
-    /// about rather than let through unasked (SPEC §12: fail closed).
+    /// about rather than let through unasked (docs/policy.md: fail closed).
     pub fn matches(
         &self,
         tool: &str,

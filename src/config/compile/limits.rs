@@ -84,7 +84,7 @@ impl Default for LimitRules {
     }
 }
 
-/// What a request does when the shared store cannot answer in time (SPEC §13).
+/// What a request does when the shared store cannot answer in time (docs/scaling.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnError {
     /// This replica's own counters, as without a store.

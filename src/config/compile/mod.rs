@@ -63,7 +63,7 @@ pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(60);
 pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(300);
-/// `[transport] fanout_timeout` when unset (SPEC §16).
+/// `[transport] fanout_timeout` when unset (docs/federation.md).
 pub const DEFAULT_FANOUT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:9901";
 
@@ -294,7 +294,7 @@ impl Compiler<'_> {
     }
 }
 
-/// An upstream whose identity is exchanged (SPEC §19) needs `[oauth]` and callers that
+/// An upstream whose identity is exchanged (docs/oauth.md) needs `[oauth]` and callers that
 /// bring its access tokens: every route to it (or to a federation it is a member of)
 /// must be `auth = "oauth"`.
 fn exchange_needs_oauth(

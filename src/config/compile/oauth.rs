@@ -1,4 +1,4 @@
-//! `[oauth]` (SPEC §11): the issuer whose access tokens `auth = "oauth"` routes accept,
+//! `[oauth]` (docs/oauth.md): the issuer whose access tokens `auth = "oauth"` routes accept,
 //! this server's resource id, what a JWT may be signed with, introspection for opaque
 //! tokens, and `[[oauth.grants]]`, which map a token's scopes or a claim to profiles.
 
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_LEEWAY: Duration = Duration::from_secs(30);
-/// The least time between two JWKS fetches tokens cause (SPEC §11: once per 30 s).
+/// The least time between two JWKS fetches tokens cause (docs/oauth.md: once per 30 s).
 pub const DEFAULT_REFETCH_AFTER: Duration = Duration::from_secs(30);
 pub const DEFAULT_ALGORITHMS: [Algorithm; 3] =
     [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];

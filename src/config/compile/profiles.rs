@@ -25,19 +25,19 @@ pub struct Profile {
     pub allow_annotations: HintRules,
     /// Hints that refuse a tool (all must hold); empty: none.
     pub deny_annotations: HintRules,
-    /// A federated profile's members (SPEC §16); `upstream` is then its first member's.
+    /// A federated profile's members (docs/federation.md); `upstream` is then its first member's.
     pub federation: Option<Arc<Federation>>,
     /// A federated member's profile: its lists pass whole to the federated profile,
     /// whose rules judge them by the names its clients see.
     pub judged_above: bool,
-    /// The `[[approvals]]` that apply to this profile, in order (SPEC §18).
+    /// The `[[approvals]]` that apply to this profile, in order (docs/approvals.md).
     pub approvals: Box<[Arc<ApprovalRule>]>,
 }
 
 pub use super::hints::HintRules;
 use super::hints::{hint_rules, hints_hold};
 
-/// A tool's annotations are needed to judge it and are not known (SPEC §12: fail closed).
+/// A tool's annotations are needed to judge it and are not known (docs/policy.md: fail closed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HintsUnknown;
 
@@ -185,7 +185,7 @@ fn name_rules(raw: Option<&S<raw::RawNameRules>>) -> Result<Option<NameRules>, F
     }))
 }
 
-/// A profile's upstream, or a federated profile's members (SPEC §16) and its first
+/// A profile's upstream, or a federated profile's members (docs/federation.md) and its first
 /// member's upstream.
 fn profile_upstreams(
     name: &str,

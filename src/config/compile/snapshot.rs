@@ -100,18 +100,18 @@ pub struct Snapshot {
     pub max_body: u64,
     pub limits: LimitRules,
     pub sse_keepalive: Duration,
-    /// `[transport] list_ttl`: the most `ttlMs` a list answer carries (SPEC §15).
+    /// `[transport] list_ttl`: the most `ttlMs` a list answer carries (docs/protocol.md).
     pub list_ttl: Duration,
-    /// `[transport] input_timeout`: how long a sealed `requestState` opens (SPEC §15).
+    /// `[transport] input_timeout`: how long a sealed `requestState` opens (docs/protocol.md).
     pub input_timeout: Duration,
-    /// `[transport] fanout_timeout`: how long a federated list waits for a member (SPEC §16).
+    /// `[transport] fanout_timeout`: how long a federated list waits for a member (docs/federation.md).
     pub fanout_timeout: Duration,
-    /// The approved definitions of pinned upstreams (SPEC §17); empty without `[pins]`
+    /// The approved definitions of pinned upstreams (docs/pinning.md); empty without `[pins]`
     /// or before the file is first written.
     pub pins: Arc<crate::config::pins::PinBook>,
     /// `[pins] path`.
     pub pins_path: Option<PathBuf>,
-    /// The public keys of every upstream `identity` (SPEC §19) as a JWKS, and the paths
+    /// The public keys of every upstream `identity` (docs/oauth.md) as a JWKS, and the paths
     /// the MCP listeners serve it at; `None` without identity.
     pub identity_jwks: Option<Arc<IdentityJwks>>,
     pub admin: Option<SocketAddr>,
@@ -195,7 +195,7 @@ impl Snapshot {
     }
 
     /// `tool`'s deprecation, if it has one.
-    /// How long a list answered now may be cached (SPEC §15): `[transport] list_ttl`, or
+    /// How long a list answered now may be cached (docs/protocol.md): `[transport] list_ttl`, or
     /// less when a sunset comes sooner and will change the list.
     pub fn list_fresh_for(&self, now: std::time::SystemTime) -> Duration {
         self.deprecated

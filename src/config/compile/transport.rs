@@ -27,7 +27,7 @@ pub(super) fn list_ttl(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, F
 }
 
 /// How long after an `input_required` answer the client's retry is taken: the life of
-/// the `requestState` mcpgate seals (SPEC §15).
+/// the `requestState` mcpgate seals (docs/protocol.md).
 pub(super) fn input_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
     match raw.and_then(|t| t.get_ref().input_timeout.as_ref()) {
         Some(v) => at(v, parse_duration(v.get_ref())),
@@ -35,7 +35,7 @@ pub(super) fn input_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Durati
     }
 }
 
-/// How long a federated list waits for each member (SPEC §16): past it the list goes out
+/// How long a federated list waits for each member (docs/federation.md): past it the list goes out
 /// with the others' items and names the member unavailable.
 pub(super) fn fanout_timeout(raw: Option<&S<raw::RawTransport>>) -> Result<Duration, Fail> {
     match raw.and_then(|t| t.get_ref().fanout_timeout.as_ref()) {

@@ -35,7 +35,7 @@ impl Protocol {
 
 pub struct Upstream {
     pub name: Arc<str>,
-    /// `protocol`: which generation mcpgate's own requests to it speak (SPEC §15).
+    /// `protocol`: which generation mcpgate's own requests to it speak (docs/protocol.md).
     pub protocol: Protocol,
     /// Where its requests go: the one `url`, or the `endpoints` (replicas), in the order
     /// written.
@@ -58,9 +58,9 @@ pub struct Upstream {
     pub stream_idle_timeout: Duration,
     /// Configured headers with secrets resolved. Never printed.
     pub headers: HeaderMap,
-    /// `pin`: whether its tools' definitions are pinned (SPEC §17).
+    /// `pin`: whether its tools' definitions are pinned (docs/pinning.md).
     pub pin: crate::config::pins::PinMode,
-    /// `identity`: what tells the upstream who is calling (SPEC §19); `None`: nothing.
+    /// `identity`: what tells the upstream who is calling (docs/oauth.md); `None`: nothing.
     pub identity: Option<Arc<crate::config::identity::Identity>>,
     /// `identity` with `mode = "exchange"`: the caller's token exchanged for the upstream.
     pub exchange: Option<Arc<crate::config::identity::Exchange>>,
@@ -97,7 +97,7 @@ pub struct StdioCommand {
     pub sessions: Sharing,
     pub max_processes: usize,
     pub idle_timeout: Duration,
-    /// Whether its processes are told who they serve (`identity`, SPEC §19): adding or
+    /// Whether its processes are told who they serve (`identity`, docs/oauth.md): adding or
     /// removing it restarts them; a new key or audience does not.
     pub identity: bool,
 }
@@ -804,7 +804,7 @@ impl Compiler<'_> {
         };
         // A child runs in the generation of each request (`auto`), or speaks only 2026-07-28
         // (`modern`: legacy clients are bridged to it), or only the legacy protocol
-        // (`legacy`: 2026-07-28 clients are bridged to it), SPEC §15.
+        // (`legacy`: 2026-07-28 clients are bridged to it), docs/protocol.md.
         let protocol = match u.protocol.as_ref() {
             None => Protocol::Auto,
             Some(v) => match v.get_ref().as_str() {

@@ -1,4 +1,4 @@
-//! What a federated profile knows of its members' names (SPEC §16): the tools and prompts
+//! What a federated profile knows of its members' names (docs/federation.md): the tools and prompts
 //! each member listed, merged into the names clients see, and the resource URIs and
 //! templates each listed, so that a call or a read finds its member. It is learnt from
 //! every list that passes and, when a client names something not known yet, from

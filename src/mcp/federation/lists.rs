@@ -1,4 +1,4 @@
-//! A federated list (SPEC §16): each member's answer read as a page of items, and the
+//! A federated list (docs/federation.md): each member's answer read as a page of items, and the
 //! pages merged into the one answer the client gets, in member order, with the names it
 //! sees, a sealed cursor when any member has more, and the members that did not answer.
 

@@ -1,4 +1,4 @@
-//! The names a federated profile's clients see (SPEC §16): each member's names, prefixed
+//! The names a federated profile's clients see (docs/federation.md): each member's names, prefixed
 //! with `<member><separator>` as the profile's `prefix` says, merged in member order, and
 //! the way back from a name the client sent to the member and the name that member knows.
 //!

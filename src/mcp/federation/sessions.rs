@@ -1,4 +1,4 @@
-//! The member sessions of federated legacy sessions (SPEC §16), per replica: under the
+//! The member sessions of federated legacy sessions (docs/federation.md), per replica: under the
 //! digest of the client's sealed session id, each member's own session id, once opened.
 //! The sealed id holds what opens them (the client's `initialize`), so a replica that has
 //! none opens its own; the table is bounded and forgets the least recently used first.

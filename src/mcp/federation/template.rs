@@ -1,5 +1,5 @@
 //! Whether a URI is one a resource template (RFC 6570) can make: how a federated profile
-//! finds the member that serves a `resources/read` of a URI no member listed (SPEC §16).
+//! finds the member that serves a `resources/read` of a URI no member listed (docs/federation.md).
 //!
 //! The literal text of the template must appear as written; each expression stands for
 //! one or more characters: `{var}` (simple expansion) for characters other than `/`, `?`

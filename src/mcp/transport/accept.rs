@@ -1,4 +1,4 @@
-//! `Accept` negotiation between JSON and SSE answers (RFC 9110 §12.5.1, SPEC §5). The q of a
+//! `Accept` negotiation between JSON and SSE answers (RFC 9110 §12.5.1, docs/behaviour.md). The q of a
 //! type is the q of the most specific range that matches it (`text/event-stream` beats
 //! `text/*` beats `*/*`); a lone `*` means `*/*`. A header that cannot be parsed is treated
 //! as absent: never an error, never a 500.
@@ -92,7 +92,7 @@ fn scores(header: &str) -> Option<(Score, Score)> {
 /// The `Accept` the MCP SDK clients (TypeScript and Python) send with every POST.
 const SDK_ACCEPT: &[u8] = b"application/json, text/event-stream";
 
-/// The SPEC §5 table.
+/// The docs/behaviour.md table.
 pub fn negotiate(header: Option<&[u8]>) -> Result<Want, NotAcceptable> {
     // Most requests carry exactly this; its answer is known without parsing.
     if header == Some(SDK_ACCEPT) {

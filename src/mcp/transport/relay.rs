@@ -285,7 +285,7 @@ impl Body for SseRelay {
                         });
                         continue;
                     }
-                    // A change of what the client may list (SPEC §12), between events; on a
+                    // A change of what the client may list (docs/policy.md), between events; on a
                     // listen stream, once the upstream has acknowledged it.
                     let ready = this.listening.is_none() || this.relayed;
                     if ready

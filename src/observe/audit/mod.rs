@@ -1,4 +1,4 @@
-//! The audit trail (SPEC §7): one JSON line per decision on a tools/call and per refusal,
+//! The audit trail (docs/audit.md): one JSON line per decision on a tools/call and per refusal,
 //! auth failure and rate-limit hit. One writer task owns the file, so lines are never
 //! interleaved and each can carry the SHA-256 of the line before it (tamper evidence).
 //! Records of `durable` tools are written *and fsynced* before the call is forwarded; if

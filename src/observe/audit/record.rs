@@ -34,7 +34,7 @@ pub struct Base {
     /// A multi round-trip retry's first request id (MCP 2026-07-28): the records of every
     /// round of one call carry it, so they read as one.
     pub(super) first_request_id: Option<Box<str>>,
-    /// The member of a federated profile the request went to (SPEC §16).
+    /// The member of a federated profile the request went to (docs/federation.md).
     pub(super) member: Option<Box<str>>,
 }
 
@@ -142,9 +142,9 @@ pub struct Record {
     pub gateway_ms: Option<f64>,
     pub outcome: Option<Option<&'static str>>,
     pub total_ms: Option<f64>,
-    /// A pinned tool's or prompt's definition seen for the first time (SPEC §17).
+    /// A pinned tool's or prompt's definition seen for the first time (docs/pinning.md).
     pub pin: Option<Box<PinNote>>,
-    /// A step of a call's approval (SPEC §18).
+    /// A step of a call's approval (docs/approvals.md).
     pub approval: Option<Box<ApprovalNote>>,
 }
 

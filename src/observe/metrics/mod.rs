@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §8), served by the admin listener at `/metrics`: the registry,
+//! Prometheus metrics (docs/operations.md), served by the admin listener at `/metrics`: the registry,
 //! the per-thread shards of the series every request touches ([`shards`]), the status
 //! page's rows ([`rows`]) and the renderers. The families other components count (an
 //! endpoint's health, the verifier's key fetches, the rate-limit store, reloads, spans,
@@ -120,14 +120,14 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
     deprecated_calls: Family<DeprecatedLabels, Counter>,
-    /// Per federated profile and member (SPEC §16): whether it answered its last fan-out,
+    /// Per federated profile and member (docs/federation.md): whether it answered its last fan-out,
     /// and how many it did not.
     member_available: Family<MemberLabels, prometheus_client::metrics::gauge::Gauge>,
     member_unavailable: Family<MemberLabels, Counter>,
     /// Per pinned upstream: its tools and prompts whose definitions are not approved
-    /// (SPEC §17), each 1 while it is so.
+    /// (docs/pinning.md), each 1 while it is so.
     pin_unapproved: Family<PinLabels, prometheus_client::metrics::gauge::Gauge>,
-    /// Approvals (SPEC §18) by profile and step: asked, approved, declined, cancelled,
+    /// Approvals (docs/approvals.md) by profile and step: asked, approved, declined, cancelled,
     /// expired, refused.
     approvals: Family<ApprovalLabels, Counter>,
     /// Calls waiting for an operator, and how long the oldest has waited (set when

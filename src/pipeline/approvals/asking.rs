@@ -1,4 +1,4 @@
-//! A legacy client's call held for its approval (SPEC §18): the question on the call's
+//! A legacy client's call held for its approval (docs/approvals.md): the question on the call's
 //! event stream, the wait for the client's answer, and the approved call sent again
 //! through the request path. Its own module: the request path's future holds the future
 //! of [`super::ask`], and this one holds the request path's.

@@ -1,4 +1,4 @@
-//! The approvals stage (SPEC §18): a call an `[[approvals]]` rule holds runs only once a
+//! The approvals stage (docs/approvals.md): a call an `[[approvals]]` rule holds runs only once a
 //! person has said yes.
 //!
 //! - [`find`] (after the headers): which rule, if any, holds the request's one call, and

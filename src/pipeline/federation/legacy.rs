@@ -1,4 +1,4 @@
-//! Legacy clients of a federated profile (SPEC §16). mcpgate answers `initialize` for the
+//! Legacy clients of a federated profile (docs/federation.md). mcpgate answers `initialize` for the
 //! profile, with a session id it seals: the client's `initialize` (its revision,
 //! capabilities and info) and the caller, never a member's session. Each member gets a
 //! session of its own, opened with that `initialize` when the client's does (or, on a

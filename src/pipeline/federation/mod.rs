@@ -1,4 +1,4 @@
-//! The federation stage (SPEC §16): a profile with `upstreams = [...]` serves its members
+//! The federation stage (docs/federation.md): a profile with `upstreams = [...]` serves its members
 //! as one server. Its request has been routed, authenticated, read and its headers
 //! checked; here it is judged by the profile's policy and limits under the names the
 //! client sees, then
@@ -193,7 +193,7 @@ pub(super) async fn post<'s>(
             return Err(invalid(ctx, format!("{method} needs a string uri")));
         }
         _ if ctx.era == Era::Legacy => return Err(not_found(ctx, method)),
-        // A task's request goes to the member whose seal its id is (SPEC §15), which opens
+        // A task's request goes to the member whose seal its id is (docs/protocol.md), which opens
         // it again as for one upstream.
         _ if jsonrpc::is_task_method(method) => (fan.by_task(m, ctx)?, None),
         _ => return Err(GateError::MethodNotFound(method.to_string())),
@@ -623,7 +623,7 @@ impl<'s> Fan<'_, 's> {
         // its member's store learns them (by the member's own name).
         let read_hints = kind == ListKind::Tools && filter.judges_hints();
         let learned = std::cell::RefCell::new(vec![Vec::new(); self.fed.members.len()]);
-        // A pinned member's names whose definitions are not approved (SPEC §17).
+        // A pinned member's names whose definitions are not approved (docs/pinning.md).
         let unpinned: Vec<Option<Arc<std::collections::HashSet<Box<str>>>>> = {
             let mut by_member = vec![None; self.fed.members.len()];
             for (m, page) in &pages {
@@ -1537,7 +1537,7 @@ pub async fn own_lists(
     Ok(out)
 }
 
-/// What `mcpgate check --probe` prints of each federated profile (SPEC §16): the members'
+/// What `mcpgate check --probe` prints of each federated profile (docs/federation.md): the members'
 /// tool lists read now as a 2026-07-28 client would, merged as the profile's clients see
 /// them, the names two members would share, and the members that did not answer.
 pub async fn probe(gw: &Gateway) -> String {

@@ -1,4 +1,4 @@
-//! The streams of a federated profile (SPEC §16): one made of every member's (a listen,
+//! The streams of a federated profile (docs/federation.md): one made of every member's (a listen,
 //! a legacy session's GET stream), and a member's call stream with the ids of its
 //! questions made the client's.
 //!

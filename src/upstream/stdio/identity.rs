@@ -1,4 +1,4 @@
-//! `identity` on a stdio upstream (SPEC §19, `mode = "jwt"`). A process gets its
+//! `identity` on a stdio upstream (docs/oauth.md, `mode = "jwt"`). A process gets its
 //! environment once, at its start, and serves every call after it: it is told who it
 //! serves, not who makes each call.
 //!

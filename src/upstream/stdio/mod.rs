@@ -1,4 +1,4 @@
-//! stdio upstreams (SPEC §10): mcpgate runs a local MCP server process and is its
+//! stdio upstreams (docs/stdio.md): mcpgate runs a local MCP server process and is its
 //! Streamable HTTP server. The rest of the request path (routes, tokens, policy, limits,
 //! audit, JSON↔SSE shaping) is the same as for an HTTP upstream: this bridge answers the
 //! forward stage with what an HTTP server would, an event stream per call.
@@ -508,7 +508,7 @@ impl StdioUpstream {
         Ok(child)
     }
 
-    /// The session `id` names, if `caller` opened it (SPEC §19: the process of a session
+    /// The session `id` names, if `caller` opened it (docs/oauth.md: the process of a session
     /// may have been told whom it serves). mcpgate's own requests name no caller.
     fn session(&self, id: &[u8], caller: Option<CallerKey>) -> Result<Arc<Session>, GateError> {
         let id = std::str::from_utf8(id).map_err(|_| GateError::SessionNotFound)?;
@@ -741,19 +741,11 @@ async fn first_answer(
 /// The `result` of an `initialize` answer's first event, for the next clients of a
 /// shared process.
 fn initialize_result(r: &Response<UpstreamBody>) -> Option<Value> {
-    let UpstreamBody::Messages {
-        first: Some(first), ..
-    } = r.body()
-    else {
-        return None;
-    };
-    let data = first.strip_prefix(b"event: message\ndata: ")?;
-    let message = serde_json::from_slice::<Value>(data.trim_ascii()).ok()?;
-    message.get("result").cloned()
+    first_message(r)?.0.get("result").cloned()
 }
 
-/// The error message of an `initialize` answer that refused (its first event), as JSON.
-fn refusal(r: &Response<UpstreamBody>) -> Option<Bytes> {
+/// The first message of an answer made here (its first event), and its text.
+fn first_message(r: &Response<UpstreamBody>) -> Option<(Value, &[u8])> {
     let UpstreamBody::Messages {
         first: Some(first), ..
     } = r.body()
@@ -761,11 +753,16 @@ fn refusal(r: &Response<UpstreamBody>) -> Option<Bytes> {
         return None;
     };
     let data = first.strip_prefix(b"event: message\ndata: ")?.trim_ascii();
-    let message = serde_json::from_slice::<Value>(data).ok()?;
+    Some((serde_json::from_slice::<Value>(data).ok()?, data))
+}
+
+/// The error message of an `initialize` answer that refused (its first event), as JSON.
+fn refusal(r: &Response<UpstreamBody>) -> Option<Bytes> {
+    let (message, text) = first_message(r)?;
     message
         .get("error")
         .is_some()
-        .then(|| Bytes::copy_from_slice(data))
+        .then(|| Bytes::copy_from_slice(text))
 }
 
 /// Whether a request of `caller` may use `session`: one of the caller that opened it, or

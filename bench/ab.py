@@ -1,0 +1,74 @@
+# Two mcpgate binaries on the same upstream and configuration, their wrk rounds
+# interleaved (A then B, then B then A), so that what the machine does meanwhile falls on
+# both: CPU per request of a small tools/call and of a 500-tool list, medians and the
+# spread of the per-round ratios. For a change that claims to cost nothing.
+#   python3 bench/ab.py OLD_BINARY NEW_BINARY      (ROUNDS=6 DUR=5 by default)
+# Steadier in a private network namespace (docs/benchmarks.md).
+import os, subprocess, sys, time, re, statistics, socket, tempfile
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+A, B = sys.argv[1], sys.argv[2]
+ROUNDS = int(os.environ.get("ROUNDS", "6")); DUR = os.environ.get("DUR", "5")
+TICK = os.sysconf("SC_CLK_TCK")
+TOKEN = "bench-token-0123456789abcdef0123456789"
+work = tempfile.mkdtemp(prefix="mcpgate-ab-")
+h = subprocess.run([A, "token", "hash"], input=TOKEN, capture_output=True, text=True).stdout.strip()
+def conf(port, admin):
+    return f'''[[listen]]
+name = "bench"
+addr = "127.0.0.1:{port}"
+[admin]
+addr = "127.0.0.1:{admin}"
+[upstreams.bench]
+url = "http://127.0.0.1:18700/mcp"
+[tools]
+hidden = ["tool_099"]
+[profiles.gpt]
+upstream = "bench"
+allow = ["tool_0*"]
+[[routes]]
+listen = "bench"
+path = "/gpt-mcp/{{token}}/mcp"
+profile = "gpt"
+[[tokens]]
+id = "bench"
+sha256 = "{h}"
+profiles = ["gpt"]
+[limits]
+max_body = "1MiB"
+rate = [ {{ key = "token", rate = "1000000/s", burst = 1000000 }} ]
+[audit]
+path = "{work}/audit-{port}.jsonl"
+durable = ["delete_*"]
+[log]
+format = "json"
+level = "info"
+'''
+def wait(port):
+    for _ in range(100):
+        try: socket.create_connection(("127.0.0.1", port)).close(); return
+        except OSError: time.sleep(0.05)
+procs = [subprocess.Popen([A, "sample-upstream", "--listen", "127.0.0.1:18700", "--tools", "500", "--result-bytes", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+wait(18700)
+gates = {}
+for name, binary, port, admin in (("A", A, 18701, 18711), ("B", B, 18702, 18712)):
+    path = f"{work}/{name}.toml"; open(path, "w").write(conf(port, admin))
+    p = subprocess.Popen([binary, "run", "-c", path], stdout=subprocess.DEVNULL, stderr=open(f"{work}/{name}.log", "w"))
+    procs.append(p); wait(port); gates[name] = (p, port)
+def ticks(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split(); return int(f[11]) + int(f[12])
+res = {"A": {"call": [], "list": []}, "B": {"call": [], "list": []}}
+try:
+    for r in range(ROUNDS):
+        for case, script in (("call", "call.lua"), ("list", "list.lua")):
+            for name in (("A", "B") if r % 2 == 0 else ("B", "A")):
+                p, port = gates[name]
+                before = ticks(p.pid)
+                out = subprocess.run(["wrk", "-t2", "-c16", f"-d{DUR}s", "-s", os.path.join(ROOT, "bench", script), f"http://127.0.0.1:{port}/gpt-mcp/{TOKEN}/mcp"], capture_output=True, text=True).stdout
+                n = int(re.search(r"(\d+) requests in", out).group(1))
+                res[name][case].append((ticks(p.pid) - before) * 1e6 / TICK / n)
+    for case in ("call", "list"):
+        a = statistics.median(res["A"][case]); b = statistics.median(res["B"][case])
+        ratios = sorted(x / y for x, y in zip(res["B"][case], res["A"][case]))
+        print(f"{case}: A {a:.1f} us  B {b:.1f} us  B/A {b/a:.3f}  (per-round ratios {ratios[0]:.2f}..{ratios[-1]:.2f})")
+finally:
+    for p in procs: p.terminate()

@@ -141,12 +141,28 @@ pub async fn legacy_probe(
     at: usize,
     state: &EndpointState,
 ) {
-    let Some(endpoint) = upstream.endpoints.get(at) else {
-        return;
-    };
     if state.modern_only() || !state.claim_legacy_probe() {
         return;
     }
+    // Bounded: a server that does not answer must not hold up its health checks.
+    let probed = tokio::time::timeout(LEGACY_PROBE_TIME, ask_legacy(pool, upstream, at, state));
+    if probed.await.is_err() {
+        tracing::debug!(endpoint = %state.label, "no answer to the legacy initialize probe");
+    }
+}
+
+/// How long the legacy half of an era probe may take, its session's close included.
+const LEGACY_PROBE_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn ask_legacy(
+    pool: &Arc<super::pool::Pool>,
+    upstream: &crate::config::Upstream,
+    at: usize,
+    state: &EndpointState,
+) {
+    let Some(endpoint) = upstream.endpoints.get(at) else {
+        return;
+    };
     const INIT: &[u8] = br#"{"jsonrpc":"2.0","id":"mcpgate-era","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpgate","version":"1"}}}"#;
     let request = super::encode::own(upstream, endpoint, &Method::POST, None, INIT, &[]);
     let request = super::encode::authorized(&request, upstream);

@@ -8,26 +8,13 @@
 mod support;
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::{
-    Gateway, Redis, free_port, hash, node22, peers, post, python, run_client, start_peer,
+    Gateway, Redis, free_port, hash, node22, notes_server, peers, post, python, run_client,
+    start_peer,
 };
-
-/// The server: its port, and the file its tools write their calls to.
-fn notes_server(dir: &Path) -> (support::Peer, u16, PathBuf) {
-    let port = free_port();
-    let ran = dir.join("ran.jsonl");
-    let peer = start_peer(
-        Command::new(python())
-            .arg(peers().join("py_approvals.py"))
-            .arg(port.to_string())
-            .arg(&ran),
-        port,
-    );
-    (peer, port, ran)
-}
 
 /// What the server ran, in order: `tool path` per call.
 fn ran(file: &Path) -> Vec<String> {

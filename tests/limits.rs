@@ -307,9 +307,6 @@ async fn behind_a_trusted_proxy_the_guard_blocks_the_client_it_names() {
         "{}",
         status.body
     );
-    // Straight to mcpgate (not through the proxy), a forged field is not believed: the
-    // peer is 127.0.0.1, a trusted proxy, so only a hop naming an untrusted address would
-    // count. An untrusted peer is covered by `http::forwarded`'s tests.
 }
 
 /// Without `trusted_proxies`, `X-Forwarded-For` is never believed: a client that forges

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use support::{Gateway, free_port, hash, next_message, peers, post, python, start_peer};
+use support::{Gateway, hash, next_message, post};
 
 const ALICE: &str = "alice-revoked-token-0123456789ab";
 const BOB: &str = "bob-kept-token-0123456789abcdef";
@@ -91,16 +91,9 @@ async fn status(gw: &Gateway) -> Value {
     serde_json::from_str(&s.body).unwrap()
 }
 
+/// The notes server, and its URL.
 fn notes_server(dir: &Path) -> (support::Peer, String, std::path::PathBuf) {
-    let port = free_port();
-    let ran = dir.join("ran.jsonl");
-    let peer = start_peer(
-        Command::new(python())
-            .arg(peers().join("py_approvals.py"))
-            .arg(port.to_string())
-            .arg(&ran),
-        port,
-    );
+    let (peer, port, ran) = support::notes_server(dir);
     (peer, format!("http://127.0.0.1:{port}/mcp"), ran)
 }
 
@@ -172,7 +165,7 @@ async fn a_revoked_callers_call_waiting_for_an_operator_never_runs() {
         "decision=approve",
     )
     .await;
-    assert_ne!(late.status, 200, "{}", late.body);
+    assert_eq!(late.status, 404, "{}", late.body);
     // Bob's call is approved (with curl, as docs/approvals.md shows it, answered
     // `approved`) and runs; Alice's never did.
     let bob_id = waiting[0]["id"].as_str().unwrap().to_string();

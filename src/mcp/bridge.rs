@@ -430,15 +430,6 @@ pub fn retry(
     serde_json::to_string(&message).map_err(|e| e.to_string())
 }
 
-/// `text` (one JSON-RPC message) with its `id` replaced by `id` (JSON text).
-pub fn renumbered(text: &str, id: &str) -> Result<String, String> {
-    let mut v: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let id: serde_json::Value = serde_json::from_str(id).map_err(|e| e.to_string())?;
-    v.insert("id".into(), id);
-    serde_json::to_string(&v).map_err(|e| e.to_string())
-}
-
 /// Whether `text` (an answer to a legacy `initialize`) is a 2026-07-28 server's refusal of
 /// the revision: UnsupportedProtocolVersion (-32022) naming a supported revision of
 /// 2026-07-28 or later.

@@ -721,7 +721,7 @@ impl Replay {
             };
             // A new request, with an id of its own.
             self.id = format!("\"mcpgate-retry-{}\"", self.waits.next()).into();
-            let retry = match bridge::renumbered(&retry, &self.id) {
+            let retry = match crate::mcp::to_legacy::renumbered(&retry, &self.id) {
                 Ok(r) => r,
                 Err(e) => {
                     break Ending::Failed(code::INVALID_REQUEST, format!("Invalid request: {e}"));
@@ -740,7 +740,7 @@ impl Replay {
         if *self.id == *self.client_id {
             return Ok(text.to_string());
         }
-        bridge::renumbered(text, &self.client_id)
+        crate::mcp::to_legacy::renumbered(text, &self.client_id)
             .map_err(|e| Ending::Failed(code::UPSTREAM, format!("Upstream error: {e}")))
     }
 

@@ -381,7 +381,12 @@ pub async fn upstream(
     } else if lines {
         parts.headers.remove(header::CONTENT_LENGTH);
         set_sse_headers(&mut parts.headers);
-        relayed(gw, relay::json_lines_as_events(body), shaping, request_id)
+        relayed(
+            gw,
+            crate::mcp::transport::lines::json_lines_as_events(body),
+            shaping,
+            request_id,
+        )
     } else {
         match (format, shaping.want) {
             (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {

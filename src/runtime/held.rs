@@ -80,14 +80,13 @@ impl Held {
 
     /// Drops every call held for a token `still_valid` rejects; returns how many.
     pub fn revoke(&self, still_valid: impl Fn(&[u8; 32]) -> bool) -> usize {
-        let gone: Vec<Entry> = {
+        let gone: HashMap<u64, Entry> = {
             let mut calls = self.lock();
-            let ns: Vec<u64> = calls
-                .iter()
-                .filter(|(_, e)| e.token.as_ref().is_some_and(|t| !still_valid(t)))
-                .map(|(n, _)| *n)
-                .collect();
-            ns.iter().filter_map(|n| calls.remove(n)).collect()
+            let (gone, kept) = std::mem::take(&mut *calls)
+                .into_iter()
+                .partition(|(_, e)| e.token.as_ref().is_some_and(|t| !still_valid(t)));
+            *calls = kept;
+            gone
         };
         // Dropped outside the lock: ending a call may take its own time.
         let n = gone.len();

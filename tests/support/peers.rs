@@ -150,3 +150,18 @@ pub async fn fed_client(url: &str, plan: serde_json::Value) -> serde_json::Value
     .await
     .unwrap()
 }
+
+/// The Python SDK server whose tools write down every call they run (`py_approvals.py`):
+/// it, its port, and the file the calls are written to (in `dir`).
+pub fn notes_server(dir: &std::path::Path) -> (Peer, u16, std::path::PathBuf) {
+    let port = super::free_port();
+    let ran = dir.join("ran.jsonl");
+    let peer = start_peer(
+        Command::new(python())
+            .arg(peers().join("py_approvals.py"))
+            .arg(port.to_string())
+            .arg(&ran),
+        port,
+    );
+    (peer, port, ran)
+}

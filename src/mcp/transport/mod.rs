@@ -2,5 +2,6 @@
 //! Events incrementally; nothing here knows about policy.
 
 pub mod accept;
+pub mod lines;
 pub mod relay;
 pub mod sse;

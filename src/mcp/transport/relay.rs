@@ -476,64 +476,6 @@ pub async fn sse_to_json(
     Ok((Bytes::from(text), dropped))
 }
 
-/// An answer of `application/json` that is a stream of JSON messages, one per line, which
-/// never ends (the conformance suite's reference server answers `subscriptions/listen` so),
-/// as an event stream: each line an event, as it comes. A line longer than
-/// `MAX_REWRITE_BYTES` ends the stream with an error; a last line without its newline is
-/// sent when the upstream ends.
-pub fn json_lines_as_events(body: GateBody) -> GateBody {
-    struct Lines {
-        body: GateBody,
-        buf: bytes::BytesMut,
-        ended: bool,
-    }
-    let start = Lines {
-        body,
-        buf: bytes::BytesMut::new(),
-        ended: false,
-    };
-    let events = futures_util::stream::unfold(Some(start), |state| async move {
-        let mut s = state?;
-        loop {
-            if let Some(at) = memchr::memchr(b'\n', &s.buf) {
-                let line = s.buf.split_to(at + 1);
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim();
-                if text.is_empty() {
-                    continue;
-                }
-                let event = sse::encode_json(text, None);
-                return Some((Ok(Frame::data(event)), Some(s)));
-            }
-            if s.ended {
-                let rest = std::mem::take(&mut s.buf);
-                let text = String::from_utf8_lossy(&rest);
-                let text = text.trim();
-                if text.is_empty() {
-                    return None;
-                }
-                return Some((Ok(Frame::data(sse::encode_json(text, None))), None));
-            }
-            if s.buf.len() > MAX_REWRITE_BYTES {
-                let e: BoxError = "a JSON line of the stream is too large".into();
-                return Some((Err(e), None));
-            }
-            match s.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        s.buf.extend_from_slice(&data);
-                    }
-                }
-                Some(Err(e)) => return Some((Err(e), None)),
-                None => s.ended = true,
-            }
-        }
-    });
-    GateBody::Boxed(BodyExt::boxed_unsync(http_body_util::StreamBody::new(
-        events,
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

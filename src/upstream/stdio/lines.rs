@@ -1,4 +1,5 @@
-//! Newline-delimited messages read from a child's stdout or stderr, bounded: a line longer
+//! Newline-delimited messages read from a child's stdout or stderr (and from an HTTP
+//! upstream's never-ending JSON-lines answer, `mcp::transport::lines`), bounded: a line longer
 //! than the limit is skipped to its end and reported, never held whole, so a child that
 //! writes without a newline cannot take the gateway's memory.
 

@@ -96,8 +96,7 @@ pub fn json_read(data: &[u8]) {
     };
     // The depth scan against the nesting of the value serde_json reads (within its own
     // recursion limit of 128).
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-        let d = depth(&v);
+    if let Some(d) = depth(text) {
         assert!(
             !wire::json::read::deeper_than(data, d),
             "{text:?} is {d} deep"
@@ -121,13 +120,61 @@ pub fn json_read(data: &[u8]) {
     }
 }
 
-/// How deeply `v` nests objects and arrays (a scalar 0).
-pub fn depth(v: &serde_json::Value) -> u32 {
-    match v {
-        serde_json::Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-        serde_json::Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
-        _ => 0,
+/// How deeply the JSON `text` nests objects and arrays (a scalar 0), as serde reads it.
+/// Every member counts, a duplicate key's overwritten value too: a `serde_json::Value`
+/// keeps only the last, which would hide nesting the text has.
+pub fn depth(text: &str) -> Option<u32> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+    struct Depth;
+    impl<'de> DeserializeSeed<'de> for Depth {
+        type Value = u32;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u32, D::Error> {
+            d.deserialize_any(self)
+        }
     }
+    impl<'de> Visitor<'de> for Depth {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_unit<E>(self) -> Result<u32, E> {
+            Ok(0)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
+            let mut deepest = 0;
+            while let Some(d) = seq.next_element_seed(Depth)? {
+                deepest = deepest.max(d);
+            }
+            Ok(1 + deepest)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u32, A::Error> {
+            let mut deepest = 0;
+            while map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                deepest = deepest.max(map.next_value_seed(Depth)?);
+            }
+            Ok(1 + deepest)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let d = Depth.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(d)
 }
 
 /// The JSON text writer against serde_json: any text is written as serde_json writes it.

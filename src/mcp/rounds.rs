@@ -27,8 +27,7 @@ pub fn may_ask(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
 }
 
-/// Who is asking, as a seal binds it.
-pub type CallerKey = [u8; 16];
+pub use crate::upstream::session::CallerKey;
 
 /// The caller key of a credential's key (a token's SHA-256, an OAuth caller's key) or,
 /// on a route without authentication, of the route's path.
@@ -105,27 +104,36 @@ impl Caller {
     }
 }
 
+/// The request whose answer an [`Issue`] seals states for.
+pub struct Asking<'a> {
+    /// Its JSON-RPC id, as JSON text.
+    pub id: &'a str,
+    pub method: &'a str,
+    /// The tool, prompt or resource it names.
+    pub name: Option<&'a str>,
+    /// The first round's request id (this one's, unless it is a retry).
+    pub first: &'a str,
+}
+
 impl Issue {
-    #[allow(clippy::too_many_arguments)]
+    /// States for `request`'s answer, sealed with `sealer` (a task id with `tasks`) for
+    /// `caller`, open for `life`.
     pub fn new(
         sealer: Arc<Sealer>,
         tasks: Arc<Sealer>,
-        id: &str,
+        request: Asking<'_>,
         caller: Caller,
-        method: &str,
-        name: Option<&str>,
-        first: &str,
         life: Duration,
     ) -> Issue {
         Issue {
             sealer,
             tasks,
-            id: id.into(),
+            id: request.id.into(),
             endpoint: [0; 8],
             caller,
-            method: method.into(),
-            name: name.map(Into::into),
-            first: first.into(),
+            method: request.method.into(),
+            name: request.name.map(Into::into),
+            first: request.first.into(),
             life,
             approved: None,
         }
@@ -341,11 +349,13 @@ mod tests {
                 &[SessionKey([1; 32])],
                 Purpose::TaskId,
             )),
-            "7",
+            Asking {
+                id: "7",
+                method: "tools/call",
+                name: Some("delete_note"),
+                first: "rid-1",
+            },
             Caller::Key(caller),
-            "tools/call",
-            Some("delete_note"),
-            "rid-1",
             life,
         );
         i.endpoint = [9; 8];

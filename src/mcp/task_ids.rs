@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The extension's name, which a client declares in its capabilities to use tasks.
 pub const EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
-/// Who holds a task id: a caller key of `mcp::rounds`.
-pub type CallerKey = [u8; 16];
+/// Who holds a task id.
+pub use crate::upstream::session::CallerKey;
 
 /// Why a task id is refused; the client is told only that it is not known here.
 #[derive(Debug, PartialEq, Eq)]

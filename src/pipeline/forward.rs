@@ -88,7 +88,7 @@ pub async fn send(
         // A stdio server: the bridge answers as its HTTP server would.
         let response = tokio::select! {
             biased;
-            r = stdio.send(&out.method, out.fields, &out.body, out.era, out.caller, out.bridged.is_some(), out.in_session.as_ref(), out.who.as_ref()) => r?,
+            r = stdio.send(&out) => r?,
             _ = &mut deadline => return Err(GateError::UpstreamTimeout),
         };
         return Ok(Answer {

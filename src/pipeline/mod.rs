@@ -13,6 +13,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod auth;
+mod back;
 pub mod body;
 pub mod bridge;
 pub mod federation;
@@ -28,7 +29,6 @@ pub mod rounds;
 pub mod route;
 pub mod to_legacy;
 
-use crate::config::generation::encode_header;
 use crate::config::{Auth, Profile, Route};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
@@ -40,7 +40,6 @@ use crate::mcp::transport::accept::{self, Want};
 use crate::observe::audit as trail;
 use crate::observe::combined;
 use crate::observe::log;
-use crate::upstream::encode::Outgoing;
 use crate::upstream::hints::{OneUpstream, UpstreamSays};
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
@@ -102,6 +101,19 @@ struct Ctx<'s> {
     /// lists): an upstream with `identity` is told `sub = mcpgate`, not the caller whose
     /// request made the read happen (docs/oauth.md).
     own: bool,
+}
+
+/// The request as its stages and its back read it: the gateway, the configuration it
+/// arrived under, the profile it goes to, the client and what it sent. A federated
+/// profile's member gets one of its own (`federation`), with the member's profile and the
+/// request as the member is sent it.
+#[derive(Clone, Copy)]
+struct Exchange<'a, 's> {
+    gw: &'a Gateway,
+    live: &'s Arc<Live>,
+    profile: &'s Arc<Profile>,
+    peer: &'a Peer,
+    req: &'a ClientRequest,
 }
 
 /// Serves one HTTP request that arrived on listener number `listener`. The request uses the
@@ -234,64 +246,17 @@ async fn run<'s>(
         _ => return Err(GateError::MethodNotAllowed),
     };
     limits::check(live, profile, peer, ctx, &[]).await?;
-    if let Some(fed) = &profile.federation {
-        return federation::without_body(gw, live, profile, fed, peer, &req, ctx).await;
-    }
-    without_body(gw, live, profile, peer, &req, body_deadline, want, ctx).await
-}
-
-/// A GET or DELETE to `profile`'s upstream, once admitted.
-#[allow(clippy::too_many_arguments)]
-async fn without_body<'s>(
-    gw: &Gateway,
-    live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
-    peer: &Peer,
-    req: &ClientRequest,
-    body_deadline: bool,
-    want: Want,
-    ctx: &mut Ctx<'s>,
-) -> Result<Response<GateBody>, GateError> {
-    let upstream = &profile.upstream;
-    if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
-        // A legacy client of a 2026-07-28 server (docs/protocol.md, the bridge).
-        if req.method == Method::DELETE {
-            return Ok(bridge::delete(gw, &bridged, &req.fields, ctx));
-        }
-        let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
-        shaping.notices = Some(profile.name.clone());
-        let sending = sending(
-            live,
-            profile,
-            peer,
-            ctx,
-            req,
-            shaping,
-            Bytes::new(),
-            upstream.timeout,
-        );
-        return bridge::stream(gw, bridged, sending, ctx).await;
-    }
-    let mut out = outgoing(
+    let x = Exchange {
+        gw,
         live,
+        profile,
         peer,
-        ctx,
-        req,
-        Bytes::new(),
-        upstream.timeout,
-        body_deadline,
-    );
-    out.who = who(ctx, upstream);
-    // A stdio upstream's sessions are their opener's.
-    if live.upstream(upstream).stdio.is_some() {
-        out.caller = Some(rounds::caller(ctx));
+        req: &req,
+    };
+    if let Some(fed) = &profile.federation {
+        return federation::without_body(x, fed, ctx).await;
     }
-    let answer = forward::send(live, upstream, out).await?;
-    let mut shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
-    if req.method == Method::GET {
-        shaping.notices = Some(profile.name.clone());
-    }
-    respond::answer(gw, answer, shaping, upstream, ctx).await
+    back::without_body(x, body_deadline, want, ctx).await
 }
 
 async fn post<'s>(
@@ -308,8 +273,15 @@ async fn post<'s>(
     let payload = jsonrpc::parse(&bytes)?;
     ctx.note(&payload);
     ctx.era = headers::check(&req.fields, &payload)?;
+    let x = Exchange {
+        gw,
+        live,
+        profile,
+        peer,
+        req: &req,
+    };
     if profile.approvals.is_empty() {
-        return dispatch(gw, live, profile, peer, &req, &bytes, payload, want, ctx).await;
+        return dispatch(x, &bytes, payload, want, ctx).await;
     }
     // Approvals (docs/approvals.md): a legacy client's answer to mcpgate's question; the rule that
     // holds the call; a 2026-07-28 retry's approval, opened.
@@ -334,24 +306,15 @@ async fn post<'s>(
                 federation::note_member(fed, &dir, &payload, ctx);
             }
         }
-        None => {
-            let state = live.upstream(&profile.upstream);
-            let says = OneUpstream {
-                upstream: &profile.upstream,
-                hints: &state.hints,
-                pins: &state.pins,
-                book: &live.config.pins,
-            };
-            approvals::find(profile, &says, &payload, ctx)?;
-        }
+        None => approvals::find(profile, &one_upstream(x), &payload, ctx)?,
     }
     let answer = match approvals::opened(gw, live, profile, &payload, &bytes, ctx).await? {
         Some(stripped) => {
             drop(payload);
             let payload = jsonrpc::parse(&stripped)?;
-            dispatch(gw, live, profile, peer, &req, &stripped, payload, want, ctx).await
+            dispatch(x, &stripped, payload, want, ctx).await
         }
-        None => dispatch(gw, live, profile, peer, &req, &bytes, payload, want, ctx).await,
+        None => dispatch(x, &bytes, payload, want, ctx).await,
     };
     if remember && let Ok(r) = &answer {
         approvals::note_session(gw, r, ctx);
@@ -360,360 +323,71 @@ async fn post<'s>(
 }
 
 /// A POST, read and checked, to its profile's upstream or federation.
-#[allow(clippy::too_many_arguments)]
 async fn dispatch<'s>(
-    gw: &Gateway,
-    live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
-    peer: &Peer,
-    req: &ClientRequest,
+    x: Exchange<'_, 's>,
     bytes: &Bytes,
     payload: Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    if let Some(fed) = &profile.federation {
-        return federation::post(gw, live, profile, fed, peer, req, bytes, payload, want, ctx)
-            .await;
+    if let Some(fed) = &x.profile.federation {
+        return federation::post(x, fed, bytes, payload, want, ctx).await;
     }
-    checked(
-        gw, live, profile, peer, req, bytes, payload, want, None, ctx,
-    )
-    .await
+    checked(x, bytes, payload, want, ctx).await
 }
 
-/// The rest of a POST once its payload is read and its headers checked: to `profile`'s
-/// upstream. `admitted`: the payload was judged by policy and limits already (a federated
-/// profile judges the names its clients see, then sends to a member: `federation`).
-#[allow(clippy::too_many_arguments)]
+/// The rest of a POST to one upstream once its payload is read and its headers checked:
+/// the generations' edges opened, the calls noted for the audit trail, a retry's round
+/// opened, policy and limits, the person asked, then the back.
 async fn checked<'s>(
-    gw: &Gateway,
-    live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
-    peer: &Peer,
-    req: &ClientRequest,
+    x: Exchange<'_, 's>,
     bytes: &Bytes,
     payload: Payload<'_>,
     want: Want,
-    admitted: Option<limits::Admitted>,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    if ctx.era == Era::Legacy {
-        to_legacy::check_revision(live, profile, &payload, &req.fields)?;
-    }
-    let bridged = match ctx.era {
-        Era::Legacy => bridge::open(live, profile, &req.fields, Some(&payload), ctx)?,
-        Era::Modern => None,
+    let mut ready = back::Ready::open(x, &payload, ctx)?;
+    audit::note_calls(x.gw, &payload, ctx);
+    ready.turn(x, &payload, ctx)?;
+    let Some(admitted) = judge(x, &payload, &one_upstream(x), ctx).await? else {
+        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
-    // A 2026-07-28 request to a server of the legacy protocol only (the bridge, docs/protocol.md).
-    let (to_legacy, maybe_legacy) = match ctx.era {
-        Era::Modern => match to_legacy::open(live, profile, &payload, ctx)? {
-            to_legacy::Bridging::Now(b) => (Some(b), None),
-            to_legacy::Bridging::IfRefused(b) => (None, Some(b)),
-            to_legacy::Bridging::No => (None, None),
-        },
-        Era::Legacy => (None, None),
-    };
-    // A legacy initialize to a server nobody has probed: its answer may show it speaks
-    // only 2026-07-28, and the initialize is then bridged.
-    let may_refuse = bridged.is_none()
-        && ctx.era == Era::Legacy
-        && matches!(&payload, Payload::Single(m) if m.method() == Some("initialize"))
-        && bridge::may_refuse_legacy(live, &profile.upstream);
-    if admitted.is_none() {
-        audit::note_calls(gw, &payload, ctx);
+    if let Some(asked) = approvals::ask(x, bytes, &payload, want, ctx).await? {
+        return Ok(asked);
     }
-    let (round, task) = match ctx.era {
-        Era::Modern => (
-            rounds::prepare(live, profile, &payload, ctx)?,
-            rounds::task(live, profile, &payload, ctx)?,
-        ),
-        Era::Legacy => (None, None),
-    };
-    if let Some(t) = &task {
-        audit::note_task(gw, &t.id, &t.opened.tool, ctx);
-    }
-    let admitted = match admitted {
-        Some(a) => a,
-        None => match judge(
-            gw,
-            live,
-            profile,
-            peer,
-            &payload,
-            &OneUpstream {
-                upstream: &profile.upstream,
-                hints: &live.upstream(&profile.upstream).hints,
-                pins: &live.upstream(&profile.upstream).pins,
-                book: &live.config.pins,
-            },
-            ctx,
-        )
-        .await?
-        {
-            Some(a) => {
-                if let Some(asked) =
-                    approvals::ask(gw, live, profile, peer, req, bytes, &payload, want, ctx).await?
-                {
-                    return Ok(asked);
-                }
-                a
-            }
-            None => return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id)),
-        },
-    };
-    let mut shaping = respond::Shaping::for_payload(want, live, profile, &payload, ctx.token);
-    let listen =
-        matches!(&payload, Payload::Single(m) if m.method() == Some("subscriptions/listen"));
-    let meta_trace = match (&payload, &ctx.trace) {
-        (Payload::Single(m), Some(_)) => m
-            .meta
-            .and_then(|meta| crate::mcp::meta_trace::traceparent_in(bytes, meta)),
-        _ => None,
-    };
-    drop(payload);
-    let mut bytes = bytes.clone();
-    if let (Some((at, given)), Some(trace)) = (meta_trace, ctx.trace.as_mut()) {
-        // `_meta.traceparent` is a trace context like the header (docs/protocol.md): continued
-        // when the header did not name one, and rewritten to this request's span.
-        if !trace.continued()
-            && !req.fields.has(FieldKind::Traceparent)
-            && let Some(parent) = crate::http::traceparent::parse(given.as_bytes())
-        {
-            trace.continue_from(parent);
-        }
-        let mut edited = Vec::with_capacity(bytes.len());
-        edited.extend_from_slice(&bytes[..at.start]);
-        edited.push(b'"');
-        edited.extend_from_slice(&trace.header);
-        edited.push(b'"');
-        edited.extend_from_slice(&bytes[at.end..]);
-        bytes = Bytes::from(edited);
-    }
-    let mut pinned = None;
-    if listen {
-        // What the profile may not see is not asked for, nor tasks not the caller's
-        // (docs/protocol.md).
-        let tasks_at = std::cell::Cell::new(None);
-        let tasks = rounds::listen_tasks(live, profile, ctx, &tasks_at);
-        let (narrowed, listening, shown) = crate::mcp::listen::prepare(&bytes, profile, &tasks)
-            .map_err(GateError::InvalidRequest)?;
-        pinned = tasks_at.get();
-        if let Some(narrowed) = narrowed {
-            bytes = Bytes::from(narrowed);
-        }
-        shaping.notices = Some(profile.name.clone());
-        shaping.listening = Some(listening);
-        if let Some(shown) = shown {
-            shaping.show_tasks(live, profile, shown);
-        }
-    }
-    if let Some(round) = round {
-        if let Some(retry) = &round.retry {
-            bytes = rounds::restore(&bytes, retry)?;
-            pinned = Some(retry.endpoint);
-        }
-        shaping.seal_rounds(live, profile, round.issue);
-    }
-    let mut mcp_name = ctx.rename.as_deref().map(|n| encode_header(n).into_owned());
-    if let Some(task) = task {
-        bytes = rounds::restore_task(&bytes, &task)?;
-        pinned = Some(task.opened.endpoint);
-        mcp_name = Some(encode_header(&task.opened.original).into_owned());
-        shaping.show_tasks(live, profile, task.shown);
-    }
-    // From here the calls count as allowed; the guard records them if the client leaves
-    // before their answer is back.
-    let mut unanswered = audit::begin(gw, ctx).await?;
-    let upstream = &profile.upstream;
-    let body_deadline = !shaping.long_lived();
-    let answered = async {
-        let mut out = outgoing(live, peer, ctx, req, bytes, admitted.timeout, body_deadline);
-        if let Some(bridged) = bridged {
-            let timeout = out.timeout;
-            let body = std::mem::take(&mut out.body);
-            drop(out);
-            let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
-            return bridge::post(gw, bridged, sending, ctx).await;
-        }
-        if let Some(down) = to_legacy {
-            let timeout = out.timeout;
-            let body = std::mem::take(&mut out.body);
-            drop(out);
-            let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
-            return to_legacy::post(gw, down, sending, ctx).await;
-        }
-        out.pinned = pinned;
-        out.era = ctx.era;
-        out.mcp_name = mcp_name;
-        out.who = who(ctx, upstream);
-        // A stdio upstream runs a process per modern caller; its sessions are their
-        // opener's.
-        if live.upstream(upstream).stdio.is_some() {
-            out.caller = Some(rounds::caller(ctx));
-        }
-        let again = (may_refuse || maybe_legacy.is_some()).then(|| (out.body.clone(), out.timeout));
-        let answer = forward::send(live, upstream, out).await?;
-        if let (Some(down), Some((body, timeout))) = (maybe_legacy, &again)
-            && to_legacy::refused_as_modern(live, upstream, &answer).await
-        {
-            drop(answer);
-            // Read again: the request is bridged after all (rarely: once per endpoint).
-            let reread = jsonrpc::parse(body)?;
-            let meta = match &reread {
-                Payload::Single(m) => m.meta,
-                Payload::Batch(_) => None,
-            };
-            let down = to_legacy::ToLegacy::of(down, meta, ctx)?;
-            let sending = sending(
-                live,
-                profile,
-                peer,
-                ctx,
-                req,
-                shaping,
-                body.clone(),
-                *timeout,
-            );
-            return to_legacy::post(gw, down, sending, ctx).await;
-        }
-        let answer = match again.filter(|_| may_refuse) {
-            None => answer,
-            Some((body, timeout)) => match bridge::refused_as_legacy(live, upstream, answer).await?
-            {
-                Some(answer) => answer,
-                None => {
-                    let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
-                    let bridged = bridge::initializing(ctx, id.as_deref());
-                    let sending = sending(live, profile, peer, ctx, req, shaping, body, timeout);
-                    return bridge::post(gw, bridged, sending, ctx).await;
-                }
-            },
-        };
-        shaping.answered_by(answer.endpoint);
-        respond::answer(gw, answer, shaping, upstream, ctx).await
-    }
-    .await;
-    audit::answered(&mut unanswered, ctx);
-    Ok(limits::hold(answered?, admitted.permits))
+    back::send(x, ready, bytes, payload, want, admitted, ctx).await
 }
 
-/// The policy and limits stages for `payload` on `profile`: `None` when the policy
-/// swallows it (a notification it does not pass: answered 202).
+/// What the exchange's one upstream says of its tools, for policy and approval rules.
+fn one_upstream<'s>(x: Exchange<'_, 's>) -> OneUpstream<'s> {
+    let upstream = &x.profile.upstream;
+    let state = x.live.upstream(upstream);
+    OneUpstream {
+        upstream,
+        hints: &state.hints,
+        pins: &state.pins,
+        book: &x.live.config.pins,
+    }
+}
+
+/// The policy and limits stages for `payload` on the exchange's profile: `None` when the
+/// policy swallows it (a notification it does not pass: answered 202).
 async fn judge(
-    gw: &Gateway,
-    live: &Live,
-    profile: &Profile,
-    peer: &Peer,
+    x: Exchange<'_, '_>,
     payload: &Payload<'_>,
     hints: &dyn UpstreamSays,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<limits::Admitted>, GateError> {
+    let (live, profile) = (x.live, x.profile);
     if let policy::Admit::Swallow = policy::admit(live, profile, hints, payload)? {
         return Ok(None);
     }
     if !live.deprecated.is_empty() {
-        count_deprecated(gw, live, payload, ctx);
+        count_deprecated(x.gw, live, payload, ctx);
     }
     Ok(Some(
-        limits::admit(live, profile, peer, ctx, payload).await?,
+        limits::admit(live, profile, x.peer, ctx, payload).await?,
     ))
-}
-
-/// The request as it goes upstream: `timeout` is its deadline, and `body_deadline` says
-/// whether that bounds the answer's body too (not for long-lived streams).
-fn outgoing<'a>(
-    live: &Live,
-    peer: &'a Peer,
-    ctx: &'a Ctx<'_>,
-    req: &'a ClientRequest,
-    body: Bytes,
-    timeout: std::time::Duration,
-    body_deadline: bool,
-) -> Outgoing<'a> {
-    Outgoing {
-        method: req.method.clone(),
-        timeout,
-        body_deadline,
-        query: req.target.query(),
-        fields: &req.fields,
-        body,
-        forwarded_for: &peer.forwarded_for,
-        proto: ctx.proto,
-        request_id: &ctx.request_id,
-        underscores: live.server.underscores_in_headers,
-        trace: ctx.trace.as_deref(),
-        pinned: None,
-        era: crate::config::generation::Era::Legacy,
-        caller: None,
-        mcp_name: None,
-        bridged: None,
-        in_session: None,
-        who: None,
-        authorization: None,
-    }
-}
-
-/// A bridged request's parts (docs/protocol.md, the bridge): what `outgoing` takes, owned where it
-/// would borrow the context.
-#[allow(clippy::too_many_arguments)]
-fn sending<'a>(
-    live: &'a Arc<Live>,
-    profile: &'a Arc<Profile>,
-    peer: &'a Peer,
-    ctx: &Ctx<'_>,
-    req: &'a ClientRequest,
-    shaping: respond::Shaping,
-    body: Bytes,
-    timeout: std::time::Duration,
-) -> bridge::Sending<'a> {
-    bridge::Sending {
-        live,
-        profile,
-        shaping,
-        fields: &req.fields,
-        query: req.target.query(),
-        forwarded_for: &peer.forwarded_for,
-        proto: ctx.proto,
-        request_id: ctx.request_id.clone(),
-        trace: ctx.trace.as_deref().map(|t| {
-            let t: &crate::http::traceparent::Context = t;
-            t.clone()
-        }),
-        timeout,
-        body,
-        who: who(ctx, &profile.upstream),
-    }
-}
-
-/// Who calls, for an upstream with `identity` (docs/oauth.md); `None` for one without. The
-/// token id, else the OAuth caller's subject (its client when it has none) with its
-/// client, else `anonymous` (a route without authentication); with the route's profile.
-fn who(
-    ctx: &Ctx<'_>,
-    upstream: &crate::config::Upstream,
-) -> Option<crate::upstream::identity::Who> {
-    upstream.identity.as_ref()?;
-    if ctx.own {
-        return Some(crate::upstream::identity::Who::gateway());
-    }
-    let (sub, client_id): (Arc<str>, _) = match (ctx.token_id, ctx.caller.as_deref()) {
-        (Some(id), _) => (id.into(), None),
-        (None, Some(c)) => (
-            c.sub
-                .as_deref()
-                .or(c.client_id.as_deref())
-                .unwrap_or("-")
-                .into(),
-            c.client_id.as_deref().map(Arc::from),
-        ),
-        (None, None) => ("anonymous".into(), None),
-    };
-    Some(crate::upstream::identity::Who {
-        sub,
-        client_id,
-        profile: ctx.route.map(|r| r.profile.name.clone()),
-    })
 }
 
 /// The request's version, `Referer` and `User-Agent`, for the combined access log.

@@ -80,14 +80,17 @@ pub(super) fn prepare(
         None => None,
     };
     let first = ctx.first_request.as_deref().unwrap_or(&ctx.request_id);
-    let issue = Issue::new(
-        sealer,
-        state.task_sealer.clone(),
+    let request = rounds::Asking {
         id,
-        for_caller,
         method,
         name,
         first,
+    };
+    let issue = Issue::new(
+        sealer,
+        state.task_sealer.clone(),
+        request,
+        for_caller,
         live.config.input_timeout,
     )
     .approved(ctx.approval.as_ref().map(|n| n.call));

@@ -78,7 +78,7 @@ pub struct Outgoing<'a> {
     /// The request's protocol generation.
     pub era: crate::config::generation::Era,
     /// A modern request to a stdio upstream: who calls, for the process it goes to.
-    pub caller: Option<crate::upstream::stdio::CallerKey>,
+    pub caller: Option<super::session::CallerKey>,
     /// Replaces the client's `Mcp-Name` (a task request's: the server's own task id, as
     /// the header carries it).
     pub mcp_name: Option<String>,

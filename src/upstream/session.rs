@@ -24,6 +24,10 @@ use ring::hmac;
 /// mcpgate that has the configuration).
 pub type EndpointId = [u8; 8];
 
+/// Who is asking, as a seal binds it and a stdio upstream's process per caller is keyed: a
+/// digest of the caller's credential, or of the route when it has none.
+pub type CallerKey = [u8; 16];
+
 /// The longest sealed id opened; anything longer is not one of ours. It bounds the work a
 /// forged header can cause (base64 of 12 + 8 + 1024 + 16 bytes is 1,414 characters).
 #[cfg(test)]

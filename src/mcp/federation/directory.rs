@@ -95,7 +95,6 @@ impl Directory {
     /// first, `last` when it has no next page. Tools and prompts are merged anew when
     /// what is known of them changed: a member's names are its last whole list and the
     /// pages read since, so a page never takes away a name another page showed.
-    #[allow(clippy::too_many_arguments)]
     pub fn learn(
         &self,
         fed: &Federation,

@@ -153,23 +153,37 @@ pub struct Rules<'f> {
     pub max_ttl_ms: u64,
 }
 
-/// The merged answer to the client's list request (JSON-RPC id `id`, as JSON text):
-/// `pages` in member order, each with its member's place; tool and prompt names as
-/// `names` shows them (an item whose name another member kept is left out); what `rules`
-/// does not keep left out; `cursor` the sealed cursor of the members' next pages;
-/// `unavailable` the members that did not answer. `modern`: the client speaks
-/// 2026-07-28, whose results say `resultType`, `ttlMs` and `cacheScope`.
-#[allow(clippy::too_many_arguments)]
+/// The answer a merge makes: to which list request, and what it says besides the items.
+#[derive(Clone, Copy)]
+pub struct Answering<'a> {
+    /// The client speaks 2026-07-28, whose results say `resultType`, `ttlMs` and
+    /// `cacheScope`.
+    pub modern: bool,
+    pub kind: ListKind,
+    /// The request's JSON-RPC id, as JSON text.
+    pub id: &'a str,
+    /// The sealed cursor of the members' next pages.
+    pub cursor: Option<&'a str>,
+    /// The members that did not answer.
+    pub unavailable: &'a [&'a str],
+}
+
+/// The merged answer to the client's list request: `pages` in member order, each with its
+/// member's place; tool and prompt names as `names` shows them (an item whose name another
+/// member kept is left out); what `rules` does not keep left out.
 pub fn merge(
-    modern: bool,
-    kind: ListKind,
-    id: &str,
+    to: Answering<'_>,
     pages: &[(usize, Page<'_>)],
     names: Option<&Merged>,
     rules: &Rules<'_>,
-    cursor: Option<&str>,
-    unavailable: &[&str],
 ) -> String {
+    let Answering {
+        modern,
+        kind,
+        id,
+        cursor,
+        unavailable,
+    } = to;
     let mut items = String::with_capacity(pages.iter().map(|(_, p)| p.items.len() * 256).sum());
     // A URI (or template) two members list is shown once, as the first member's: the one
     // its reads go to.
@@ -288,16 +302,14 @@ mod tests {
             restricts: false,
             max_ttl_ms: 60_000,
         };
-        let out = merge(
-            true,
-            ListKind::Tools,
-            "\"x\"",
-            &[(0, a), (1, b)],
-            Some(&merged),
-            &rules,
-            Some("SEALED"),
-            &["cal"],
-        );
+        let to = Answering {
+            modern: true,
+            kind: ListKind::Tools,
+            id: "\"x\"",
+            cursor: Some("SEALED"),
+            unavailable: &["cal"],
+        };
+        let out = merge(to, &[(0, a), (1, b)], Some(&merged), &rules);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let shown: Vec<&str> = v["result"]["tools"]
             .as_array()

@@ -23,7 +23,6 @@ use crate::config::generation::Era;
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
-use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::approvals::{self as msg, Answer, CallDigest};
 use crate::mcp::jsonrpc::{MessageKind, Payload, ToolName};
 use crate::mcp::transport::accept::Want;
@@ -198,18 +197,14 @@ pub(super) async fn opened(
 /// Asks for the approval the request's call needs, once policy and limits have let it
 /// through: `Some(answer)` when the request ends here for now (the question), `None` when
 /// it goes on (approved already, or by an operator just now).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn ask(
-    gw: &Gateway,
-    live: &Arc<Live>,
-    profile: &Profile,
-    peer: &Peer,
-    req: &ClientRequest,
+    x: super::Exchange<'_, '_>,
     bytes: &Bytes,
     payload: &Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<Response<GateBody>>, GateError> {
+    let (gw, live, profile, peer, req) = (x.gw, x.live, &**x.profile, x.peer, x.req);
     let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
         return Ok(None);
     };
@@ -481,7 +476,6 @@ pub(super) fn note_session(gw: &Gateway, response: &Response<GateBody>, ctx: &Ct
 
 /// Writes the approval record of a step (durably when the tool's records are) and counts
 /// it. A durable record that cannot be written refuses the call.
-#[allow(clippy::too_many_arguments)]
 async fn note(
     gw: &Gateway,
     profile: &Profile,

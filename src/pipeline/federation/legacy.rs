@@ -315,16 +315,8 @@ impl<'s> Fan<'_, 's> {
             let mut sub = super::sub_request(self.req, &Bytes::new(), None, None, Some(id));
             sub.method = http::Method::DELETE;
             let mut sub_ctx = ctx.for_member(member);
-            let ended = super::super::without_body(
-                self.gw,
-                self.live,
-                &member.profile,
-                self.peer,
-                &sub,
-                true,
-                Want::Either,
-                &mut sub_ctx,
-            );
+            let x = self.to_member(*m, &sub);
+            let ended = super::back::without_body(x, true, Want::Either, &mut sub_ctx);
             let _ = tokio::time::timeout(self.live.config.fanout_timeout, ended).await;
         });
         futures_util::future::join_all(ends).await;
@@ -345,18 +337,10 @@ impl<'s> Fan<'_, 's> {
                 sub.method = http::Method::GET;
                 let mut sub_ctx = ctx.for_member(member);
                 sub_ctx.want = Ok(Want::Sse);
-                let answer = super::super::without_body(
-                    self.gw,
-                    self.live,
-                    &member.profile,
-                    self.peer,
-                    &sub,
-                    false,
-                    Want::Sse,
-                    &mut sub_ctx,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                let x = self.to_member(m, &sub);
+                let answer = super::back::without_body(x, false, Want::Sse, &mut sub_ctx)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 if answer.status() != StatusCode::OK {
                     // A member without a GET stream (405) sends nothing of its own.
                     return Err(format!("its GET stream was answered {}", answer.status()));

@@ -24,7 +24,7 @@
 mod legacy;
 mod streams;
 
-use super::{Ctx, checked, judge, limits, respond};
+use super::{Ctx, Exchange, back, judge, limits, respond};
 use crate::config::Profile;
 use crate::config::federation::{Federation, Member};
 use crate::config::generation::{MODERN, encode_header};
@@ -53,19 +53,15 @@ use wire::fields::{FieldKind, Fields};
 /// The most pages of one member's list mcpgate reads when it reads the lists itself.
 const MAX_PAGES: usize = 16;
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn post<'s>(
-    gw: &Gateway,
-    live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
+    x: Exchange<'_, 's>,
     fed: &'s Arc<Federation>,
-    peer: &Peer,
-    req: &ClientRequest,
     bytes: &Bytes,
     payload: Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
+    let (gw, live, profile, peer, req) = (x.gw, x.live, x.profile, x.peer, x.req);
     let Payload::Single(m) = &payload else {
         return Err(GateError::InvalidRequest(
             "a batch cannot be sent to a federated profile: send its messages one by one".into(),
@@ -115,12 +111,10 @@ pub(super) async fn post<'s>(
     // Its refusal or approval records name the member it would go to, as every record of
     // a federated call does (docs/federation.md).
     note_member(fed, &dir, &payload, ctx);
-    let Some(admitted) = judge(gw, live, profile, peer, &payload, &hints, ctx).await? else {
+    let Some(admitted) = judge(x, &payload, &hints, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
-    if let Some(asked) =
-        super::approvals::ask(gw, live, profile, peer, req, bytes, &payload, want, ctx).await?
-    {
+    if let Some(asked) = super::approvals::ask(x, bytes, &payload, want, ctx).await? {
         return Ok(asked);
     }
     let method = m.method().unwrap_or("");
@@ -211,20 +205,12 @@ pub(super) async fn post<'s>(
     }
     let member = &fed.members[member];
     ctx.member = Some(&member.name);
+    let x = Exchange {
+        profile: &member.profile,
+        ..x
+    };
     let Some(own) = rename else {
-        return checked(
-            gw,
-            live,
-            &member.profile,
-            peer,
-            req,
-            bytes,
-            payload,
-            want,
-            Some(admitted),
-            ctx,
-        )
-        .await;
+        return back::forward(x, bytes, payload, want, admitted, ctx).await;
     };
     // The member's own name, in the body and in `Mcp-Name`.
     let (body, splice) = renamed(bytes, m, &own)?;
@@ -237,19 +223,7 @@ pub(super) async fn post<'s>(
         Some(m) => Payload::Single(m),
         None => jsonrpc::parse(&body)?,
     };
-    checked(
-        gw,
-        live,
-        &member.profile,
-        peer,
-        req,
-        &body,
-        payload,
-        want,
-        Some(admitted),
-        ctx,
-    )
-    .await
+    back::forward(x, &body, payload, want, admitted, ctx).await
 }
 
 /// What a federated profile's members say of their tools, by the names the client sees.
@@ -436,6 +410,19 @@ struct Fan<'a, 's> {
     session: Option<&'a legacy::Session>,
 }
 
+impl<'s> Fan<'_, 's> {
+    /// The exchange as it goes on to member `m`: `req` as the member is sent it.
+    fn to_member<'b>(&'b self, m: usize, req: &'b ClientRequest) -> Exchange<'b, 's> {
+        Exchange {
+            gw: self.gw,
+            live: self.live,
+            profile: &self.fed.members[m].profile,
+            peer: self.peer,
+            req,
+        }
+    }
+}
+
 /// A request to one member of a fan-out: its JSON answer, or why there is none.
 type Asked = Result<Bytes, String>;
 
@@ -499,16 +486,12 @@ impl<'s> Fan<'_, 's> {
             permits: Vec::new(),
             timeout: member.profile.upstream.timeout,
         };
-        checked(
-            self.gw,
-            self.live,
-            &member.profile,
-            self.peer,
-            sub,
+        back::forward(
+            self.to_member(m, sub),
             &body,
             payload,
             want,
-            Some(admitted),
+            admitted,
             &mut sub_ctx,
         )
         .await
@@ -648,16 +631,14 @@ impl<'s> Fan<'_, 's> {
             restricts: filter.restricts(kind),
             max_ttl_ms: filter.fresh_for().as_millis() as u64,
         };
-        let merged = lists::merge(
-            ctx.era == Era::Modern,
+        let to = lists::Answering {
+            modern: ctx.era == Era::Modern,
             kind,
             id,
-            &pages,
-            names.as_deref(),
-            &rules,
-            cursor.as_deref(),
-            &unavailable,
-        );
+            cursor: cursor.as_deref(),
+            unavailable: &unavailable,
+        };
+        let merged = lists::merge(to, &pages, names.as_deref(), &rules);
         for (m, learned) in learned.into_inner().into_iter().enumerate() {
             let upstream = &self.fed.members[m].profile.upstream;
             self.live.upstream(upstream).hints.learn(learned);
@@ -944,19 +925,8 @@ impl<'s> Fan<'_, 's> {
         };
         let sub = sub_request(self.req, &body, None, rename, session.as_deref());
         let payload = jsonrpc::parse(&body)?;
-        let answer = checked(
-            self.gw,
-            self.live,
-            &member.profile,
-            self.peer,
-            &sub,
-            &body,
-            payload,
-            want,
-            Some(admitted),
-            ctx,
-        )
-        .await?;
+        let answer =
+            back::forward(self.to_member(m, &sub), &body, payload, want, admitted, ctx).await?;
         if let (Some(s), true) = (self.session, answer.status() == StatusCode::NOT_FOUND) {
             self.gw.fed_sessions.forget(&s.key, m);
         }
@@ -991,20 +961,11 @@ impl<'s> Fan<'_, 's> {
                         permits: Vec::new(),
                         timeout: member.profile.upstream.timeout,
                     };
-                    let answer = checked(
-                        self.gw,
-                        self.live,
-                        &member.profile,
-                        self.peer,
-                        &sub,
-                        &body,
-                        payload,
-                        Want::Sse,
-                        Some(admitted),
-                        &mut sub_ctx,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    let x = self.to_member(m, &sub);
+                    let answer =
+                        back::forward(x, &body, payload, Want::Sse, admitted, &mut sub_ctx)
+                            .await
+                            .map_err(|e| e.to_string())?;
                     if answer.status() != StatusCode::OK {
                         return Err(format!("the listen was answered {}", answer.status()));
                     }
@@ -1301,14 +1262,11 @@ fn invalid(ctx: &Ctx<'_>, message: String) -> GateError {
 
 /// A GET (a legacy session's stream) or DELETE (its end) on a federated profile.
 pub(in crate::pipeline) async fn without_body<'s>(
-    gw: &Gateway,
-    live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
+    x: Exchange<'_, 's>,
     fed: &'s Arc<Federation>,
-    peer: &Peer,
-    req: &ClientRequest,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
+    let (gw, live, profile, peer, req) = (x.gw, x.live, x.profile, x.peer, x.req);
     // A 2026-07-28 client has no stream of its own, nor a session to end.
     let Some(session) = legacy::open(live, profile, fed, &req.fields, ctx)? else {
         return Err(GateError::MethodNotAllowed);

@@ -60,9 +60,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// Who calls as a modern client, for its own process (`per_client`): a digest of its
-/// credential, or of the route when it has none.
-pub type CallerKey = [u8; 16];
+/// Who calls as a modern client, for its own process (`per_client`).
+pub use crate::upstream::session::CallerKey;
 
 /// A legacy session, or a modern caller.
 struct Session {
@@ -158,24 +157,18 @@ impl StdioUpstream {
     /// Answers one request as the process's Streamable HTTP server would. A modern one
     /// comes with its caller; a bridged one with mcpgate's session (`in_session`). `who`
     /// (with `identity`) is whom a process it starts serves.
-    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
-        method: &Method,
-        fields: &wire::fields::Fields,
-        body: &Bytes,
-        era: Era,
-        caller: Option<CallerKey>,
-        bridged: bool,
-        in_session: Option<&crate::upstream::bridged::InSession<'_>>,
-        who: Option<&Who>,
+        out: &crate::upstream::encode::Outgoing<'_>,
     ) -> Result<Response<UpstreamBody>, GateError> {
+        let (fields, body, caller, who) = (out.fields, &out.body, out.caller, out.who.as_ref());
+        let bridged = out.bridged.is_some();
         // A 2026-07-28 client bridged to a legacy child is served in mcpgate's session.
-        let (session, era) = match in_session {
+        let (session, era) = match &out.in_session {
             Some(to) => (to.session, Era::Legacy),
-            None => (fields.get(FieldKind::McpSessionId), era),
+            None => (fields.get(FieldKind::McpSessionId), out.era),
         };
-        match *method {
+        match out.method {
             Method::POST if era == Era::Modern => {
                 self.post_modern(caller.unwrap_or_default(), fields, body, bridged, who)
                     .await

@@ -150,7 +150,7 @@ impl<'s> Fan<'_, 's> {
                 Ok(result) => {
                     any = true;
                     if let Some(Value::Object(c)) = result.get("capabilities") {
-                        super::join(&mut capabilities, c);
+                        super::everyone::join(&mut capabilities, c);
                     }
                     if let Some(Value::String(i)) = result.get("instructions") {
                         instructions.push(format!("{}: {i}", member.name));
@@ -287,8 +287,8 @@ impl<'s> Fan<'_, 's> {
         let _ = s;
         self.send(member, None, body, Want::Json, ctx)
             .await
-            .map(super::in_session)
-            .map_err(|why| super::unreachable(&self.fed.members[member], &why))
+            .map(super::fan::in_session)
+            .map_err(|why| super::fan::unreachable(&self.fed.members[member], &why))
     }
 
     /// Sends `bytes` (a notification, or `logging/setLevel`) to every member the session
@@ -312,7 +312,7 @@ impl<'s> Fan<'_, 's> {
         let ended = self.gw.fed_sessions.end(&s.key);
         let ends = ended.iter().map(|(m, id)| async move {
             let member = &self.fed.members[*m];
-            let mut sub = super::sub_request(self.req, &Bytes::new(), None, None, Some(id));
+            let mut sub = super::fan::sub_request(self.req, &Bytes::new(), None, None, Some(id));
             sub.method = http::Method::DELETE;
             let mut sub_ctx = ctx.for_member(member);
             let x = self.to_member(*m, &sub);
@@ -333,7 +333,8 @@ impl<'s> Fan<'_, 's> {
             let member = &self.fed.members[m];
             let opened = async {
                 let id = self.member_session(s, m, ctx).await?;
-                let mut sub = super::sub_request(self.req, &Bytes::new(), None, None, Some(&id));
+                let mut sub =
+                    super::fan::sub_request(self.req, &Bytes::new(), None, None, Some(&id));
                 sub.method = http::Method::GET;
                 let mut sub_ctx = ctx.for_member(member);
                 sub_ctx.want = Ok(Want::Sse);

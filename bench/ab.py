@@ -1,13 +1,54 @@
 # Two mcpgate binaries on the same upstream and configuration, their wrk rounds
 # interleaved (A then B, then B then A), so that what the machine does meanwhile falls on
-# both: CPU per request of a small tools/call and of a 500-tool list, medians and the
-# spread of the per-round ratios. For a change that claims to cost nothing.
+# both: CPU per request, medians and the spread of the per-round ratios. For a change that
+# claims to cost nothing. The cases (CASES, comma-separated; all by default):
+#   call       a small tools/call of a legacy client on a token route
+#   list       a 500-tool tools/list, filtered by the profile
+#   bridged    a small tools/call of a 2026-07-28 client to the same server treated as a
+#              legacy one (mcpgate's session, the answer completed)
+#   federated  a small tools/call to a federated profile of two members, renamed on its way
+# `bridged` and `federated` need a build with both generations and federation (wave 3);
+# `CASES=call,list` compares with an older one.
 #   python3 bench/ab.py OLD_BINARY NEW_BINARY      (ROUNDS=6 DUR=5 by default)
 # Steadier in a private network namespace (docs/benchmarks.md).
 import os, subprocess, sys, time, re, statistics, socket, tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 A, B = sys.argv[1], sys.argv[2]
 ROUNDS = int(os.environ.get("ROUNDS", "6")); DUR = os.environ.get("DUR", "5")
+CASES = os.environ.get("CASES", "call,list,bridged,federated").split(",")
+WAVE3 = '\n'.join(l.strip() for l in """
+[upstreams.old]
+url = "http://127.0.0.1:18700/mcp"
+protocol = "legacy"
+[upstreams.a]
+url = "http://127.0.0.1:18700/mcp"
+[upstreams.b]
+url = "http://127.0.0.1:18700/mcp"
+[profiles.old]
+upstream = "old"
+allow = ["tool_0*"]
+[profiles.both]
+upstreams = ["a", "b"]
+prefix = "always"
+allow = ["*"]
+[[routes]]
+listen = "bench"
+path = "/old"
+profile = "old"
+auth = "none"
+[[routes]]
+listen = "bench"
+path = "/both"
+profile = "both"
+auth = "none"
+""".strip().splitlines()) + "\n"
+# case: (wrk script, path, environment)
+RUNS = {
+    "call": ("call.lua", f"/gpt-mcp/{TOKEN}/mcp", {}),
+    "list": ("list.lua", f"/gpt-mcp/{TOKEN}/mcp", {}),
+    "bridged": ("modern.lua", "/old", {}),
+    "federated": ("call.lua", "/both", {"BENCH_TOOL": "a__tool_001"}),
+}
 TICK = os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-token-0123456789abcdef0123456789"
 work = tempfile.mkdtemp(prefix="mcpgate-ab-")
@@ -42,7 +83,7 @@ durable = ["delete_*"]
 [log]
 format = "json"
 level = "info"
-'''
+''' + (WAVE3 if {"bridged", "federated"} & set(CASES) else "")
 def wait(port):
     for _ in range(100):
         try: socket.create_connection(("127.0.0.1", port)).close(); return
@@ -56,17 +97,22 @@ for name, binary, port, admin in (("A", A, 18701, 18711), ("B", B, 18702, 18712)
     procs.append(p); wait(port); gates[name] = (p, port)
 def ticks(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split(); return int(f[11]) + int(f[12])
-res = {"A": {"call": [], "list": []}, "B": {"call": [], "list": []}}
+res = {name: {case: [] for case in CASES} for name in ("A", "B")}
 try:
     for r in range(ROUNDS):
-        for case, script in (("call", "call.lua"), ("list", "list.lua")):
+        for case in CASES:
+            script, path, env = RUNS[case]
             for name in (("A", "B") if r % 2 == 0 else ("B", "A")):
                 p, port = gates[name]
                 before = ticks(p.pid)
-                out = subprocess.run(["wrk", "-t2", "-c16", f"-d{DUR}s", "-s", os.path.join(ROOT, "bench", script), f"http://127.0.0.1:{port}/gpt-mcp/{TOKEN}/mcp"], capture_output=True, text=True).stdout
+                out = subprocess.run(["wrk", "-t2", "-c16", f"-d{DUR}s", "-s", os.path.join(ROOT, "bench", script), f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, env={**os.environ, **env}).stdout
                 n = int(re.search(r"(\d+) requests in", out).group(1))
+                # Every answer must be a success: a refused call is cheaper, and would pass
+                # for a faster build.
+                if "Non-2xx" in out:
+                    sys.exit(f"{name} {case}: answers that are not 2xx:\n{out}")
                 res[name][case].append((ticks(p.pid) - before) * 1e6 / TICK / n)
-    for case in ("call", "list"):
+    for case in CASES:
         a = statistics.median(res["A"][case]); b = statistics.median(res["B"][case])
         ratios = sorted(x / y for x, y in zip(res["B"][case], res["A"][case]))
         print(f"{case}: A {a:.1f} us  B {b:.1f} us  B/A {b/a:.3f}  (per-round ratios {ratios[0]:.2f}..{ratios[-1]:.2f})")

@@ -152,6 +152,8 @@ pub struct Gateway {
     hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
     /// The tasks that record and tell the changes of pinned upstreams (docs/pinning.md).
     pin_watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// `mcpgate_pin_unapproved`, which the pins room registers and sets.
+    pin_series: pins::Series,
     /// Itself, for the tasks it starts.
     me: std::sync::Weak<Gateway>,
     started: SystemTime,
@@ -178,6 +180,10 @@ impl Gateway {
         let directories =
             crate::mcp::federation::directory::Directories::registered(metrics.registry());
         let audit_dropped = Audit::register(metrics.registry());
+        let pin_series = pins::Series::registered(metrics.registry());
+        let approvals = Arc::new(crate::runtime::approvals::Approvals::registered(
+            metrics.registry(),
+        ));
         let spans = crate::observe::trace::register(metrics.registry());
         let certs = snapshot
             .listeners
@@ -209,6 +215,7 @@ impl Gateway {
         let live = Arc::new(live);
         Ok(Arc::new_cyclic(|me| Gateway {
             pin_watches: std::sync::Mutex::new(pins::watch(me, &live)),
+            pin_series,
             me: me.clone(),
             live: ArcSwap::new(live),
             pools,
@@ -219,7 +226,7 @@ impl Gateway {
             streams,
             waits: Default::default(),
             held: Default::default(),
-            approvals: Default::default(),
+            approvals,
             legacy_sessions: Default::default(),
             directories,
             fed_sessions: Default::default(),
@@ -484,9 +491,7 @@ impl crate::observe::admin::Admin for Gateway {
     }
 
     fn metrics(&self) -> String {
-        let waiting = self.approvals.waiting().len();
-        let oldest = self.approvals.oldest().unwrap_or_default();
-        self.metrics.approvals_waiting(waiting, oldest);
+        self.approvals.observe_waiting();
         self.metrics.render()
     }
 

@@ -8,7 +8,55 @@ use crate::config::pins::{PinKind, PinMode};
 use crate::mcp::list_changes::{PROMPTS_CHANGED, TOOLS_CHANGED};
 use crate::observe::audit::{Base, Call, PinNote, Record};
 use crate::upstream::pins::Change;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::sync::{Arc, Weak};
+
+/// `mcpgate_pin_unapproved`: per pinned upstream, its tools and prompts whose definitions
+/// are not approved, each 1 while it is so.
+pub(super) struct Series(Family<PinLabels, Gauge>);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PinLabels {
+    upstream: String,
+    kind: &'static str,
+    tool: String,
+}
+
+impl Series {
+    pub(super) fn registered(registry: &mut prometheus_client::registry::Registry) -> Series {
+        let family = Family::default();
+        registry.register(
+            "pin_unapproved",
+            "Tools (kind=\"tool\") and prompts of pinned upstreams whose definitions the pins file does not approve (1 while so)",
+            family.clone(),
+        );
+        Series(family)
+    }
+
+    /// Sets the series of a pinned upstream: `unapproved` are its names whose definitions
+    /// are not approved, `approved` the others it has; series of neither are left as
+    /// they are.
+    fn set(
+        &self,
+        upstream: &str,
+        unapproved: &[(&'static str, &str)],
+        approved: &[(&'static str, &str)],
+    ) {
+        let labels = |kind: &'static str, name: &str| PinLabels {
+            upstream: upstream.to_string(),
+            kind,
+            tool: name.to_string(),
+        };
+        for (kind, name) in approved {
+            self.0.remove(&labels(kind, name));
+        }
+        for (kind, name) in unapproved {
+            self.0.get_or_create(&labels(kind, name)).set(1);
+        }
+    }
+}
 
 /// One task per pinned upstream: each change its store reports is recorded and told.
 /// Replaced on every reload.
@@ -88,7 +136,7 @@ impl Gateway {
             };
             list.push((kind.name(), &**name));
         }
-        self.metrics.pins(upstream, &unapproved, &approved);
+        self.pin_series.set(upstream, &unapproved, &approved);
     }
 
     /// Tells the clients of every profile showing `upstream` that its `kinds` lists

@@ -12,6 +12,11 @@
 //!   so once, in `initialize`), so that their calls can be asked about.
 
 use crate::config::compile::StoreSettings;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -59,6 +64,23 @@ pub struct Approvals {
     /// elicitation when it initialized here, and when.
     elicits: Mutex<HashMap<[u8; 32], SystemTime>>,
     redis: tokio::sync::Mutex<Option<(String, redis::aio::MultiplexedConnection)>>,
+    series: Series,
+}
+
+/// Approvals' series: each step by profile and decision (`mcpgate_approvals`), the calls
+/// waiting for an operator and the oldest one's wait (set when scraped).
+#[derive(Default)]
+struct Series {
+    steps: Family<StepLabels, Counter>,
+    waiting: Gauge,
+    oldest_wait: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+/// The labels of `mcpgate_approvals`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    profile: String,
+    decision: &'static str,
 }
 
 /// A call's wait for its operator; dropped, the call is no longer listed.
@@ -83,6 +105,45 @@ pub struct NotWaiting;
 pub struct StoreDown(pub String);
 
 impl Approvals {
+    /// Approvals' state, its series registered in `registry`.
+    pub fn registered(registry: &mut Registry) -> Approvals {
+        let a = Approvals::default();
+        registry.register(
+            "approvals",
+            "Steps of calls that need a person's approval, by profile and decision (asked, approved, declined, cancelled, expired, refused)",
+            a.series.steps.clone(),
+        );
+        registry.register(
+            "approvals_waiting",
+            "Calls waiting for an operator's approval on the admin listener",
+            a.series.waiting.clone(),
+        );
+        registry.register_with_unit(
+            "approval_oldest_wait",
+            "How long the oldest call waiting for an operator has waited (0 when none waits)",
+            Unit::Seconds,
+            a.series.oldest_wait.clone(),
+        );
+        a
+    }
+
+    /// Counts a step of an approval on `profile`.
+    pub fn count(&self, profile: &str, decision: &'static str) {
+        let labels = StepLabels {
+            profile: profile.to_string(),
+            decision,
+        };
+        self.series.steps.get_or_create(&labels).inc();
+    }
+
+    /// Sets the waiting calls' series, before they are scraped.
+    pub fn observe_waiting(&self) {
+        let waiting = self.lock_waiting().len();
+        let oldest = self.oldest().unwrap_or_default();
+        self.series.waiting.set(waiting as i64);
+        self.series.oldest_wait.set(oldest.as_secs_f64());
+    }
+
     /// Lists a call for the operators: `shown.id` is replaced by a fresh random id.
     pub fn hold(self: &Arc<Self>, mut shown: Waiting) -> Held {
         let mut raw = [0u8; 16];

@@ -293,6 +293,18 @@ pub struct Directories {
     by_profile: Mutex<HashMap<String, Arc<Directory>>>,
     members: Mutex<std::collections::BTreeMap<(String, String), Answered>>,
     shadowed: Family<ShadowedLabels, Gauge>,
+    /// Per federated profile and member: whether it answered its last fan-out
+    /// (`mcpgate_federation_member_available`), and how many it did not
+    /// (`mcpgate_federation_member_unavailable`).
+    available: Family<MemberLabels, Gauge>,
+    unavailable: Family<MemberLabels, prometheus_client::metrics::counter::Counter>,
+}
+
+/// The labels of a member's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    profile: String,
+    member: String,
 }
 
 /// A directory handed out on this thread: of which `Directories` (its address), for
@@ -310,8 +322,19 @@ pub struct Answered {
 }
 
 impl Directories {
-    /// Notes how `member` of `profile` answered a fan-out (`Err`: why it did not).
+    /// Notes how `member` of `profile` answered a fan-out (`Err`: why it did not), for the
+    /// status page and the member's series.
     pub fn answered(&self, profile: &str, member: &str, result: Result<(), &str>) {
+        let labels = MemberLabels {
+            profile: profile.to_string(),
+            member: member.to_string(),
+        };
+        self.available
+            .get_or_create(&labels)
+            .set(i64::from(result.is_ok()));
+        if result.is_err() {
+            self.unavailable.get_or_create(&labels).inc();
+        }
         let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
         let key = (profile.to_string(), member.to_string());
         // A name cut so a hostile answer cannot bloat the page.
@@ -409,6 +432,16 @@ impl Directories {
             "federation_shadowed",
             "Names a federated profile's members list that are not shown because another member shows the same name (prefix = always or never)",
             d.shadowed.clone(),
+        );
+        registry.register(
+            "federation_member_available",
+            "Whether a federated profile's member answered its last fan-out (1) or not (0)",
+            d.available.clone(),
+        );
+        registry.register(
+            "federation_member_unavailable",
+            "Fan-outs of a federated profile that a member did not answer in time or at all",
+            d.unavailable.clone(),
         );
         d
     }

@@ -2,6 +2,7 @@
 //! the per-thread shards of the series every request touches ([`shards`]), the status
 //! page's rows ([`rows`]) and the renderers. The families other components count (an
 //! endpoint's health, the verifier's key fetches, the rate-limit store, reloads, spans,
+//! approvals, pins, a federated profile's members,
 //! the audit queue, open streams, certificate expiry) are registered by those components
 //! into [`Metrics::registry`] when the gateway is built; this module holds the request
 //! path's own.
@@ -91,25 +92,6 @@ pub struct UpstreamErrorLabels {
     pub kind: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PinLabels {
-    pub upstream: Label,
-    pub kind: &'static str,
-    pub tool: Label,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ApprovalLabels {
-    pub profile: Label,
-    pub decision: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MemberLabels {
-    pub profile: Label,
-    pub member: Label,
-}
-
 /// The registry, and the request path's series: requests, tool calls and latencies
 /// (sharded per thread), refusals, upstream errors, SSE messages dropped, deprecated
 /// calls.
@@ -120,21 +102,6 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     pub sse_dropped: Counter,
     deprecated_calls: Family<DeprecatedLabels, Counter>,
-    /// Per federated profile and member (docs/federation.md): whether it answered its last fan-out,
-    /// and how many it did not.
-    member_available: Family<MemberLabels, prometheus_client::metrics::gauge::Gauge>,
-    member_unavailable: Family<MemberLabels, Counter>,
-    /// Per pinned upstream: its tools and prompts whose definitions are not approved
-    /// (docs/pinning.md), each 1 while it is so.
-    pin_unapproved: Family<PinLabels, prometheus_client::metrics::gauge::Gauge>,
-    /// Approvals (docs/approvals.md) by profile and step: asked, approved, declined, cancelled,
-    /// expired, refused.
-    approvals: Family<ApprovalLabels, Counter>,
-    /// Calls waiting for an operator, and how long the oldest has waited (set when
-    /// scraped).
-    approvals_waiting: prometheus_client::metrics::gauge::Gauge,
-    approval_oldest_wait:
-        prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64>,
     tool_names: Mutex<HashSet<Arc<str>>>,
     caller_names: Mutex<HashSet<Arc<str>>>,
 }
@@ -174,52 +141,7 @@ impl Metrics {
             "Calls of deprecated tools before their sunset, by tool and caller (token id or OAuth client)",
             deprecated_calls.clone(),
         );
-        let member_available = Family::default();
-        registry.register(
-            "federation_member_available",
-            "Whether a federated profile's member answered its last fan-out (1) or not (0)",
-            member_available.clone(),
-        );
-        let member_unavailable = Family::default();
-        registry.register(
-            "federation_member_unavailable",
-            "Fan-outs of a federated profile that a member did not answer in time or at all",
-            member_unavailable.clone(),
-        );
-        let pin_unapproved = Family::default();
-        registry.register(
-            "pin_unapproved",
-            "Tools (kind=\"tool\") and prompts of pinned upstreams whose definitions the pins file does not approve (1 while so)",
-            pin_unapproved.clone(),
-        );
-        let approvals = Family::default();
-        registry.register(
-            "approvals",
-            "Steps of calls that need a person's approval, by profile and decision (asked, approved, declined, cancelled, expired, refused)",
-            approvals.clone(),
-        );
-        let approvals_waiting = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
-            "approvals_waiting",
-            "Calls waiting for an operator's approval on the admin listener",
-            approvals_waiting.clone(),
-        );
-        let approval_oldest_wait =
-            prometheus_client::metrics::gauge::Gauge::<f64, std::sync::atomic::AtomicU64>::default(
-            );
-        registry.register_with_unit(
-            "approval_oldest_wait",
-            "How long the oldest call waiting for an operator has waited (0 when none waits)",
-            prometheus_client::registry::Unit::Seconds,
-            approval_oldest_wait.clone(),
-        );
         Metrics {
-            approvals,
-            approvals_waiting,
-            approval_oldest_wait,
-            pin_unapproved,
-            member_available,
-            member_unavailable,
             registry,
             per_request,
             refusals,
@@ -246,60 +168,6 @@ impl Metrics {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { upstream, kind })
             .inc();
-    }
-
-    /// Sets the series of a pinned upstream: `unapproved` are its names whose definitions
-    /// are not approved, `approved` the others it has; series of neither are left as
-    /// they are.
-    pub fn pins(
-        &self,
-        upstream: &str,
-        unapproved: &[(&'static str, &str)],
-        approved: &[(&'static str, &str)],
-    ) {
-        let labels = |kind: &'static str, name: &str| PinLabels {
-            upstream: Label(upstream.into()),
-            kind,
-            tool: Label(name.into()),
-        };
-        for (kind, name) in approved {
-            self.pin_unapproved.remove(&labels(kind, name));
-        }
-        for (kind, name) in unapproved {
-            self.pin_unapproved
-                .get_or_create(&labels(kind, name))
-                .set(1);
-        }
-    }
-
-    /// Counts a step of an approval on `profile`.
-    pub fn count_approval(&self, profile: &Arc<str>, decision: &'static str) {
-        self.approvals
-            .get_or_create(&ApprovalLabels {
-                profile: Label(profile.clone()),
-                decision,
-            })
-            .inc();
-    }
-
-    /// Sets how many calls wait for an operator and the oldest one's wait.
-    pub fn approvals_waiting(&self, waiting: usize, oldest: std::time::Duration) {
-        self.approvals_waiting.set(waiting as i64);
-        self.approval_oldest_wait.set(oldest.as_secs_f64());
-    }
-
-    /// Notes whether `member` of the federated `profile` answered a fan-out.
-    pub fn federation_member(&self, profile: &Arc<str>, member: &Arc<str>, answered: bool) {
-        let labels = MemberLabels {
-            profile: Label(profile.clone()),
-            member: Label(member.clone()),
-        };
-        self.member_available
-            .get_or_create(&labels)
-            .set(i64::from(answered));
-        if !answered {
-            self.member_unavailable.get_or_create(&labels).inc();
-        }
     }
 
     /// Counts a call of the deprecated `tool` by `caller` (a token id or an OAuth client),

@@ -184,7 +184,7 @@ impl Asking {
 
     /// Records and counts a step; `false` when a durable record could not be written.
     async fn note(&self, decision: &'static str, by: Option<&str>, reason: Option<&str>) -> bool {
-        self.gw.metrics.count_approval(&self.profile, decision);
+        self.gw.approvals.count(&self.profile, decision);
         tracing::info!(decision, rule = self.rule.number, by, "approval");
         let Some(a) = &self.gw.audit else {
             return true;

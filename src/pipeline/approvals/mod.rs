@@ -393,7 +393,7 @@ pub(super) struct Left<'g> {
 impl Drop for Left<'_> {
     fn drop(&mut self) {
         let Some(r) = self.record.take() else { return };
-        self.gw.metrics.count_approval(&self.profile, "cancelled");
+        self.gw.approvals.count(&self.profile, "cancelled");
         if let Some(a) = &self.gw.audit {
             a.record(r);
         }
@@ -485,7 +485,7 @@ async fn note(
     by: Option<&str>,
     reason: Option<&str>,
 ) -> Result<(), GateError> {
-    gw.metrics.count_approval(&profile.name, decision);
+    gw.approvals.count(&profile.name, decision);
     tracing::info!(decision, rule = rule.number, by, "approval");
     let Some(a) = &gw.audit else {
         return Ok(());

@@ -71,9 +71,6 @@ impl<'s> Fan<'_, 's> {
             };
             let member = &self.fed.members[*m].name;
             self.gw
-                .metrics
-                .federation_member(&self.profile.name, member, true);
-            self.gw
                 .directories
                 .answered(&self.profile.name, member, Ok(()));
             let last = page.next.is_none();
@@ -195,9 +192,6 @@ impl<'s> Fan<'_, 's> {
     /// Logs and counts a member that did not answer a fan-out.
     pub(super) fn unavailable(&self, member: &Arc<str>, why: &str) {
         tracing::warn!(%member, why, "a federated member did not answer; listed as unavailable");
-        self.gw
-            .metrics
-            .federation_member(&self.profile.name, member, false);
         self.gw
             .directories
             .answered(&self.profile.name, member, Err(why));

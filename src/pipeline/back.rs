@@ -1,14 +1,16 @@
 //! The back for one upstream: what a request the stages let through becomes on its way to
 //! one profile's upstream (HTTP or stdio), and its answer on the way back. The generations
-//! meet here: a legacy client's request to a 2026-07-28 server goes over `bridge`, a
-//! 2026-07-28 client's to a legacy server over `to_legacy`, and an upstream nobody has
+//! meet here: a legacy client's request to a 2026-07-28 server goes over `front_legacy`
+//! (mcpgate is the legacy server its client expects), a 2026-07-28 client's to a legacy
+//! server over `back_legacy` (mcpgate is the legacy client that server expects), and an
+//! upstream nobody has
 //! probed yet is tried as the client speaks and bridged if it refuses.
 //!
 //! A federated profile's members are reached through this back too (`federation` opens,
 //! turns and sends for the member's profile): it never calls a stage or the entry of the
 //! path, so what it sends was judged once, under the names the client sees.
 
-use super::{Ctx, Exchange, audit, bridge, forward, limits, respond, rounds, to_legacy};
+use super::{Ctx, Exchange, audit, back_legacy, forward, front_legacy, limits, respond, rounds};
 use crate::config::generation::encode_header;
 use crate::error::GateError;
 use crate::http::body::GateBody;
@@ -26,9 +28,9 @@ use wire::fields::FieldKind;
 /// generation needs, and the round or task a 2026-07-28 retry continues.
 pub(super) struct Ready {
     /// A legacy client's request to a 2026-07-28 server.
-    bridged: Option<bridge::Bridge>,
+    bridged: Option<front_legacy::Bridge>,
     /// A 2026-07-28 client's request to a legacy server.
-    to_legacy: Option<to_legacy::ToLegacy>,
+    to_legacy: Option<back_legacy::ToLegacy>,
     /// A 2026-07-28 request to an upstream of unknown generation: bridged if it refuses.
     maybe_legacy: Option<jsonrpc::MessageKind>,
     /// A legacy `initialize` to an upstream nobody has probed: bridged if it refuses.
@@ -56,19 +58,20 @@ impl Ready {
         };
         match ctx.era {
             Era::Legacy => {
-                to_legacy::check_revision(live, profile, payload, &x.req.fields)?;
-                ready.bridged = bridge::open(live, profile, &x.req.fields, Some(payload), ctx)?;
+                back_legacy::check_revision(live, profile, payload, &x.req.fields)?;
+                ready.bridged =
+                    front_legacy::open(live, profile, &x.req.fields, Some(payload), ctx)?;
                 // A legacy initialize to a server nobody has probed: its answer may show it
                 // speaks only 2026-07-28, and the initialize is then bridged.
                 ready.may_refuse = ready.bridged.is_none()
                     && matches!(payload, Payload::Single(m) if m.method() == Some("initialize"))
-                    && bridge::may_refuse_legacy(live, &profile.upstream);
+                    && front_legacy::may_refuse_legacy(live, &profile.upstream);
             }
             // A 2026-07-28 request to a server of the legacy protocol only (docs/protocol.md).
-            Era::Modern => match to_legacy::open(live, profile, payload, ctx)? {
-                to_legacy::Bridging::Now(b) => ready.to_legacy = Some(b),
-                to_legacy::Bridging::IfRefused(b) => ready.maybe_legacy = Some(b),
-                to_legacy::Bridging::No => {}
+            Era::Modern => match back_legacy::open(live, profile, payload, ctx)? {
+                back_legacy::Bridging::Now(b) => ready.to_legacy = Some(b),
+                back_legacy::Bridging::IfRefused(b) => ready.maybe_legacy = Some(b),
+                back_legacy::Bridging::No => {}
             },
         }
         Ok(ready)
@@ -161,11 +164,11 @@ pub(super) async fn send<'s>(
         let timeout = admitted.timeout;
         if let Some(bridged) = ready.bridged {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return bridge::post(x.gw, bridged, sending, ctx).await;
+            return front_legacy::post(x.gw, bridged, sending, ctx).await;
         }
         if let Some(down) = ready.to_legacy {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return to_legacy::post(x.gw, down, sending, ctx).await;
+            return back_legacy::post(x.gw, down, sending, ctx).await;
         }
         let direct = Direct {
             body: bytes,
@@ -224,7 +227,7 @@ impl Direct {
         }
         let answer = forward::send(live, upstream, out).await?;
         if let (Some(down), Some((body, timeout))) = (self.maybe_legacy, &again)
-            && to_legacy::refused_as_modern(live, upstream, &answer).await
+            && back_legacy::refused_as_modern(live, upstream, &answer).await
         {
             drop(answer);
             // Read again: the request is bridged after all.
@@ -233,20 +236,20 @@ impl Direct {
                 Payload::Single(m) => m.meta,
                 Payload::Batch(_) => None,
             };
-            let down = to_legacy::ToLegacy::of(down, meta, ctx)?;
+            let down = back_legacy::ToLegacy::of(down, meta, ctx)?;
             let sending = sending(x, ctx, shaping, body.clone(), *timeout);
-            return to_legacy::post(x.gw, down, sending, ctx).await;
+            return back_legacy::post(x.gw, down, sending, ctx).await;
         }
         let answer = match again.filter(|_| self.may_refuse) {
             None => answer,
             Some((body, timeout)) => {
-                match bridge::refused_as_legacy(live, upstream, answer).await? {
+                match front_legacy::refused_as_legacy(live, upstream, answer).await? {
                     Some(answer) => answer,
                     None => {
                         let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
-                        let bridged = bridge::initializing(ctx, id.as_deref());
+                        let bridged = front_legacy::initializing(ctx, id.as_deref());
                         let sending = sending(x, ctx, shaping, body, timeout);
-                        return bridge::post(x.gw, bridged, sending, ctx).await;
+                        return front_legacy::post(x.gw, bridged, sending, ctx).await;
                     }
                 }
             }
@@ -313,15 +316,15 @@ pub(super) async fn without_body<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let (live, profile, req) = (x.live, x.profile, x.req);
     let upstream = &profile.upstream;
-    if let Some(bridged) = bridge::open(live, profile, &req.fields, None, ctx)? {
+    if let Some(bridged) = front_legacy::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (docs/protocol.md, the bridge).
         if req.method == Method::DELETE {
-            return Ok(bridge::delete(x.gw, &bridged, &req.fields, ctx));
+            return Ok(front_legacy::delete(x.gw, &bridged, &req.fields, ctx));
         }
         let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
         shaping.notices = Some(profile.name.clone());
         let sending = sending(x, ctx, shaping, Bytes::new(), upstream.timeout);
-        return bridge::stream(x.gw, bridged, sending, ctx).await;
+        return front_legacy::stream(x.gw, bridged, sending, ctx).await;
     }
     let mut out = outgoing(x, ctx, Bytes::new(), upstream.timeout, body_deadline);
     out.who = who(ctx, upstream);
@@ -378,8 +381,8 @@ fn sending<'a, 's: 'a>(
     shaping: respond::Shaping,
     body: Bytes,
     timeout: Duration,
-) -> bridge::Sending<'a> {
-    bridge::Sending {
+) -> front_legacy::Sending<'a> {
+    front_legacy::Sending {
         live: x.live,
         profile: x.profile,
         shaping,

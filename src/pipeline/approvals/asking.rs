@@ -48,7 +48,7 @@ impl Asking {
     pub(super) fn stream(self) -> Response<GateBody> {
         let request_id = self.request_id.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let driven = crate::pipeline::bridge::Driven {
+        let driven = crate::pipeline::front_legacy::Driven {
             task: Some(Box::pin(self.run(tx))),
             rx,
         };
@@ -142,7 +142,7 @@ impl Asking {
         let req = ClientRequest {
             method: Method::POST,
             target: self.target.clone(),
-            fields: crate::pipeline::bridge::copy_fields(&self.fields),
+            fields: crate::pipeline::front_legacy::copy_fields(&self.fields),
             body: ClientBody::Read(self.body.clone()),
         };
         // Boxed: the request path is the one that made this call's stream.

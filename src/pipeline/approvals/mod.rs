@@ -285,7 +285,7 @@ pub(super) async fn ask(
                 listener: ctx.listener_at,
                 peer: peer.clone(),
                 target: req.target.clone(),
-                fields: super::bridge::copy_fields(&req.fields),
+                fields: super::front_legacy::copy_fields(&req.fields),
                 body: bytes.clone(),
                 rule,
                 keepalive: live.config.sse_keepalive,

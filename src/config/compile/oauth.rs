@@ -2,8 +2,9 @@
 //! this server's resource id, what a JWT may be signed with, introspection for opaque
 //! tokens, and `[[oauth.grants]]`, which map a token's scopes or a claim to profiles.
 
+use super::endpoints::parse_url;
 use super::profiles::Profile;
-use super::upstreams::{Address, parse_url};
+use super::upstreams::Address;
 use super::{Compiler, Fail, at, fail};
 use crate::config::raw::{self, S};
 use crate::config::units::{parse_duration, resolve_secrets_noting};

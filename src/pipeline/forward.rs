@@ -53,6 +53,72 @@ pub async fn send(
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
+    authorize(live, upstream, state, &mut out).await?;
+    if let Some(stdio) = &state.stdio {
+        // A stdio server: the bridge answers as its HTTP server would.
+        let response = tokio::select! {
+            biased;
+            r = stdio.send(&out) => r?,
+            _ = &mut deadline => return Err(GateError::UpstreamTimeout),
+        };
+        return Ok(Answer {
+            response,
+            deadline: out.body_deadline.then_some(deadline),
+            took: started.elapsed(),
+            endpoint: None,
+        });
+    }
+    let outlier = upstream.outlier.as_ref();
+    // A request bridged to a legacy server is ordered in mcpgate's session there.
+    // A legacy client's request bridged to a 2026-07-28 server carries the bridge's own
+    // seal, which is no session of the server's (and not sent to it).
+    let session = match &out.in_session {
+        Some(to) => to.session,
+        None if out.bridged.is_some() => None,
+        None => out.fields.get(FieldKind::McpSessionId),
+    };
+    // The endpoint being tried, so a passed deadline counts against it.
+    let trying = AtomicUsize::new(usize::MAX);
+    // Waiting for the session's earlier requests counts in the deadline.
+    let sent = try_endpoints(upstream, state, &out, session, &trying);
+    // The answer first: once it is in, the deadline is not looked at again (nor a random
+    // branch order drawn), and an answer that comes as the deadline passes is used.
+    let (mut response, i) = tokio::select! {
+        biased;
+        r = sent => r?,
+        _ = &mut deadline => {
+            if let Some(e) = state.endpoints.get(trying.load(Ordering::Relaxed)) {
+                e.failed(outlier);
+            }
+            return Err(GateError::UpstreamTimeout);
+        }
+    };
+    let endpoint = &state.endpoints[i];
+    if response.status().is_server_error() {
+        endpoint.failed(outlier);
+    } else {
+        endpoint.succeeded();
+    }
+    if state.sealer.is_some() && out.in_session.is_none() {
+        seal_answer(state, endpoint, &out.method, session, &mut response)?;
+    }
+    Ok(Answer {
+        response: response.map(UpstreamBody::H1),
+        deadline: out.body_deadline.then_some(deadline),
+        took: started.elapsed(),
+        endpoint: Some(endpoint.id),
+    })
+}
+
+/// Who calls, in the upstream's `Authorization`: the caller's access token exchanged for
+/// one meant for the upstream, or a token of mcpgate's naming the caller (docs/oauth.md).
+/// The client's own credentials never go upstream.
+async fn authorize(
+    live: &Live,
+    upstream: &Upstream,
+    state: &UpstreamState,
+    out: &mut Outgoing<'_>,
+) -> Result<(), GateError> {
     if let Some(exchanges) = &live.exchanges[upstream.index] {
         // The caller's access token, exchanged for one meant for the upstream (docs/oauth.md);
         // it stays here itself.
@@ -84,134 +150,93 @@ pub async fn send(
             GateError::UpstreamUnreachable("the identity token could not be made".into())
         })?);
     }
-    if let Some(stdio) = &state.stdio {
-        // A stdio server: the bridge answers as its HTTP server would.
-        let response = tokio::select! {
-            biased;
-            r = stdio.send(&out) => r?,
-            _ = &mut deadline => return Err(GateError::UpstreamTimeout),
-        };
-        return Ok(Answer {
-            response,
-            deadline: out.body_deadline.then_some(deadline),
-            took: started.elapsed(),
-            endpoint: None,
-        });
-    }
+    Ok(())
+}
+
+/// Sends `out` to an endpoint of `upstream`: the one that holds its session, or the
+/// balancer's pick (a retry's pinned endpoint first), another only when a try cannot have
+/// acted. `trying` is the endpoint being tried, so a passed deadline counts against it.
+async fn try_endpoints(
+    upstream: &Upstream,
+    state: &UpstreamState,
+    out: &Outgoing<'_>,
+    session: Option<&[u8]>,
+    trying: &AtomicUsize,
+) -> Result<(Response<UpBody>, usize), GateError> {
     let outlier = upstream.outlier.as_ref();
-    // A request bridged to a legacy server is ordered in mcpgate's session there.
-    // A legacy client's request bridged to a 2026-07-28 server carries the bridge's own
-    // seal, which is no session of the server's (and not sent to it).
-    let session = match &out.in_session {
-        Some(to) => to.session,
-        None if out.bridged.is_some() => None,
-        None => out.fields.get(FieldKind::McpSessionId),
+    // A request in a known session goes to the endpoint that holds it or nowhere (404,
+    // the signal to open another): the client's sealed session, or the one mcpgate
+    // holds there for a 2026-07-28 client of a legacy server (the bridge).
+    let held = match (&out.in_session, &state.sealer, session) {
+        (Some(to), _, _) => to
+            .endpoint
+            .map(|e| (e, to.session.map(std::borrow::Cow::Borrowed))),
+        (None, Some(sealer), Some(sealed)) => {
+            let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
+            Some((id, Some(std::borrow::Cow::Owned(inner))))
+        }
+        _ => None,
     };
-    // The endpoint being tried, so a passed deadline counts against it.
-    let trying = AtomicUsize::new(usize::MAX);
-    // Waiting for the session's earlier requests counts in the deadline.
-    let sent = async {
-        // A request in a known session goes to the endpoint that holds it or nowhere (404,
-        // the signal to open another): the client's sealed session, or the one mcpgate
-        // holds there for a 2026-07-28 client of a legacy server (the bridge).
-        let held = match (&out.in_session, &state.sealer, session) {
-            (Some(to), _, _) => to
-                .endpoint
-                .map(|e| (e, to.session.map(std::borrow::Cow::Borrowed))),
-            (None, Some(sealer), Some(sealed)) => {
-                let (id, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
-                Some((id, Some(std::borrow::Cow::Owned(inner))))
+    if let Some((id, inner)) = held {
+        let i = state
+            .named(&id)
+            .filter(|&i| state.endpoints[i].available(outlier))
+            .ok_or(GateError::SessionNotFound)?;
+        trying.store(i, Ordering::Relaxed);
+        let request = encode(upstream, &upstream.endpoints[i], out, inner.as_deref())?;
+        let endpoint = &state.endpoints[i];
+        // mcpgate's own session for 2026-07-28 clients needs no order: their requests
+        // stand alone (a server's question comes on the call's own stream), and the
+        // session is shared by every request of the caller and client.
+        let ordered = session.filter(|_| out.in_session.is_none());
+        return match exchange(endpoint, out, &request, ordered).await {
+            Ok(r) => Ok((r, i)),
+            Err(e) => {
+                endpoint.failed(outlier);
+                let unsent = unsent(&e);
+                let error = upstream_error(upstream, endpoint, e);
+                // An endpoint that cannot be reached took the session's state with
+                // it: a new session is the way on.
+                Err(if unsent {
+                    GateError::SessionNotFound
+                } else {
+                    error
+                })
             }
-            _ => None,
         };
-        if let Some((id, inner)) = held {
-            let i = state
-                .named(&id)
-                .filter(|&i| state.endpoints[i].available(outlier))
-                .ok_or(GateError::SessionNotFound)?;
-            trying.store(i, Ordering::Relaxed);
-            let request = encode(upstream, &upstream.endpoints[i], &out, inner.as_deref())?;
-            let endpoint = &state.endpoints[i];
-            // mcpgate's own session for 2026-07-28 clients needs no order: their requests
-            // stand alone (a server's question comes on the call's own stream), and the
-            // session is shared by every request of the caller and client.
-            let ordered = session.filter(|_| out.in_session.is_none());
-            return match exchange(endpoint, &out, &request, ordered).await {
-                Ok(r) => Ok((r, i)),
-                Err(e) => {
-                    endpoint.failed(outlier);
-                    let unsent = unsent(&e);
-                    let error = upstream_error(upstream, endpoint, e);
-                    // An endpoint that cannot be reached took the session's state with
-                    // it: a new session is the way on.
-                    Err(if unsent {
-                        GateError::SessionNotFound
-                    } else {
-                        error
-                    })
+    }
+    let mut tried = smallvec::SmallVec::<[usize; 4]>::new();
+    let mut last = None;
+    // A multi round-trip retry goes back to the endpoint that asked, while it is in.
+    let pinned = out
+        .pinned
+        .and_then(|id| state.named(&id))
+        .filter(|&i| state.endpoints[i].available(outlier));
+    loop {
+        let next = pinned
+            .filter(|i| !tried.contains(i))
+            .or_else(|| state.pick(upstream, &tried));
+        let Some(i) = next else {
+            return Err(last.unwrap_or(GateError::NoHealthyEndpoint));
+        };
+        trying.store(i, Ordering::Relaxed);
+        let endpoint = &state.endpoints[i];
+        let request = encode(upstream, &upstream.endpoints[i], out, None)?;
+        match exchange(endpoint, out, &request, session).await {
+            Ok(r) => return Ok((r, i)),
+            Err(e) => {
+                endpoint.failed(outlier);
+                let unsent = unsent(&e);
+                let error = upstream_error(upstream, endpoint, e);
+                if !unsent {
+                    return Err(error);
                 }
-            };
-        }
-        let mut tried = smallvec::SmallVec::<[usize; 4]>::new();
-        let mut last = None;
-        // A multi round-trip retry goes back to the endpoint that asked, while it is in.
-        let pinned = out
-            .pinned
-            .and_then(|id| state.named(&id))
-            .filter(|&i| state.endpoints[i].available(outlier));
-        loop {
-            let next = pinned
-                .filter(|i| !tried.contains(i))
-                .or_else(|| state.pick(upstream, &tried));
-            let Some(i) = next else {
-                return Err(last.unwrap_or(GateError::NoHealthyEndpoint));
-            };
-            trying.store(i, Ordering::Relaxed);
-            let endpoint = &state.endpoints[i];
-            let request = encode(upstream, &upstream.endpoints[i], &out, None)?;
-            match exchange(endpoint, &out, &request, session).await {
-                Ok(r) => return Ok((r, i)),
-                Err(e) => {
-                    endpoint.failed(outlier);
-                    let unsent = unsent(&e);
-                    let error = upstream_error(upstream, endpoint, e);
-                    if !unsent {
-                        return Err(error);
-                    }
-                    // It cannot have acted: another endpoint may take it.
-                    tried.push(i);
-                    last = Some(error);
-                }
+                // It cannot have acted: another endpoint may take it.
+                tried.push(i);
+                last = Some(error);
             }
         }
-    };
-    // The answer first: once it is in, the deadline is not looked at again (nor a random
-    // branch order drawn), and an answer that comes as the deadline passes is used.
-    let (mut response, i) = tokio::select! {
-        biased;
-        r = sent => r?,
-        _ = &mut deadline => {
-            if let Some(e) = state.endpoints.get(trying.load(Ordering::Relaxed)) {
-                e.failed(outlier);
-            }
-            return Err(GateError::UpstreamTimeout);
-        }
-    };
-    let endpoint = &state.endpoints[i];
-    if response.status().is_server_error() {
-        endpoint.failed(outlier);
-    } else {
-        endpoint.succeeded();
     }
-    if state.sealer.is_some() && out.in_session.is_none() {
-        seal_answer(state, endpoint, &out.method, session, &mut response)?;
-    }
-    Ok(Answer {
-        response: response.map(UpstreamBody::H1),
-        deadline: out.body_deadline.then_some(deadline),
-        took: started.elapsed(),
-        endpoint: Some(endpoint.id),
-    })
 }
 
 /// One try on `endpoint`, in the session's order.

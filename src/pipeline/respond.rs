@@ -388,56 +388,69 @@ pub async fn upstream(
             request_id,
         )
     } else {
-        match (format, shaping.want) {
-            (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {
-                Some(list) => {
-                    parts.headers.remove(header::CONTENT_LENGTH);
-                    GateBody::full(relay::json_text(body, Some(list)).await?)
-                }
-                None => {
-                    let (body, whole) = relay::json_answer(body).await?;
-                    if whole {
-                        // The server frames it by the bytes actually sent (the body's size).
-                        parts.headers.remove(header::CONTENT_LENGTH);
-                    }
-                    body
-                }
-            },
-            (BodyFormat::Json, Want::Sse) => {
-                let text = relay::json_text(body, shaping.list.as_ref()).await?;
-                set_sse_headers(&mut parts.headers);
-                GateBody::WholeAsStream(Some(sse::encode_json(
-                    &String::from_utf8_lossy(&text),
-                    None,
-                )))
-            }
-            (BodyFormat::Sse, Want::Json) if !shaping.pending.is_empty() => {
-                let (text, dropped) =
-                    relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
-                        .await?;
-                if dropped > 0 {
-                    gw.metrics.sse_dropped.inc_by(dropped as u64);
-                    tracing::debug!(
-                        dropped,
-                        "messages without an answer dropped converting SSE to JSON"
-                    );
-                }
-                parts.headers.remove(header::CONTENT_LENGTH);
-                parts.headers.insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                GateBody::full(text)
-            }
-            _ => {
-                set_sse_headers(&mut parts.headers);
-                relayed(gw, body, shaping, request_id)
-            }
-        }
+        shaped(gw, &mut parts.headers, body, format, shaping, request_id).await?
     };
     let mut response = Response::from_parts(parts, body);
     set_request_id(&mut response, request_id);
     Ok(response)
+}
+
+/// A 200's JSON-RPC answers as the client wants them: JSON read whole (and its list
+/// rewritten), JSON as one event, events gathered into JSON, or events relayed.
+async fn shaped(
+    gw: &Gateway,
+    headers: &mut http::HeaderMap,
+    body: GateBody,
+    format: BodyFormat,
+    shaping: Shaping,
+    request_id: &str,
+) -> Result<GateBody, GateError> {
+    Ok(match (format, shaping.want) {
+        (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {
+            Some(list) => {
+                headers.remove(header::CONTENT_LENGTH);
+                GateBody::full(relay::json_text(body, Some(list)).await?)
+            }
+            None => {
+                let (body, whole) = relay::json_answer(body).await?;
+                if whole {
+                    // The server frames it by the bytes actually sent (the body's size).
+                    headers.remove(header::CONTENT_LENGTH);
+                }
+                body
+            }
+        },
+        (BodyFormat::Json, Want::Sse) => {
+            let text = relay::json_text(body, shaping.list.as_ref()).await?;
+            set_sse_headers(headers);
+            GateBody::WholeAsStream(Some(sse::encode_json(
+                &String::from_utf8_lossy(&text),
+                None,
+            )))
+        }
+        (BodyFormat::Sse, Want::Json) if !shaping.pending.is_empty() => {
+            let (text, dropped) =
+                relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
+                    .await?;
+            if dropped > 0 {
+                gw.metrics.sse_dropped.inc_by(dropped as u64);
+                tracing::debug!(
+                    dropped,
+                    "messages without an answer dropped converting SSE to JSON"
+                );
+            }
+            headers.remove(header::CONTENT_LENGTH);
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            GateBody::full(text)
+        }
+        _ => {
+            set_sse_headers(headers);
+            relayed(gw, body, shaping, request_id)
+        }
+    })
 }
 
 /// An event stream relayed to the client as `shaping` says: rewritten, kept alive, ended

@@ -204,7 +204,7 @@ pub(super) async fn ask(
     want: Want,
     ctx: &mut Ctx<'_>,
 ) -> Result<Option<Response<GateBody>>, GateError> {
-    let (gw, live, profile, peer, req) = (x.gw, x.live, &**x.profile, x.peer, x.req);
+    let (gw, live, profile) = (x.gw, x.live, &**x.profile);
     let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
         return Ok(None);
     };
@@ -254,54 +254,92 @@ pub(super) async fn ask(
             Ok(Some(super::respond::own(json, want, &ctx.request_id)))
         }
         Era::Legacy => {
-            let session = req.fields.get(FieldKind::McpSessionId);
-            let owner = session.map(|s| session_key(ctx, s));
-            let why = if want == Want::Json {
-                Some(
-                    "this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)",
-                )
-            } else if session.is_none() {
-                Some(
-                    "this call needs a person's approval, and it was sent outside a session, where the client cannot be asked",
-                )
-            } else if !owner.is_some_and(|o| gw.approvals.elicits(&o)) {
-                Some(
-                    "this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)",
-                )
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
-                return Err(GateError::NotAskable(why.into()));
-            }
-            let Some(gw_arc) = gw.arc() else {
-                return Err(GateError::NotAskable("the gateway is stopping".into()));
-            };
-            note(gw, profile, ctx, &rule, "asked", None, None).await?;
-            let records = std::mem::take(&mut ctx.calls);
-            let asking = asking::Asking {
-                gw: gw_arc,
-                listener: ctx.listener_at,
-                peer: peer.clone(),
-                target: req.target.clone(),
-                fields: super::front_legacy::copy_fields(&req.fields),
-                body: bytes.clone(),
-                rule,
-                keepalive: live.config.sse_keepalive,
-                question,
-                owner: owner.expect("checked above"),
-                id,
-                request_id: ctx.request_id.to_string(),
-                profile: profile.name.clone(),
-                base: super::audit::base(ctx, "tools/call"),
-                call: records.into_iter().next(),
-                revoked: super::auth::Credential::hold(ctx.token, gw),
-            };
-            let r = asking.stream();
-            Ok(Some(r))
+            on_the_call_stream(
+                x,
+                bytes,
+                want,
+                ctx,
+                Question {
+                    rule,
+                    text: question,
+                    id,
+                },
+            )
+            .await
         }
     }
+}
+
+/// What a legacy client is asked: the rule that holds its call, the question, and the
+/// call's JSON-RPC id (as JSON text).
+struct Question {
+    rule: Arc<ApprovalRule>,
+    text: String,
+    id: String,
+}
+
+/// Asks a legacy client on its call's event stream (`Asking`): refused when it cannot be
+/// asked there (it accepts only JSON, the call came outside a session, or its session did
+/// not declare elicitation).
+async fn on_the_call_stream(
+    x: super::Exchange<'_, '_>,
+    bytes: &Bytes,
+    want: Want,
+    ctx: &mut Ctx<'_>,
+    q: Question,
+) -> Result<Option<Response<GateBody>>, GateError> {
+    let (gw, live, profile, peer, req) = (x.gw, x.live, &**x.profile, x.peer, x.req);
+    let Question {
+        rule,
+        text: question,
+        id,
+    } = q;
+    let session = req.fields.get(FieldKind::McpSessionId);
+    let owner = session.map(|s| session_key(ctx, s));
+    let why = if want == Want::Json {
+        Some(
+            "this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)",
+        )
+    } else if session.is_none() {
+        Some(
+            "this call needs a person's approval, and it was sent outside a session, where the client cannot be asked",
+        )
+    } else if !owner.is_some_and(|o| gw.approvals.elicits(&o)) {
+        Some(
+            "this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)",
+        )
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
+        return Err(GateError::NotAskable(why.into()));
+    }
+    let Some(gw_arc) = gw.arc() else {
+        return Err(GateError::NotAskable("the gateway is stopping".into()));
+    };
+    note(gw, profile, ctx, &rule, "asked", None, None).await?;
+    let records = std::mem::take(&mut ctx.calls);
+    let asking = asking::Asking {
+        gw: gw_arc,
+        listener: ctx.listener_at,
+        peer: peer.clone(),
+        target: req.target.clone(),
+        fields: super::front_legacy::copy_fields(&req.fields),
+        body: bytes.clone(),
+        rule,
+        keepalive: live.config.sse_keepalive,
+        question,
+        owner: owner.expect("checked above"),
+        id,
+        request_id: ctx.request_id.to_string(),
+        profile: profile.name.clone(),
+        base: super::audit::base(ctx, "tools/call"),
+        call: records.into_iter().next(),
+        revoked: super::auth::Credential::hold(ctx.token, gw),
+    };
+    let r = asking.stream();
+    Ok(Some(r))
 }
 
 /// The arguments as JSON, for the message.

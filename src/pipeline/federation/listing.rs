@@ -91,6 +91,21 @@ impl<'s> Fan<'_, 's> {
             true => None,
             false => Some(self.seal_cursor(kind, &next)?),
         };
+        self.merged(kind, id, &pages, &unavailable, cursor.as_deref(), ctx)
+    }
+
+    /// The members' pages merged under the profile's rules and names, with the sealed
+    /// `cursor` of their next pages and the members that did not answer; deprecated tools
+    /// marked as for one upstream.
+    fn merged(
+        &self,
+        kind: ListKind,
+        id: &str,
+        pages: &[(usize, Page<'_>)],
+        unavailable: &[&str],
+        cursor: Option<&str>,
+        ctx: &Ctx<'s>,
+    ) -> Result<String, GateError> {
         let names = match kind {
             ListKind::Tools | ListKind::Prompts => Some(self.dir.names(kind).clone()),
             _ => None,
@@ -105,7 +120,7 @@ impl<'s> Fan<'_, 's> {
         // A pinned member's names whose definitions are not approved (docs/pinning.md).
         let unpinned: Vec<Option<Arc<std::collections::HashSet<Box<str>>>>> = {
             let mut by_member = vec![None; self.fed.members.len()];
-            for (m, page) in &pages {
+            for (m, page) in pages {
                 by_member[*m] = self.unpinned(*m, kind, page);
             }
             by_member
@@ -131,10 +146,10 @@ impl<'s> Fan<'_, 's> {
             modern: ctx.era == Era::Modern,
             kind,
             id,
-            cursor: cursor.as_deref(),
-            unavailable: &unavailable,
+            cursor,
+            unavailable,
         };
-        let merged = lists::merge(to, &pages, names.as_deref(), &rules);
+        let merged = lists::merge(to, pages, names.as_deref(), &rules);
         for (m, learned) in learned.into_inner().into_iter().enumerate() {
             let upstream = &self.fed.members[m].profile.upstream;
             self.live.upstream(upstream).hints.learn(learned);

@@ -42,6 +42,8 @@ path = "/both"
 profile = "both"
 auth = "none"
 """.strip().splitlines()) + "\n"
+TICK = os.sysconf("SC_CLK_TCK")
+TOKEN = "bench-token-0123456789abcdef0123456789"
 # case: (wrk script, path, environment)
 RUNS = {
     "call": ("call.lua", f"/gpt-mcp/{TOKEN}/mcp", {}),
@@ -49,8 +51,6 @@ RUNS = {
     "bridged": ("modern.lua", "/old", {}),
     "federated": ("call.lua", "/both", {"BENCH_TOOL": "a__tool_001"}),
 }
-TICK = os.sysconf("SC_CLK_TCK")
-TOKEN = "bench-token-0123456789abcdef0123456789"
 work = tempfile.mkdtemp(prefix="mcpgate-ab-")
 h = subprocess.run([A, "token", "hash"], input=TOKEN, capture_output=True, text=True).stdout.strip()
 def conf(port, admin):

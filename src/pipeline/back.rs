@@ -164,11 +164,11 @@ pub(super) async fn send<'s>(
         let timeout = admitted.timeout;
         if let Some(bridged) = ready.bridged {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return front_legacy::post(x.gw, bridged, sending, ctx).await;
+            return Box::pin(front_legacy::post(x.gw, bridged, sending, ctx)).await;
         }
         if let Some(down) = ready.to_legacy {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return back_legacy::post(x.gw, down, sending, ctx).await;
+            return Box::pin(back_legacy::post(x.gw, down, sending, ctx)).await;
         }
         let direct = Direct {
             body: bytes,
@@ -238,7 +238,7 @@ impl Direct {
             };
             let down = back_legacy::ToLegacy::of(down, meta, ctx)?;
             let sending = sending(x, ctx, shaping, body.clone(), *timeout);
-            return back_legacy::post(x.gw, down, sending, ctx).await;
+            return Box::pin(back_legacy::post(x.gw, down, sending, ctx)).await;
         }
         let answer = match again.filter(|_| self.may_refuse) {
             None => answer,
@@ -249,7 +249,7 @@ impl Direct {
                         let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
                         let bridged = front_legacy::initializing(ctx, id.as_deref());
                         let sending = sending(x, ctx, shaping, body, timeout);
-                        return front_legacy::post(x.gw, bridged, sending, ctx).await;
+                        return Box::pin(front_legacy::post(x.gw, bridged, sending, ctx)).await;
                     }
                 }
             }
@@ -324,7 +324,7 @@ pub(super) async fn without_body<'s>(
         let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
         shaping.notices = Some(profile.name.clone());
         let sending = sending(x, ctx, shaping, Bytes::new(), upstream.timeout);
-        return front_legacy::stream(x.gw, bridged, sending, ctx).await;
+        return Box::pin(front_legacy::stream(x.gw, bridged, sending, ctx)).await;
     }
     let mut out = outgoing(x, ctx, Bytes::new(), upstream.timeout, body_deadline);
     out.who = who(ctx, upstream);

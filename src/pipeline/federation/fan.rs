@@ -132,7 +132,8 @@ impl<'s> Fan<'_, 's> {
         if let Some((m, own)) = self.dir.names(kind).route(name) {
             return Ok((m, own.to_string()));
         }
-        self.read_lists(&[kind], ctx).await;
+        // Boxed: a call whose name is known carries no room for the read.
+        Box::pin(self.read_lists(&[kind], ctx)).await;
         match self.dir.names(kind).route(name) {
             Some((m, own)) => Ok((m, own.to_string())),
             None => Err(unknown(ctx, kind, name)),
@@ -166,8 +167,7 @@ impl<'s> Fan<'_, 's> {
         if let Some(m) = self.dir.resource_member(uri) {
             return Ok(m);
         }
-        self.read_lists(&[ListKind::Resources, ListKind::ResourceTemplates], ctx)
-            .await;
+        Box::pin(self.read_lists(&[ListKind::Resources, ListKind::ResourceTemplates], ctx)).await;
         self.dir
             .resource_member(uri)
             .ok_or_else(|| invalid(ctx, format!("Resource not found: {}", shown(uri))))

@@ -107,7 +107,9 @@ pub(super) async fn post<'s>(
     let Some(admitted) = judge(x, &payload, &hints, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
-    if let Some(asked) = super::approvals::ask(x, bytes, &payload, want, ctx).await? {
+    if ctx.approval.is_some()
+        && let Some(asked) = Box::pin(super::approvals::ask(x, bytes, &payload, want, ctx)).await?
+    {
         return Ok(asked);
     }
     fan.serve(bytes, payload, want, admitted, ctx).await
@@ -130,10 +132,12 @@ impl<'s> Fan<'_, 's> {
         match (m.kind, self.session) {
             (MessageKind::Request, _) => {}
             // The client's answer to a member's question, by the id mcpgate gave it.
-            (MessageKind::Response, Some(s)) => return self.answer(s, m, bytes, ctx).await,
+            (MessageKind::Response, Some(s)) => {
+                return Box::pin(self.answer(s, m, bytes, ctx)).await;
+            }
             // Told to every member the session has opened.
             (MessageKind::Notification, Some(s)) => {
-                self.tell(s, bytes, ctx).await;
+                Box::pin(self.tell(s, bytes, ctx)).await;
                 return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
             }
             // A 2026-07-28 server has no session to tell of a notification.
@@ -143,7 +147,9 @@ impl<'s> Fan<'_, 's> {
         if ctx.era == Era::Legacy {
             let ok = || format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
             match (method, self.session) {
-                ("initialize", None) => return self.initialize(m, bytes, want, ctx).await,
+                ("initialize", None) => {
+                    return Box::pin(self.initialize(m, bytes, want, ctx)).await;
+                }
                 ("initialize", Some(_)) => {
                     return Err(GateError::InvalidRequest(
                         "the session is initialized already".into(),
@@ -151,7 +157,7 @@ impl<'s> Fan<'_, 's> {
                 }
                 ("ping", _) => return Ok(respond::own(ok(), want, &ctx.request_id)),
                 ("logging/setLevel", Some(s)) => {
-                    self.tell(s, bytes, ctx).await;
+                    Box::pin(self.tell(s, bytes, ctx)).await;
                     return Ok(respond::own(ok(), want, &ctx.request_id));
                 }
                 ("server/discover" | "subscriptions/listen", _) => {
@@ -161,18 +167,18 @@ impl<'s> Fan<'_, 's> {
             }
         }
         if let Some(kind) = ListKind::of(method) {
-            let json = self.list(kind, id, bytes, ctx).await?;
+            let json = Box::pin(self.list(kind, id, bytes, ctx)).await?;
             return Ok(respond::own(json, want, &ctx.request_id));
         }
         if method == "subscriptions/listen" {
-            return self.listen(bytes, ctx).await;
+            return Box::pin(self.listen(bytes, ctx)).await;
         }
         if method == "server/discover" {
-            let json = self.discover(id, bytes, ctx).await?;
+            let json = Box::pin(self.discover(id, bytes, ctx)).await?;
             return Ok(respond::own(json, want, &ctx.request_id));
         }
         if method == "completion/complete" {
-            return self.complete(bytes, want, admitted, ctx).await;
+            return Box::pin(self.complete(bytes, want, admitted, ctx)).await;
         }
         self.to_one(bytes, payload, want, admitted, ctx).await
     }
@@ -223,8 +229,7 @@ impl<'s> Fan<'_, 's> {
                 None => bytes.clone(),
             };
             drop(payload);
-            return self
-                .routed(member, body, rename.as_deref(), want, admitted, ctx)
+            return Box::pin(self.routed(member, body, rename.as_deref(), want, admitted, ctx))
                 .await;
         }
         ctx.member = Some(&self.fed.members[member].name);

@@ -10,6 +10,11 @@
 # `bridged` and `federated` need a build with both generations and federation (wave 3);
 # `CASES=call,list` compares with an older one.
 #   python3 bench/ab.py OLD_BINARY NEW_BINARY      (ROUNDS=6 DUR=5 by default)
+# With MODE=instructions, each binary runs under valgrind (callgrind) instead, once for 500
+# and once for 2,500 requests sent one after another on one connection; the difference
+# over 2,000 is its instructions per request (startup and the idle tasks cancel out).
+# Steady to about one percent from run to run, where CPU time on this shared
+# machine moves by several percent (docs/benchmarks.md). For the list, 100 and 500.
 # Steadier in a private network namespace (docs/benchmarks.md).
 import os, subprocess, sys, time, re, statistics, socket, tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,6 +95,43 @@ def wait(port):
         except OSError: time.sleep(0.05)
 procs = [subprocess.Popen([A, "sample-upstream", "--listen", "127.0.0.1:18700", "--tools", "500", "--result-bytes", "200"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 wait(18700)
+if os.environ.get("MODE") == "instructions":
+    import http.client, json
+    META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "ab", "version": "1"}, "io.modelcontextprotocol/clientCapabilities": {}}
+    # case: (path, method, params, headers): what the wrk scripts send.
+    ONE = {
+        "call": (RUNS["call"][1], "tools/call", {"name": "tool_001", "arguments": {"id": "welcome"}}, {}),
+        "list": (RUNS["list"][1], "tools/list", {}, {}),
+        "bridged": ("/old", "tools/call", {"name": "tool_001", "arguments": {"id": "welcome"}, "_meta": META}, {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "tool_001"}),
+        "federated": ("/both", "tools/call", {"name": "a__tool_001", "arguments": {"id": "welcome"}}, {}),
+    }
+    def counted(binary, conf_path, port, case, n):
+        out = f"{work}/callgrind.out"
+        p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "-c", conf_path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try: socket.create_connection(("127.0.0.1", port)).close(); break
+            except OSError: time.sleep(0.05)
+        path, method, params, headers = ONE[case]
+        c = http.client.HTTPConnection("127.0.0.1", port)
+        h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        for _ in range(n):
+            c.request("POST", path, body, h); r = c.getresponse(); data = r.read()
+            if r.status != 200 or b'"result"' not in data:
+                p.terminate(); sys.exit(f"{case}: {r.status} {data[:200]!r}")
+        c.close(); p.terminate(); p.wait()
+        return int(re.search(r"^(?:summary|totals): (\d+)", open(out).read(), re.M).group(1))
+    try:
+        for case in CASES:
+            lo, hi = (100, 500) if case == "list" else (500, 2500)
+            per = {}
+            for name, binary, port, admin in (("A", A, 18701, 18711), ("B", B, 18702, 18712)):
+                path = f"{work}/{name}.toml"; open(path, "w").write(conf(port, admin))
+                per[name] = (counted(binary, path, port, case, hi) - counted(binary, path, port, case, lo)) / (hi - lo)
+            print(f"{case}: A {per['A']:.0f}  B {per['B']:.0f} instructions a request  B/A {per['B'] / per['A']:.3f}")
+    finally:
+        for p in procs: p.terminate()
+    sys.exit(0)
 gates = {}
 for name, binary, port, admin in (("A", A, 18701, 18711), ("B", B, 18702, 18712)):
     path = f"{work}/{name}.toml"; open(path, "w").write(conf(port, admin))

@@ -109,7 +109,7 @@ pub(super) async fn forward<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let mut ready = Ready::open(x, &payload, ctx)?;
     ready.turn(x, &payload, ctx)?;
-    send(x, ready, bytes, payload, want, admitted, ctx).await
+    Box::pin(send(x, ready, bytes, payload, want, admitted, ctx)).await
 }
 
 /// Sends a POST that the stages let through (`admitted`) to the exchange's upstream, and

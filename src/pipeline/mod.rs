@@ -362,7 +362,9 @@ async fn checked<'s>(
     {
         return Ok(asked);
     }
-    back::send(x, ready, bytes, payload, want, admitted, ctx).await
+    // Boxed once here: the stages' futures above it then move a pointer, not the whole of
+    // the send and its answer's shaping, each time one is built (measured: docs/benchmarks.md).
+    Box::pin(back::send(x, ready, bytes, payload, want, admitted, ctx)).await
 }
 
 /// What the exchange's one upstream says of its tools, for policy and approval rules.

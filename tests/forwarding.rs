@@ -995,5 +995,6 @@ async fn a_unix_socket_upstream_is_served_and_its_connections_kept() {
     assert_eq!(r.status, 502, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], -32006);
     assert!(!r.body.contains("nobody.sock"), "{}", r.body);
-    assert!(gw.log().contains("nobody.sock"), "the log names the socket");
+    // The log names the socket (its line may be written just after the answer).
+    gw.log_with("nobody.sock", 1).await;
 }

@@ -5,9 +5,6 @@
 //! The folders are the layers, and imports run one way (`tests/layers.rs` checks it):
 //! `cli` → `pipeline` → `gateway` → `upstream`, `oauth`, `mcp`, `observe` → `http`,
 //! `runtime` → `config` → `error`.
-// The request path holds, boxed, the future of a call sent through it again once approved
-// (docs/approvals.md): computing the layouts of the futures around it goes deeper than the default.
-#![recursion_limit = "256"]
 #![forbid(unsafe_code)]
 
 pub mod cli;

@@ -1,8 +1,5 @@
 //! The `mcpgate` command line: parses arguments, sets up logging and the runtime, and
 //! calls into the library. No request logic lives here.
-// The request path holds, boxed, the future of a call sent through it again once approved
-// (docs/approvals.md): computing the layouts of the futures around it goes deeper than the default.
-#![recursion_limit = "256"]
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};

@@ -525,6 +525,90 @@ path = {audit:?}
     assert!(!metrics.contains(ALICE) && !gw.log().contains(ALICE));
 }
 
+/// A legacy client's approved call goes on from where it was held, as it was judged
+/// before its question: a rule of one call a minute counts it once (it is not sent
+/// through the limits again), the next call is refused before anyone is asked, and the
+/// approved call's records are written once, under the request that asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_clients_approved_call_goes_on_as_it_was_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port, ran_file) = notes_server(dir.path());
+    let audit = dir.path().join("audit.jsonl");
+    let gw = Gateway::start(&format!(
+        r#"
+[[listen]]
+name = "main"
+addr = "127.0.0.1:0"
+
+[upstreams.notes]
+url = "http://127.0.0.1:{port}/mcp"
+
+[profiles.full]
+upstream = "notes"
+allow = ["*"]
+
+[[routes]]
+listen = "main"
+path = "/mcp"
+profile = "full"
+auth = "none"
+
+[limits]
+rate = [ {{ key = "client_ip", tools = ["delete_note"], rate = "1/m" }} ]
+
+[[approvals]]
+tools = ["delete_*"]
+
+[audit]
+path = {audit:?}
+"#
+    ));
+    let url = gw.url("/mcp");
+    let out = client(
+        &url,
+        "v1",
+        "approve",
+        json!([["delete_note", {"path": "a.md"}]]),
+    )
+    .await;
+    assert_eq!(out["asked"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out["calls"][0]["text"], "deleted a.md", "{out}");
+    let out = client(
+        &url,
+        "v1",
+        "approve",
+        json!([["delete_note", {"path": "b.md"}]]),
+    )
+    .await;
+    assert_eq!(out["asked"], json!([]), "refused before asking: {out}");
+    assert!(out["calls"][0]["error"].is_number(), "{out}");
+    assert_eq!(ran(&ran_file), ["delete_note a.md"]);
+
+    let all = support::eventually(Duration::from_secs(5), "the call's record", || async {
+        let all = records(&audit);
+        all.iter()
+            .any(|r| r["decision"] == "allow" && r["outcome"].is_string())
+            .then_some(all)
+    })
+    .await;
+    let of_a: Vec<&Value> = all
+        .iter()
+        .filter(|r| r["arguments"]["path"] == "a.md")
+        .collect();
+    let steps: Vec<String> = of_a
+        .iter()
+        .map(|r| format!("{} {}", r["phase"], r["decision"]))
+        .collect();
+    assert_eq!(
+        steps.iter().filter(|s| s.ends_with("\"allow\"")).count(),
+        1,
+        "{steps:?}"
+    );
+    let asked = of_a.iter().find(|r| r["decision"] == "asked").unwrap();
+    let allowed = of_a.iter().find(|r| r["decision"] == "allow").unwrap();
+    assert_eq!(asked["request_id"], allowed["request_id"], "{steps:?}");
+}
+
 /// `approver = "admin"`: the call waits, listed on the status page, until an operator
 /// clicks Approve in a real browser (headless Chromium), declines it over the API, or its
 /// time is up.

@@ -31,7 +31,7 @@ pub fn on() -> bool {
 
 /// What a combined line needs of the request beyond the JSON line's fields; taken from
 /// the request only when [`on`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Access {
     pub version: &'static str,
     pub referer: Option<Box<[u8]>>,

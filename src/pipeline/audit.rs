@@ -109,7 +109,7 @@ pub(super) fn base(ctx: &Ctx<'_>, method: &str) -> Arc<audit::Base> {
     let base = audit::Base::new(
         ctx.request_id.clone(),
         ctx.listener,
-        ctx.route,
+        ctx.route.map(|r| &**r),
         ctx.token_id,
         ctx.peer.addr.ip(),
         method,

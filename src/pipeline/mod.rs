@@ -26,6 +26,7 @@ pub mod metadata;
 pub mod origin;
 pub mod policy;
 pub mod respond;
+mod resume;
 pub mod rounds;
 pub mod route;
 
@@ -54,7 +55,7 @@ use wire::fields::FieldKind;
 /// `Arc`s are shared by both worker threads, and a clone writes their counts.
 struct Ctx<'s> {
     request_id: Arc<str>,
-    route: Option<&'s Route>,
+    route: Option<&'s Arc<Route>>,
     token_id: Option<&'s str>,
     /// The JSON-RPC id of a single-message request, for error envelopes.
     rpc_id: Option<Box<RawValue>>,
@@ -91,8 +92,6 @@ struct Ctx<'s> {
     member: Option<&'s str>,
     /// The name that member knows the called tool or prompt by, for its `Mcp-Name`.
     rename: Option<String>,
-    /// The listener's number, for a call sent again once approved (docs/approvals.md).
-    listener_at: usize,
     /// The `[[approvals]]` rule that holds the request's call, and what the call does.
     approval: Option<approvals::Need>,
     /// Who approved the request's call (`client`, or the operator), once approved.
@@ -124,19 +123,7 @@ pub async fn handle(
     peer: Peer,
     req: ClientRequest,
 ) -> Response<GateBody> {
-    serve(gw, listener, peer, req, None).await
-}
-
-/// Serves a call that a person approved (`by`) after it was first sent: it goes through
-/// every stage again but the approval (docs/approvals.md).
-pub(super) async fn handle_approved(
-    gw: &Gateway,
-    listener: usize,
-    peer: Peer,
-    req: ClientRequest,
-    by: &str,
-) -> Response<GateBody> {
-    serve(gw, listener, peer, req, Some(by.into())).await
+    serve(gw, listener, peer, req).await
 }
 
 async fn serve(
@@ -144,7 +131,6 @@ async fn serve(
     listener: usize,
     peer: Peer,
     req: ClientRequest,
-    approved: Option<Box<str>>,
 ) -> Response<GateBody> {
     let started = Instant::now();
     let live = gw.live_here();
@@ -183,9 +169,8 @@ async fn serve(
         first_request: None,
         member: None,
         rename: None,
-        listener_at: listener,
         approval: None,
-        approved,
+        approved: None,
         own: false,
     };
     let method = req.method.clone();
@@ -357,14 +342,58 @@ async fn checked<'s>(
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
     // Only a call a rule holds is asked about (`approvals::find`).
-    if ctx.approval.is_some()
-        && let Some(asked) = Box::pin(approvals::ask(x, bytes, &payload, want, ctx)).await?
-    {
-        return Ok(asked);
-    }
+    let (ready, admitted) = match ctx.approval {
+        None => (ready, admitted),
+        Some(_) => {
+            let asking = approvals::ask(x, bytes, &payload, want, ctx, (ready, admitted));
+            match Box::pin(asking).await? {
+                approvals::Asked::GoOn(rest) => rest,
+                approvals::Asked::Answered(question) => return Ok(*question),
+            }
+        }
+    };
     // Boxed once here: the stages' futures above it then move a pointer, not the whole of
     // the send and its answer's shaping, each time one is built (measured: docs/benchmarks.md).
     Box::pin(back::send(x, ready, bytes, payload, want, admitted, ctx)).await
+}
+
+/// What a call held at a stage (`resume`) still has to do: its back, with what the stages
+/// granted it.
+enum Rest {
+    /// Its profile's one upstream, crossed to as `Ready` says.
+    One(Box<(back::Ready, limits::Admitted)>),
+    /// A federated profile's member.
+    Federated(federation::Held),
+}
+
+impl From<(back::Ready, limits::Admitted)> for Rest {
+    fn from(granted: (back::Ready, limits::Admitted)) -> Rest {
+        Rest::One(Box::new(granted))
+    }
+}
+
+impl From<federation::Held> for Rest {
+    fn from(held: federation::Held) -> Rest {
+        Rest::Federated(held)
+    }
+}
+
+/// A held call, resumed: on to its back.
+async fn go_on<'s>(
+    x: Exchange<'_, 's>,
+    rest: Rest,
+    bytes: &Bytes,
+    payload: Payload<'_>,
+    want: Want,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
+    match rest {
+        Rest::One(granted) => {
+            let (ready, admitted) = *granted;
+            back::send(x, ready, bytes, payload, want, admitted, ctx).await
+        }
+        Rest::Federated(held) => federation::go_on(x, held, bytes, payload, want, ctx).await,
+    }
 }
 
 /// What the exchange's one upstream says of its tools, for policy and approval rules.

@@ -1,33 +1,28 @@
 //! A legacy client's call held for its approval (docs/approvals.md): the question on the call's
-//! event stream, the wait for the client's answer, and the approved call sent again
-//! through the request path. Its own module: the request path's future holds the future
-//! of [`super::ask`], and this one holds the request path's.
+//! event stream, the wait for the client's answer, and the approved call going on from
+//! where it was held (`pipeline::resume`), its answer relayed on the same stream.
 
 use super::{QUESTION, record, write};
 use crate::config::compile::ApprovalRule;
 use crate::error::GateError;
 use crate::gateway::Gateway;
 use crate::http::body::GateBody;
-use crate::http::request::{ClientBody, ClientRequest, Peer};
 use crate::mcp::approvals::{self as msg, Answer};
 use crate::mcp::transport::sse;
 use crate::observe::audit;
+use crate::pipeline::resume::Later;
 use bytes::Bytes;
-use http::{HeaderValue, Method, Response, header};
+use http::{HeaderValue, Response, header};
 use http_body_util::BodyExt;
 use std::sync::Arc;
-use wire::fields::Fields;
 
 /// A legacy client's call asked about on its event stream: owned, as the answer's body
-/// outlives the request's stages. Approved, the call goes through the request path again
-/// (so it is judged as it is sent), and its answer follows the question on the stream.
+/// outlives the request's stages. Approved, the call goes on as it was judged before the
+/// question, and its answer follows the question on the stream.
 pub(super) struct Asking {
     pub(super) gw: Arc<Gateway>,
-    pub(super) listener: usize,
-    pub(super) peer: Peer,
-    pub(super) target: crate::http::request::Target,
-    pub(super) fields: Fields,
-    pub(super) body: Bytes,
+    /// The call, held with what it has been granted.
+    pub(super) later: Later,
     pub(super) rule: Arc<ApprovalRule>,
     /// How often the stream says it is alive while the client is asked.
     pub(super) keepalive: std::time::Duration,
@@ -123,7 +118,7 @@ impl Asking {
                     self.fail(&tx, &GateError::AuditUnavailable).await;
                     return;
                 }
-                self.run_approved(&tx).await;
+                relay(self.later.go_on("client").await, &tx).await;
             }
             Err((decision, e)) => {
                 let why = match &e {
@@ -135,44 +130,6 @@ impl Asking {
                 self.fail(&tx, &e).await;
             }
         }
-    }
-
-    /// Sends the approved call through the request path and its answer on the stream.
-    async fn run_approved(&self, tx: &tokio::sync::mpsc::Sender<Bytes>) {
-        let req = ClientRequest {
-            method: Method::POST,
-            target: self.target.clone(),
-            fields: crate::pipeline::front_legacy::copy_fields(&self.fields),
-            body: ClientBody::Read(self.body.clone()),
-        };
-        // Boxed: the request path is the one that made this call's stream.
-        let again: std::pin::Pin<Box<dyn Future<Output = Response<GateBody>> + Send + '_>> =
-            Box::pin(crate::pipeline::handle_approved(
-                &self.gw,
-                self.listener,
-                self.peer.clone(),
-                req,
-                "client",
-            ));
-        let answer = again.await;
-        let sse = wire::headval::body_format(answer.headers()) == wire::headval::BodyFormat::Sse;
-        let mut body = answer.into_body();
-        if sse {
-            while let Some(frame) = body.frame().await {
-                let Ok(Some(data)) = frame.map(|f| f.into_data().ok()) else {
-                    break;
-                };
-                if tx.send(data).await.is_err() {
-                    return;
-                }
-            }
-            return;
-        }
-        let Ok(whole) = body.collect().await.map(|c| c.to_bytes()) else {
-            return;
-        };
-        let text = String::from_utf8_lossy(&whole);
-        let _ = tx.send(sse::encode_json(&text, None)).await;
     }
 
     async fn fail(&self, tx: &tokio::sync::mpsc::Sender<Bytes>, e: &GateError) {
@@ -199,4 +156,27 @@ impl Asking {
         );
         write(a, r).await.is_ok()
     }
+}
+
+/// The approved call's answer, on the stream after its question: its events as they come,
+/// or the JSON answer as one event.
+async fn relay(answer: Response<GateBody>, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+    let sse = wire::headval::body_format(answer.headers()) == wire::headval::BodyFormat::Sse;
+    let mut body = answer.into_body();
+    if sse {
+        while let Some(frame) = body.frame().await {
+            let Ok(Some(data)) = frame.map(|f| f.into_data().ok()) else {
+                break;
+            };
+            if tx.send(data).await.is_err() {
+                return;
+            }
+        }
+        return;
+    }
+    let Ok(whole) = body.collect().await.map(|c| c.to_bytes()) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&whole);
+    let _ = tx.send(sse::encode_json(&text, None)).await;
 }

@@ -9,14 +9,16 @@
 //!   without the approval's fields; otherwise it ends here, never forwarded.
 //! - [`ask`] (after policy and limits, so nobody is asked about a call that would be
 //!   refused anyway): the person is asked. A 2026-07-28 client gets `input_required`; a
-//!   legacy client the question on its call's event stream, the call being sent again
-//!   through the request path once approved ([`Asking`]); with `approver = "admin"` the
-//!   request waits for an operator.
+//!   legacy client the question on its call's event stream, where the call is held with
+//!   what it was granted (`pipeline::resume`) and goes on once approved ([`Asking`]);
+//!   with `approver = "admin"` the request waits for an operator.
 //! - [`answer`]: a legacy client's POSTed answer to such a question reaches its call.
 //!
 //! Every step is an audit record (`phase: "approval"`) and counted.
 
 use super::Ctx;
+use super::Rest;
+use super::resume::Later;
 use crate::config::Profile;
 use crate::config::compile::{ApprovalRule, Approver};
 use crate::config::generation::Era;
@@ -39,6 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wire::fields::{FieldKind, Fields};
 
 /// The call a rule holds: the rule, and the digest of the tool and arguments.
+#[derive(Clone)]
 pub(super) struct Need {
     pub rule: Arc<ApprovalRule>,
     pub call: CallDigest,
@@ -194,24 +197,33 @@ pub(super) async fn opened(
     }
 }
 
+/// What became of a call asked about: it goes on now with what it holds (approved
+/// already, or by an operator just now), or the request answers with the question. A
+/// legacy client's call is then held on that answer's stream with what it holds, and goes
+/// on from there once approved (`resume`).
+pub(super) enum Asked<R> {
+    GoOn(R),
+    Answered(Box<Response<GateBody>>),
+}
+
 /// Asks for the approval the request's call needs, once policy and limits have let it
-/// through: `Some(answer)` when the request ends here for now (the question), `None` when
-/// it goes on (approved already, or by an operator just now).
-pub(super) async fn ask(
+/// through; `rest` is what the call then has to do.
+pub(super) async fn ask<R: Into<Rest>>(
     x: super::Exchange<'_, '_>,
     bytes: &Bytes,
     payload: &Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'_>,
-) -> Result<Option<Response<GateBody>>, GateError> {
+    rest: R,
+) -> Result<Asked<R>, GateError> {
     let (gw, live, profile) = (x.gw, x.live, &**x.profile);
     let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
-        return Ok(None);
+        return Ok(Asked::GoOn(rest));
     };
     if m.request_state.is_some() {
         // The upstream's own round of a call approved before: the rounds stage opened
         // its state, which binds the call approved.
-        return Ok(None);
+        return Ok(Asked::GoOn(rest));
     }
     let rule = need.rule.clone();
     let call = need.call;
@@ -220,7 +232,7 @@ pub(super) async fn ask(
     }
     let tool = match &m.tool {
         Some(ToolName::Name(t)) => t.to_string(),
-        _ => return Ok(None),
+        _ => return Ok(Asked::GoOn(rest)),
     };
     let arguments = m.arguments;
     let rendered = rule.message.render(parsed(arguments).as_ref());
@@ -232,7 +244,8 @@ pub(super) async fn ask(
             None => arguments,
         };
         let question = msg::question(&rendered, &tool, shown);
-        return by_operator(gw, profile, ctx, &rule, &tool, shown, question).await;
+        by_operator(gw, profile, ctx, &rule, &tool, shown, question).await?;
+        return Ok(Asked::GoOn(rest));
     }
     let question = msg::question(&rendered, &tool, arguments);
     let id = m.id_text().unwrap_or("null").to_string();
@@ -251,21 +264,18 @@ pub(super) async fn ask(
             // Asked, not run: the call's own records come with its approved retry.
             ctx.calls.clear();
             let json = msg::input_required(&id, &question, &state);
-            Ok(Some(super::respond::own(json, want, &ctx.request_id)))
+            let question = super::respond::own(json, want, &ctx.request_id);
+            Ok(Asked::Answered(Box::new(question)))
         }
         Era::Legacy => {
-            on_the_call_stream(
-                x,
-                bytes,
-                want,
-                ctx,
-                Question {
-                    rule,
-                    text: question,
-                    id,
-                },
-            )
-            .await
+            let q = Question {
+                rule,
+                text: question,
+                id,
+            };
+            on_the_call_stream(x, bytes, want, ctx, q, rest.into())
+                .await
+                .map(|question| Asked::Answered(Box::new(question)))
         }
     }
 }
@@ -278,17 +288,18 @@ struct Question {
     id: String,
 }
 
-/// Asks a legacy client on its call's event stream (`Asking`): refused when it cannot be
-/// asked there (it accepts only JSON, the call came outside a session, or its session did
-/// not declare elicitation).
+/// Asks a legacy client on its call's event stream (`Asking`), where the call is held
+/// with its `rest`: refused when it cannot be asked there (it accepts only JSON, the call
+/// came outside a session, or its session did not declare elicitation).
 async fn on_the_call_stream(
     x: super::Exchange<'_, '_>,
     bytes: &Bytes,
     want: Want,
     ctx: &mut Ctx<'_>,
     q: Question,
-) -> Result<Option<Response<GateBody>>, GateError> {
-    let (gw, live, profile, peer, req) = (x.gw, x.live, &**x.profile, x.peer, x.req);
+    rest: Rest,
+) -> Result<Response<GateBody>, GateError> {
+    let (gw, live, profile, req) = (x.gw, x.live, &**x.profile, x.req);
     let Question {
         rule,
         text: question,
@@ -319,14 +330,14 @@ async fn on_the_call_stream(
         return Err(GateError::NotAskable("the gateway is stopping".into()));
     };
     note(gw, profile, ctx, &rule, "asked", None, None).await?;
-    let records = std::mem::take(&mut ctx.calls);
+    let call = ctx.calls.first().cloned();
+    let base = super::audit::base(ctx, "tools/call");
+    let revoked = super::auth::Credential::hold(ctx.token, gw);
+    // The call's own records are written when it goes on: the request ends with none.
+    let later = Later::hold(gw_arc.clone(), x, bytes, want, ctx, rest);
     let asking = asking::Asking {
         gw: gw_arc,
-        listener: ctx.listener_at,
-        peer: peer.clone(),
-        target: req.target.clone(),
-        fields: super::front_legacy::copy_fields(&req.fields),
-        body: bytes.clone(),
+        later,
         rule,
         keepalive: live.config.sse_keepalive,
         question,
@@ -334,12 +345,11 @@ async fn on_the_call_stream(
         id,
         request_id: ctx.request_id.to_string(),
         profile: profile.name.clone(),
-        base: super::audit::base(ctx, "tools/call"),
-        call: records.into_iter().next(),
-        revoked: super::auth::Credential::hold(ctx.token, gw),
+        base,
+        call,
+        revoked,
     };
-    let r = asking.stream();
-    Ok(Some(r))
+    Ok(asking.stream())
 }
 
 /// The arguments as JSON, for the message.

@@ -58,7 +58,7 @@ pub(super) async fn post<'s>(
     want: Want,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    let (gw, live, profile, peer, req) = (x.gw, x.live, x.profile, x.peer, x.req);
+    let (gw, live, profile, req) = (x.gw, x.live, x.profile, x.req);
     let m = single(&payload)?;
     // A legacy client's session: 404 (initialize anew) when its id does not open.
     let session = match ctx.era {
@@ -67,17 +67,12 @@ pub(super) async fn post<'s>(
     };
     super::audit::note_calls(gw, &payload, ctx);
     let dir = gw.directories.of(&profile.name, fed);
-    let fan = Fan {
-        gw,
-        live,
-        profile,
+    let at = At {
         fed,
         dir: &dir,
-        peer,
-        req,
-        meta: m.meta,
         session: session.as_ref(),
     };
+    let fan = at.fan(x, m.meta);
     // Annotation rules and pins judge a call by what its member says of the tool or
     // prompt, and an approval's records name the member: a name the directory does not
     // know yet is looked for first.
@@ -107,12 +102,75 @@ pub(super) async fn post<'s>(
     let Some(admitted) = judge(x, &payload, &hints, ctx).await? else {
         return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
     };
-    if ctx.approval.is_some()
-        && let Some(asked) = Box::pin(super::approvals::ask(x, bytes, &payload, want, ctx)).await?
-    {
-        return Ok(asked);
+    if ctx.approval.is_none() {
+        return fan.serve(bytes, payload, want, admitted, ctx).await;
     }
-    fan.serve(bytes, payload, want, admitted, ctx).await
+    // The call a rule holds: asked about, and held on its stream while a legacy client's
+    // person answers (`resume`); otherwise served now, if approved.
+    let held = Held {
+        admitted,
+        dir: (*dir).clone(),
+        session,
+    };
+    match Box::pin(super::approvals::ask(x, bytes, &payload, want, ctx, held)).await? {
+        super::approvals::Asked::Answered(question) => Ok(*question),
+        super::approvals::Asked::GoOn(held) => go_on(x, held, bytes, payload, want, ctx).await,
+    }
+}
+
+/// What a federated call held for its approval keeps (`pipeline::resume`): its judgment,
+/// the directory its name is routed by, a legacy client's session over the members.
+pub(super) struct Held {
+    admitted: limits::Admitted,
+    dir: Arc<Directory>,
+    session: Option<legacy::Session>,
+}
+
+/// Where a federated request is served: its profile's federation, the directory of its
+/// members' names, and a legacy client's session over them.
+struct At<'a, 's> {
+    fed: &'s Arc<Federation>,
+    dir: &'a Directory,
+    session: Option<&'a legacy::Session>,
+}
+
+impl<'a, 's> At<'a, 's> {
+    fn fan(&self, x: Exchange<'a, 's>, meta: Option<&'a str>) -> Fan<'a, 's> {
+        Fan {
+            gw: x.gw,
+            live: x.live,
+            profile: x.profile,
+            fed: self.fed,
+            dir: self.dir,
+            peer: x.peer,
+            req: x.req,
+            meta,
+            session: self.session,
+        }
+    }
+}
+
+/// A federated call held for its approval, approved: served by its member.
+pub(super) async fn go_on<'s>(
+    x: Exchange<'_, 's>,
+    held: Held,
+    bytes: &Bytes,
+    payload: Payload<'_>,
+    want: Want,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
+    let Some(fed) = &x.profile.federation else {
+        return Err(GateError::NoRoute);
+    };
+    let at = At {
+        fed,
+        dir: &held.dir,
+        session: held.session.as_ref(),
+    };
+    let meta = single(&payload)?.meta;
+    at.fan(x, meta)
+        .serve(bytes, payload, want, held.admitted, ctx)
+        .await
 }
 
 impl<'s> Fan<'_, 's> {
@@ -458,7 +516,6 @@ impl<'s> Ctx<'s> {
             first_request: None,
             member,
             rename: None,
-            listener_at: self.listener_at,
             approval: None,
             approved: None,
             own: self.own,

@@ -68,7 +68,6 @@ pub(super) fn own_ctx(peer: &Peer) -> Ctx<'static> {
         first_request: None,
         member: None,
         rename: None,
-        listener_at: 0,
         approval: None,
         approved: None,
         own: true,

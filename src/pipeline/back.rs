@@ -28,15 +28,15 @@ use wire::fields::FieldKind;
 /// generation needs, and the round or task a 2026-07-28 retry continues.
 pub(super) struct Ready {
     /// A legacy client's request to a 2026-07-28 server.
-    bridged: Option<front_legacy::Bridge>,
+    bridged: Option<Box<front_legacy::Bridge>>,
     /// A 2026-07-28 client's request to a legacy server.
-    to_legacy: Option<back_legacy::ToLegacy>,
+    to_legacy: Option<Box<back_legacy::ToLegacy>>,
     /// A 2026-07-28 request to an upstream of unknown generation: bridged if it refuses.
     maybe_legacy: Option<jsonrpc::MessageKind>,
     /// A legacy `initialize` to an upstream nobody has probed: bridged if it refuses.
     may_refuse: bool,
-    round: Option<rounds::Round>,
-    task: Option<rounds::TaskRequest>,
+    round: Option<Box<rounds::Round>>,
+    task: Option<Box<rounds::TaskRequest>>,
 }
 
 impl Ready {
@@ -60,7 +60,8 @@ impl Ready {
             Era::Legacy => {
                 back_legacy::check_revision(live, profile, payload, &x.req.fields)?;
                 ready.bridged =
-                    front_legacy::open(live, profile, &x.req.fields, Some(payload), ctx)?;
+                    front_legacy::open(live, profile, &x.req.fields, Some(payload), ctx)?
+                        .map(Box::new);
                 // A legacy initialize to a server nobody has probed: its answer may show it
                 // speaks only 2026-07-28, and the initialize is then bridged.
                 ready.may_refuse = ready.bridged.is_none()
@@ -69,7 +70,7 @@ impl Ready {
             }
             // A 2026-07-28 request to a server of the legacy protocol only (docs/protocol.md).
             Era::Modern => match back_legacy::open(live, profile, payload, ctx)? {
-                back_legacy::Bridging::Now(b) => ready.to_legacy = Some(b),
+                back_legacy::Bridging::Now(b) => ready.to_legacy = Some(Box::new(b)),
                 back_legacy::Bridging::IfRefused(b) => ready.maybe_legacy = Some(b),
                 back_legacy::Bridging::No => {}
             },
@@ -88,8 +89,8 @@ impl Ready {
         if ctx.era == Era::Legacy {
             return Ok(());
         }
-        self.round = rounds::prepare(x.live, x.profile, payload, ctx)?;
-        self.task = rounds::task(x.live, x.profile, payload, ctx)?;
+        self.round = rounds::prepare(x.live, x.profile, payload, ctx)?.map(Box::new);
+        self.task = rounds::task(x.live, x.profile, payload, ctx)?.map(Box::new);
         if let Some(t) = &self.task {
             audit::note_task(x.gw, &t.id, &t.opened.tool, ctx);
         }
@@ -164,11 +165,11 @@ pub(super) async fn send<'s>(
         let timeout = admitted.timeout;
         if let Some(bridged) = ready.bridged {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return Box::pin(front_legacy::post(x.gw, bridged, sending, ctx)).await;
+            return Box::pin(front_legacy::post(x.gw, *bridged, sending, ctx)).await;
         }
         if let Some(down) = ready.to_legacy {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return Box::pin(back_legacy::post(x.gw, down, sending, ctx)).await;
+            return Box::pin(back_legacy::post(x.gw, *down, sending, ctx)).await;
         }
         let direct = Direct {
             body: bytes,

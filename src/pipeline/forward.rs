@@ -120,23 +120,8 @@ async fn authorize(
     out: &mut Outgoing<'_>,
 ) -> Result<(), GateError> {
     if let Some(exchanges) = &live.exchanges[upstream.index] {
-        // The caller's access token, exchanged for one meant for the upstream (docs/oauth.md);
-        // it stays here itself.
-        let subject = super::auth::bearer(out.fields).ok_or_else(|| {
-            GateError::IdentityRefused("the call carries no access token to exchange".into())
-        })?;
-        let verifier = live.verifier.as_deref().ok_or_else(|| {
-            GateError::IdentityUnavailable("no [oauth] issuer to exchange at".into())
-        })?;
-        out.authorization = Some(exchanges.bearer(verifier, subject).await.map_err(|e| {
-            tracing::warn!(upstream = %upstream.name, failed = ?e, "token exchange");
-            match e {
-                crate::oauth::exchange::Failed::Refused(why) => GateError::IdentityRefused(why),
-                crate::oauth::exchange::Failed::Unavailable(why) => {
-                    GateError::IdentityUnavailable(why)
-                }
-            }
-        })?);
+        // Boxed: only upstreams that exchange tokens carry its room.
+        out.authorization = Some(Box::pin(exchanged(live, upstream, exchanges, out)).await?);
     }
     if let Some(tokens) = &state.identity {
         // Who calls, told in a token of mcpgate's (docs/oauth.md): the client's own
@@ -151,6 +136,30 @@ async fn authorize(
         })?);
     }
     Ok(())
+}
+
+/// The caller's access token, exchanged for one meant for the upstream (docs/oauth.md);
+/// it stays here itself.
+async fn exchanged(
+    live: &Live,
+    upstream: &Upstream,
+    exchanges: &crate::oauth::exchange::Exchanges,
+    out: &Outgoing<'_>,
+) -> Result<HeaderValue, GateError> {
+    let subject = super::auth::bearer(out.fields).ok_or_else(|| {
+        GateError::IdentityRefused("the call carries no access token to exchange".into())
+    })?;
+    let verifier = live
+        .verifier
+        .as_deref()
+        .ok_or_else(|| GateError::IdentityUnavailable("no [oauth] issuer to exchange at".into()))?;
+    exchanges.bearer(verifier, subject).await.map_err(|e| {
+        tracing::warn!(upstream = %upstream.name, failed = ?e, "token exchange");
+        match e {
+            crate::oauth::exchange::Failed::Refused(why) => GateError::IdentityRefused(why),
+            crate::oauth::exchange::Failed::Unavailable(why) => GateError::IdentityUnavailable(why),
+        }
+    })
 }
 
 /// Sends `out` to an endpoint of `upstream`: the one that holds its session, or the

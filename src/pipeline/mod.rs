@@ -238,10 +238,12 @@ async fn run<'s>(
         peer,
         req: &req,
     };
+    // Boxed, as every path only some requests take: the POST's future then carries no
+    // room for a GET stream's or a DELETE's.
     if let Some(fed) = &profile.federation {
         return Box::pin(federation::without_body(x, fed, ctx)).await;
     }
-    back::without_body(x, body_deadline, want, ctx).await
+    Box::pin(back::without_body(x, body_deadline, want, ctx)).await
 }
 
 async fn post<'s>(

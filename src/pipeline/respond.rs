@@ -149,7 +149,7 @@ pub fn empty(status: StatusCode, request_id: &str) -> Response<GateBody> {
 pub struct Shaping {
     pub want: Want,
     /// The tools/list requests of the payload and the caller's filter.
-    pub list: Option<ListRewrite>,
+    pub list: Option<Box<ListRewrite>>,
     /// Ids of the requests in the payload: each is owed an answer.
     pub pending: crate::mcp::transport::relay::PendingIds,
     pub batch: bool,
@@ -216,7 +216,7 @@ impl Shaping {
         // A federated member's answers are merged and judged by the federated profile.
         let list = (!profile.judged_above && (!ids.is_empty() || discover.is_some())).then(|| {
             let filter = ToolFilter::new(live.config.clone(), profile.clone());
-            ListRewrite {
+            Box::new(ListRewrite {
                 ids,
                 discover,
                 rounds: None,
@@ -233,7 +233,7 @@ impl Shaping {
                         _ => filter.pinning(state.pins.clone()),
                     }
                 },
-            }
+            })
         });
         let pending = payload
             .messages()
@@ -280,13 +280,15 @@ impl Shaping {
     }
 
     fn rewrite(&mut self, live: &Live, profile: &Arc<Profile>) -> &mut ListRewrite {
-        self.list.get_or_insert_with(|| ListRewrite {
-            ids: Vec::new(),
-            discover: None,
-            rounds: None,
-            tasks: None,
-            completes: None,
-            filter: ToolFilter::new(live.config.clone(), profile.clone()),
+        self.list.get_or_insert_with(|| {
+            Box::new(ListRewrite {
+                ids: Vec::new(),
+                discover: None,
+                rounds: None,
+                tasks: None,
+                completes: None,
+                filter: ToolFilter::new(live.config.clone(), profile.clone()),
+            })
         })
     }
 
@@ -406,7 +408,7 @@ async fn shaped(
     request_id: &str,
 ) -> Result<GateBody, GateError> {
     Ok(match (format, shaping.want) {
-        (BodyFormat::Json, Want::Json | Want::Either) => match &shaping.list {
+        (BodyFormat::Json, Want::Json | Want::Either) => match shaping.list.as_deref() {
             Some(list) => {
                 headers.remove(header::CONTENT_LENGTH);
                 GateBody::full(relay::json_text(body, Some(list)).await?)
@@ -421,7 +423,7 @@ async fn shaped(
             }
         },
         (BodyFormat::Json, Want::Sse) => {
-            let text = relay::json_text(body, shaping.list.as_ref()).await?;
+            let text = relay::json_text(body, shaping.list.as_deref()).await?;
             set_sse_headers(headers);
             GateBody::WholeAsStream(Some(sse::encode_json(
                 &String::from_utf8_lossy(&text),
@@ -429,9 +431,13 @@ async fn shaped(
             )))
         }
         (BodyFormat::Sse, Want::Json) if !shaping.pending.is_empty() => {
-            let (text, dropped) =
-                relay::sse_to_json(body, shaping.list.as_ref(), shaping.pending, shaping.batch)
-                    .await?;
+            let (text, dropped) = relay::sse_to_json(
+                body,
+                shaping.list.as_deref(),
+                shaping.pending,
+                shaping.batch,
+            )
+            .await?;
             if dropped > 0 {
                 gw.metrics.sse_dropped.inc_by(dropped as u64);
                 tracing::debug!(

@@ -301,7 +301,8 @@ impl Limits {
         tools: &[&str],
     ) -> Result<Vec<OwnedSemaphorePermit>, GateError> {
         match &self.shared {
-            Some(shared) => self.take_shared(shared, caller, tools).await?,
+            // Boxed: only a limiter with a shared store carries its round trip's room.
+            Some(shared) => Box::pin(self.take_shared(shared, caller, tools)).await?,
             None => self.take_local(caller, tools)?,
         }
         let mut permits = Vec::new();

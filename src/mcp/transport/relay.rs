@@ -76,7 +76,7 @@ enum Ending {
 pub struct SseRelay {
     inner: GateBody,
     decoder: sse::Decoder,
-    list: Option<ListRewrite>,
+    list: Option<Box<ListRewrite>>,
     /// Request ids still owed an answer.
     pending: PendingIds,
     request_id: String,
@@ -129,7 +129,7 @@ impl SseRelay {
 
     pub fn new(
         inner: GateBody,
-        list: Option<ListRewrite>,
+        list: Option<Box<ListRewrite>>,
         pending: PendingIds,
         request_id: String,
         timing: StreamTiming,

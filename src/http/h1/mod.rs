@@ -4,6 +4,7 @@
 //! message ends.
 
 pub mod client;
+mod drain;
 pub mod server;
 pub mod stream;
 

@@ -28,21 +28,19 @@
 
 use crate::http::request::{ClientBody, ClientRequest};
 use bytes::{Bytes, BytesMut};
-use futures_util::task::AtomicWaker;
 use http::header;
 use http::{Method, Response, StatusCode};
 use http_body::Body;
-use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::io::{self, Write as _};
 use std::pin::{Pin, pin};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use wire::h1::framing::{Chunk, ChunkStep, Overhead, step_chunk};
 use wire::h1::head::{Parsed, RequestFraming as Framing, has_token, parse_request};
+
+pub use super::drain::{Drain, DrainSignal, HeadWaits};
 
 /// What a client with HTTP/2 prior knowledge sends first (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -64,132 +62,12 @@ pub struct Settings {
     pub max_chunk_overhead: usize,
 }
 
-/// Which wait for a request head a connection is in, if any. The connection marks its waits
-/// with a plain store (no clock, no timer); a watch that looks every so often closes a
-/// connection whose wait has lasted longer than the header-read timeout (`server.rs`). A
-/// wait begins when the connection first needs bytes for a head: on a kept connection,
-/// after the previous answer.
-///
-/// One count, moved on by each start and each end of a wait (only the connection writes
-/// it): odd while a wait is under way, and a different odd number for each wait.
-#[derive(Debug, Default)]
-pub struct HeadWaits(AtomicU32);
-
-impl HeadWaits {
-    /// The wait under way, by a number of its own (never 0); 0 when the connection is not
-    /// waiting for a head.
-    pub fn current(&self) -> u32 {
-        let count = self.0.load(Ordering::Relaxed);
-        if count % 2 == 1 { count } else { 0 }
-    }
-
-    fn begin(&self) {
-        let count = self.0.load(Ordering::Relaxed);
-        if count % 2 == 0 {
-            self.0.store(count.wrapping_add(1), Ordering::Relaxed);
-        }
-    }
-
-    fn end(&self) {
-        let count = self.0.load(Ordering::Relaxed);
-        if count % 2 == 1 {
-            self.0.store(count.wrapping_add(1), Ordering::Relaxed);
-        }
-    }
-}
-
 /// How a connection ended.
 pub enum Ended<I> {
     Closed,
     /// The client opened with the HTTP/2 preface: serve it over HTTP/2 with these bytes,
     /// already read, first.
     H2(I, Bytes),
-}
-
-/// The gateway's signal to finish and close, given once for all connections. A
-/// connection reads the flag with a plain load on every request (the line is only ever
-/// written once), and one waiting between requests leaves its waker here to be woken.
-/// (A `watch` channel would take a lock shared by every connection of both workers each
-/// time one looked.)
-#[derive(Default)]
-pub struct DrainSignal {
-    given: AtomicBool,
-    waiting: std::sync::Mutex<HashMap<u64, Arc<AtomicWaker>>>,
-    next: AtomicU64,
-}
-
-impl DrainSignal {
-    /// Gives the signal: every connection finishes its request in progress and closes;
-    /// idle ones are woken to close at once.
-    pub fn give(&self) {
-        self.given.store(true, Ordering::SeqCst);
-        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        for waker in waiting.values() {
-            waker.wake();
-        }
-    }
-}
-
-/// One connection's view of the [`DrainSignal`].
-pub struct Drain {
-    signal: Arc<DrainSignal>,
-    id: u64,
-    waker: Arc<AtomicWaker>,
-    /// The waker last registered: a connection's task keeps one waker, so registering it
-    /// again on every wait (an atomic exchange and a clone) is skipped. `give` is the
-    /// only one to wake it, and after it the flag answers every look.
-    registered: Option<std::task::Waker>,
-}
-
-impl Drain {
-    pub fn new(signal: Arc<DrainSignal>) -> Drain {
-        let id = signal.next.fetch_add(1, Ordering::Relaxed);
-        let waker = Arc::new(AtomicWaker::new());
-        signal
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, waker.clone());
-        Drain {
-            signal,
-            id,
-            waker,
-            registered: None,
-        }
-    }
-
-    fn draining(&self) -> bool {
-        self.signal.given.load(Ordering::Acquire)
-    }
-
-    /// Whether the signal was given; if not, `cx` is woken when it is.
-    fn poll(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.draining() {
-            return true;
-        }
-        if self
-            .registered
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            return false;
-        }
-        self.waker.register(cx.waker());
-        self.registered = Some(cx.waker().clone());
-        // Given between the first look and the registration: `give` may have missed us.
-        self.draining()
-    }
-}
-
-impl Drop for Drain {
-    fn drop(&mut self) {
-        let mut waiting = self
-            .signal
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        waiting.remove(&self.id);
-    }
 }
 
 /// Serves HTTP/1.1 on `io` until the client leaves, an error, or the drain: every request

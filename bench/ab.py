@@ -15,7 +15,8 @@
 # over 2,000 is its instructions per request (startup and the idle tasks cancel out).
 # Steady to about one percent from run to run, where CPU time on this shared
 # machine moves by several percent (docs/benchmarks.md). For the list, 100 and 500.
-# Steadier in a private network namespace (docs/benchmarks.md).
+# Steadier in a private network namespace (docs/benchmarks.md). KEEP=DIR keeps each
+# callgrind profile there (A-call-2500.out, …) for callgrind_annotate.
 import os, subprocess, sys, time, re, statistics, socket, tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 A, B = sys.argv[1], sys.argv[2]
@@ -120,6 +121,8 @@ if os.environ.get("MODE") == "instructions":
             if r.status != 200 or b'"result"' not in data:
                 p.terminate(); sys.exit(f"{case}: {r.status} {data[:200]!r}")
         c.close(); p.terminate(); p.wait()
+        if os.environ.get("KEEP"):
+            import shutil; shutil.copy(out, os.path.join(os.environ["KEEP"], f"{'A' if binary == A else 'B'}-{case}-{n}.out"))
         return int(re.search(r"^(?:summary|totals): (\d+)", open(out).read(), re.M).group(1))
     try:
         for case in CASES:

@@ -18,13 +18,13 @@ use crate::mcp::rounds::Issue;
 use crate::mcp::tools_list::ListRewrite;
 use crate::mcp::tools_list::ToolFilter;
 use crate::mcp::transport::accept::Want;
+use crate::mcp::transport::events::Input;
 use crate::mcp::transport::relay::{self, SseRelay, StreamTiming};
 use crate::mcp::transport::sse;
 use crate::runtime::streams::StreamWatch;
 use crate::upstream::session::EndpointId;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
-use http_body_util::BodyExt;
 use serde_json::value::RawValue;
 use std::sync::Arc;
 use wire::headval::{BodyFormat, body_format};
@@ -461,7 +461,7 @@ async fn shaped(
 
 /// An event stream relayed to the client as `shaping` says: rewritten, kept alive, ended
 /// with the caller's credential, carrying mcpgate's own notices.
-fn relayed(gw: &Gateway, body: GateBody, shaping: Shaping, request_id: &str) -> GateBody {
+fn relayed(gw: &Gateway, body: impl Into<Input>, shaping: Shaping, request_id: &str) -> GateBody {
     let token = shaping.token;
     let guard = gw.streams.register(
         token.filter(|t| t.configured).map(|t| t.key),
@@ -480,17 +480,32 @@ fn relayed(gw: &Gateway, body: GateBody, shaping: Shaping, request_id: &str) -> 
     .listening(shaping.listening)
     .for_legacy(shaping.legacy_stream)
     .with_log_floor(shaping.logs);
-    GateBody::Boxed(BodyExt::boxed_unsync(relay))
+    relay.boxed()
 }
 
-/// A 200 event stream of `body` (events mcpgate made), relayed as `shaping` says.
+/// A 200 event stream of `input` (streams mcpgate opened, and what it sends first),
+/// relayed as `shaping` says.
 pub(super) fn event_stream(
     gw: &Gateway,
-    body: GateBody,
+    input: Input,
     shaping: Shaping,
     request_id: &str,
 ) -> Response<GateBody> {
-    let mut response = Response::new(relayed(gw, body, shaping, request_id));
+    let mut response = Response::new(relayed(gw, input, shaping, request_id));
+    set_sse_headers(response.headers_mut());
+    set_request_id(&mut response, request_id);
+    response
+}
+
+/// A 200 event stream of the events `task` writes to `rx`, the task driven as the stream
+/// is polled: dropped with it when the client leaves, so nothing of a call outlives its
+/// client.
+pub(super) fn written(
+    task: crate::mcp::transport::events::Task,
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    request_id: &str,
+) -> Response<GateBody> {
+    let mut response = Response::new(SseRelay::passing(Input::task(task, rx)).boxed());
     set_sse_headers(response.headers_mut());
     set_request_id(&mut response, request_id);
     response

@@ -132,6 +132,28 @@ fn apply_line(f: &mut Fields, line: &[u8]) {
     }
 }
 
+impl Event {
+    /// An `event: message` carrying `json`, as [`encode_json`] writes it.
+    pub fn json(json: String) -> Event {
+        Event {
+            raw: encode_json(&json, None),
+            event: Some("message".into()),
+            id: None,
+            retry: None,
+            data: Some(json),
+        }
+    }
+
+    /// The same event with `json` as its data.
+    pub fn with_data(self, json: String) -> Event {
+        Event {
+            raw: encode_event(&self, &json),
+            data: Some(json),
+            ..self
+        }
+    }
+}
+
 /// Encodes one `event: message` frame carrying a JSON text.
 pub fn encode_json(json: &str, id: Option<&str>) -> Bytes {
     encode(Some("message"), id, None, json)

@@ -12,7 +12,7 @@ use crate::mcp::transport::sse;
 use crate::observe::audit;
 use crate::pipeline::resume::Later;
 use bytes::Bytes;
-use http::{HeaderValue, Response, header};
+use http::Response;
 use http_body_util::BodyExt;
 use std::sync::Arc;
 
@@ -43,19 +43,7 @@ impl Asking {
     pub(super) fn stream(self) -> Response<GateBody> {
         let request_id = self.request_id.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
-        let driven = crate::pipeline::front_legacy::Driven {
-            task: Some(Box::pin(self.run(tx))),
-            rx,
-        };
-        let mut r = Response::new(GateBody::Boxed(driven.boxed_unsync()));
-        let h = r.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        crate::pipeline::respond::set_request_id(&mut r, &request_id);
-        r
+        crate::pipeline::respond::written(Box::pin(self.run(tx)), rx, &request_id)
     }
 
     async fn run(mut self, tx: tokio::sync::mpsc::Sender<Bytes>) {

@@ -341,20 +341,5 @@ pub(super) async fn drive(
         let text = finish(call, step);
         let _ = tx.send(sse::encode_json(&text, None)).await;
     };
-    let driven = Driven {
-        task: Some(Box::pin(task)),
-        rx,
-    };
-    let mut r = Response::new(GateBody::Boxed(BodyExt::boxed_unsync(driven)));
-    let h = r.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
-    respond::set_request_id(&mut r, request_id);
-    Ok(r)
+    Ok(respond::written(Box::pin(task), rx, request_id))
 }

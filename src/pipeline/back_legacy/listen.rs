@@ -2,6 +2,7 @@
 //! stream, with `resources/subscribe` for each resource it names.
 
 use super::*;
+use crate::mcp::transport::events::{Carry, Input};
 
 /// `subscriptions/listen`: the resources it names subscribed to, then the session's GET
 /// stream, of which the client gets what it opted in to.
@@ -43,58 +44,27 @@ pub(super) async fn listen(
             None
         }
     };
-    let body = ListenBody {
-        ack: Some(sse::encode_json(&listen.acknowledged(), None)),
-        inner,
-        decoder: sse::Decoder::new(),
-        listen,
+    let ack = sse::encode_json(&listen.acknowledged(), None);
+    let input = match inner {
+        Some(body) => Input::body(body),
+        None => Input::nothing(),
     };
     Ok(respond::event_stream(
         gw,
-        GateBody::Boxed(BodyExt::boxed_unsync(body)),
+        input.first(ack).carried(Listened(listen)),
         s.shaping,
         &ctx.request_id,
     ))
 }
 
-/// A listen stream made of a session's GET stream.
-pub(super) struct ListenBody {
-    ack: Option<Bytes>,
-    inner: Option<GateBody>,
-    decoder: sse::Decoder,
-    listen: Listen,
-}
+/// What a listen carries of a session's GET stream: the messages its client opted in to.
+struct Listened(Listen);
 
-impl http_body::Body for ListenBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        if let Some(ack) = this.ack.take() {
-            return Poll::Ready(Some(Ok(Frame::data(ack))));
-        }
-        loop {
-            while let Some(ev) = this.decoder.next_event() {
-                if let Some(carried) = ev.data.as_deref().and_then(|d| this.listen.carry(d)) {
-                    return Poll::Ready(Some(Ok(Frame::data(sse::encode_json(&carried, None)))));
-                }
-            }
-            let Some(inner) = this.inner.as_mut() else {
-                return Poll::Pending;
-            };
-            match std::task::ready!(Pin::new(inner).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.decoder.feed(&data);
-                    }
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => return Poll::Ready(None),
-            }
-        }
+impl Carry for Listened {
+    fn carry(&mut self, _: usize, ev: sse::Event) -> Option<sse::Event> {
+        ev.data
+            .as_deref()
+            .and_then(|d| self.0.carry(d))
+            .map(sse::Event::json)
     }
 }

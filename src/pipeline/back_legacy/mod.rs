@@ -22,13 +22,13 @@ mod listen;
 
 use super::Ctx;
 use super::forward::{self, Answer};
-use super::front_legacy::{Driven, Sending, copy_fields, one_message};
+use super::front_legacy::{Sending, copy_fields, one_message};
 use super::respond;
 use crate::config::generation::{Era, MODERN};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
-use crate::http::body::{BoxError, GateBody};
+use crate::http::body::GateBody;
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::may_ask;
 use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, LogFloor, ServerRequest};
@@ -41,11 +41,8 @@ use crate::upstream::session::EndpointId;
 use bytes::Bytes;
 use held::{Call, drive, resume};
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body::Frame;
 use http_body_util::BodyExt;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use wire::fields::Fields;
 
 /// The key of the one input request an `input_required` made here holds.

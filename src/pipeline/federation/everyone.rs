@@ -80,19 +80,19 @@ impl<'s> Fan<'_, 's> {
                 "no member of the federated profile opened a listen".into(),
             ));
         }
-        let merged = streams::Merged {
-            ack: Some(crate::mcp::transport::sse::encode_json(&ack, None)),
+        let merged = streams::merged(
+            Some(crate::mcp::transport::sse::encode_json(&ack, None)),
             streams,
-            dir: self.gw.directories.shared(&self.profile.name, self.fed),
-            questions: false,
-        };
+            self.gw.directories.shared(&self.profile.name, self.fed),
+            false,
+        );
         let mut shaping =
             respond::Shaping::plain(Want::Sse, self.live, &self.profile.upstream, ctx.token);
         shaping.notices = Some(self.profile.name.clone());
         shaping.listening = Some(listening);
         Ok(respond::event_stream(
             self.gw,
-            GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(merged)),
+            merged,
             shaping,
             &ctx.request_id,
         ))

@@ -368,41 +368,22 @@ impl<'s> Fan<'_, 's> {
                 }
             }
         }
-        let merged = streams::Merged {
-            ack: None,
-            streams: members,
-            dir: self.gw.directories.shared(&self.profile.name, self.fed),
-            questions: true,
-        };
+        // A session whose members have no streams still gets mcpgate's own notices.
+        let merged = streams::merged(
+            None,
+            members,
+            self.gw.directories.shared(&self.profile.name, self.fed),
+            true,
+        );
         let mut shaping =
             super::respond::Shaping::plain(Want::Sse, self.live, &self.profile.upstream, ctx.token);
         shaping.notices = Some(self.profile.name.clone());
-        // A session whose members have no streams still gets mcpgate's own notices.
-        let body = match merged.streams.is_empty() {
-            true => GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(Pending)),
-            false => GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(merged)),
-        };
         Ok(super::respond::event_stream(
             self.gw,
-            body,
+            merged,
             shaping,
             &ctx.request_id,
         ))
-    }
-}
-
-/// A stream that sends nothing of its own and stays open.
-struct Pending;
-
-impl http_body::Body for Pending {
-    type Data = Bytes;
-    type Error = crate::http::body::BoxError;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        std::task::Poll::Pending
     }
 }
 

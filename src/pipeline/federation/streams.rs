@@ -8,15 +8,13 @@
 //! be answered by it.
 
 use super::Directory;
-use crate::http::body::{BoxError, GateBody};
+use crate::http::body::GateBody;
 use crate::mcp::jsonrpc::ListKind;
+use crate::mcp::transport::events::{Carry, Input, SseRelay};
 use crate::mcp::transport::sse;
 use bytes::Bytes;
-use http_body::Frame;
 use std::borrow::Cow;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// One member's listen stream.
 pub(super) struct MemberStream {
@@ -55,18 +53,47 @@ impl MemberStream {
 /// One stream made of every member's: for a listen, mcpgate's acknowledgement first
 /// (`ack`), then what the members' streams carry for the client (not their own
 /// acknowledgements, nor the answers that end them; for a legacy GET stream, the members'
-/// questions with their ids made the client's), until the last one ends.
-pub(super) struct Merged {
-    pub(super) ack: Option<Bytes>,
-    pub(super) streams: Vec<MemberStream>,
-    pub(super) dir: Arc<Directory>,
-    /// Whether the members' questions pass (a legacy GET stream), their ids mapped.
-    pub(super) questions: bool,
+/// questions with their ids made the client's), until the last one ends. With no member
+/// stream it stays open, for mcpgate's own notices.
+pub(super) fn merged(
+    ack: Option<Bytes>,
+    streams: Vec<MemberStream>,
+    dir: Arc<Directory>,
+    questions: bool,
+) -> Input {
+    let mut members = Members { dir, questions };
+    let mut first: Vec<Bytes> = ack.into_iter().collect();
+    let mut bodies = Vec::with_capacity(streams.len());
+    for mut s in streams {
+        // What each member sent with or before its acknowledgement goes first.
+        for data in std::mem::take(&mut s.early) {
+            first.extend(
+                members
+                    .carried(s.member, data)
+                    .map(|j| sse::encode_json(&j, None)),
+            );
+        }
+        while let Some(ev) = s.decoder.next_event() {
+            first.extend(members.carry(s.member, ev).map(|ev| ev.raw));
+        }
+        bodies.push((s.member, s.body, s.decoder));
+    }
+    first
+        .into_iter()
+        .fold(Input::merged(bodies), Input::first)
+        .carried(members)
 }
 
-impl Merged {
+/// What a merged stream carries of its members' messages.
+struct Members {
+    dir: Arc<Directory>,
+    /// Whether the members' questions pass (a legacy GET stream), their ids mapped.
+    questions: bool,
+}
+
+impl Members {
     /// What a member's message becomes on the client's stream, if anything.
-    fn carry(&self, member: usize, data: String) -> Option<Bytes> {
+    fn carried(&self, member: usize, data: String) -> Option<String> {
         #[derive(serde::Deserialize)]
         struct Head<'a> {
             #[serde(borrow)]
@@ -81,7 +108,7 @@ impl Merged {
         if head.id.is_some() {
             // A question: passed with the member in its id, on a legacy GET stream only.
             return match self.questions {
-                true => Some(sse::encode_json(&question_of(member, &data)?, None)),
+                true => question_of(member, &data),
                 false => None,
             };
         }
@@ -94,55 +121,14 @@ impl Merged {
         if let Some(kind) = changed {
             self.dir.forget(member, kind);
         }
-        Some(sse::encode_json(&data, None))
+        Some(data)
     }
 }
 
-impl http_body::Body for Merged {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        if let Some(ack) = this.ack.take() {
-            return Poll::Ready(Some(Ok(Frame::data(ack))));
-        }
-        let mut i = 0;
-        while i < this.streams.len() {
-            let member = this.streams[i].member;
-            if !this.streams[i].early.is_empty() {
-                let data = this.streams[i].early.remove(0);
-                if let Some(out) = this.carry(member, data) {
-                    return Poll::Ready(Some(Ok(Frame::data(out))));
-                }
-                continue;
-            }
-            if let Some(ev) = this.streams[i].decoder.next_event() {
-                if let Some(out) = ev.data.and_then(|d| this.carry(member, d)) {
-                    return Poll::Ready(Some(Ok(Frame::data(out))));
-                }
-                continue;
-            }
-            match Pin::new(&mut this.streams[i].body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.streams[i].decoder.feed(&data);
-                    }
-                }
-                Poll::Ready(Some(Err(_)) | None) => {
-                    // This member's stream is over; the others go on.
-                    this.streams.remove(i);
-                }
-                Poll::Pending => i += 1,
-            }
-        }
-        match this.streams.is_empty() {
-            true => Poll::Ready(None),
-            false => Poll::Pending,
-        }
+impl Carry for Members {
+    fn carry(&mut self, member: usize, ev: sse::Event) -> Option<sse::Event> {
+        let data = ev.data?;
+        self.carried(member, data).map(sse::Event::json)
     }
 }
 
@@ -185,54 +171,26 @@ pub(super) fn with_questions_mapped(
         return answer;
     }
     let (parts, body) = answer.into_parts();
-    let mapped = Questions {
-        member,
-        body,
-        decoder: sse::Decoder::new(),
-    };
-    http::Response::from_parts(
-        parts,
-        GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(mapped)),
-    )
+    let mapped = Input::body(body).carried(Questions { member });
+    http::Response::from_parts(parts, SseRelay::passing(mapped).boxed())
 }
 
-/// A call's event stream with its questions' ids mapped; every other event as it was.
+/// What a member's call stream carries: its questions with their ids mapped, every other
+/// event as it was.
 struct Questions {
     member: usize,
-    body: GateBody,
-    decoder: sse::Decoder,
 }
 
-impl http_body::Body for Questions {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if let Some(ev) = this.decoder.next_event() {
-                let question = ev.data.as_deref().and_then(|d| {
-                    let is_question = serde_json::from_str::<serde_json::Value>(d)
-                        .is_ok_and(|v| v.get("id").is_some() && v.get("method").is_some());
-                    is_question.then(|| question_of(this.member, d)).flatten()
-                });
-                let out = match question {
-                    Some(q) => sse::encode_event(&ev, &q),
-                    None => ev.raw,
-                };
-                return Poll::Ready(Some(Ok(Frame::data(out))));
-            }
-            match std::task::ready!(Pin::new(&mut this.body).poll_frame(cx)) {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => this.decoder.feed(&data),
-                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                },
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => return Poll::Ready(None),
-            }
+impl Carry for Questions {
+    fn carry(&mut self, _: usize, ev: sse::Event) -> Option<sse::Event> {
+        let question = ev.data.as_deref().and_then(|d| {
+            let is_question = serde_json::from_str::<serde_json::Value>(d)
+                .is_ok_and(|v| v.get("id").is_some() && v.get("method").is_some());
+            is_question.then(|| question_of(self.member, d)).flatten()
+        });
+        match question {
+            Some(q) => Some(ev.with_data(q)),
+            None => Some(ev),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `subscriptions/listen`, opened anew when the client subscribes or unsubscribes.
 
 use super::*;
+use crate::mcp::transport::events::Input;
 
 /// A bridged GET: the session's `subscriptions/listen` (to every list change and the
 /// resources its client subscribed to), whose acknowledgement and closing answer the
@@ -50,18 +51,12 @@ pub(in crate::pipeline) async fn stream(
         subscribed,
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let driven = Driven {
-        task: Some(Box::pin(relisten.run(
-            GateBody::Upstream {
-                body: first,
-                deadline: None,
-            },
-            tx,
-        ))),
-        rx,
+    let first = GateBody::Upstream {
+        body: first,
+        deadline: None,
     };
-    let body = GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(driven));
-    Ok(respond::event_stream(gw, body, s.shaping, &ctx.request_id))
+    let input = Input::task(Box::pin(relisten.run(first, tx)), rx);
+    Ok(respond::event_stream(gw, input, s.shaping, &ctx.request_id))
 }
 
 /// A bridged GET stream that follows its session's subscriptions: owned, as the answer's

@@ -17,7 +17,6 @@ mod listen;
 mod questions;
 
 pub(super) use listen::stream;
-pub(super) use questions::Driven;
 use questions::asked;
 
 use super::Ctx;
@@ -27,7 +26,7 @@ use crate::config::generation::{Era, encode_header};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::{GateError, code};
 use crate::gateway::{Gateway, Live};
-use crate::http::body::{BoxError, GateBody, UpstreamBody};
+use crate::http::body::{GateBody, UpstreamBody};
 use crate::mcp::bridge::{self, Asks, Session};
 use crate::mcp::jsonrpc::{MessageKind, Payload};
 use crate::mcp::rounds::{CallerKey, may_ask};
@@ -37,14 +36,10 @@ use crate::mcp::transport::sse;
 use crate::runtime::waits::{Owner, Waits};
 use crate::upstream::encode::Outgoing;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
-use http_body::Frame;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use wire::fields::{FieldKind, Fields};
 
 /// How many times one call may be asked for input before mcpgate gives up on it.

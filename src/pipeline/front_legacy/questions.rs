@@ -57,21 +57,8 @@ pub(super) async fn asked(
         revoked: crate::pipeline::auth::Credential::hold(ctx.token, gw),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let driven = Driven {
-        task: Some(Box::pin(replay.run(first, tx))),
-        rx,
-    };
-    let mut r = Response::new(GateBody::Boxed(http_body_util::BodyExt::boxed_unsync(
-        driven,
-    )));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    respond::set_request_id(&mut r, &ctx.request_id);
-    Ok(r)
+    let task = Box::pin(replay.run(first, tx));
+    Ok(respond::written(task, rx, &ctx.request_id))
 }
 
 /// A round of a call: the upstream's stream still to read, its whole answer (JSON) to
@@ -374,29 +361,5 @@ pub(super) fn result_of(answer: &[u8], method: &str) -> Result<Box<RawValue>, En
             code::INVALID_REQUEST,
             format!("Input required: the client's answer to `{method}` holds no result object"),
         )),
-    }
-}
-
-/// A body written by a task that runs as it is polled: dropped with it, when the client
-/// leaves, so nothing of a call outlives its client.
-pub(in crate::pipeline) struct Driven {
-    pub task: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    pub rx: tokio::sync::mpsc::Receiver<Bytes>,
-}
-
-impl http_body::Body for Driven {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(task) = self.task.as_mut()
-            && task.as_mut().poll(cx).is_ready()
-        {
-            self.task = None;
-        }
-        self.rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
     }
 }

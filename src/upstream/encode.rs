@@ -129,39 +129,7 @@ pub fn encode(
     }
     // Names are sent as the client wrote them, as nginx sends them.
     for (kind, name, value) in out.fields.iter() {
-        if stays_here(kind)
-            || (post && kind == FieldKind::Accept)
-            || (session.is_some() && kind == FieldKind::McpSessionId)
-            || (out.in_session.is_some()
-                && matches!(
-                    kind,
-                    FieldKind::McpSessionId
-                        | FieldKind::McpProtocolVersion
-                        | FieldKind::McpMethod
-                        | FieldKind::McpName
-                ))
-            || (out.bridged.is_some()
-                && (matches!(
-                    kind,
-                    FieldKind::McpSessionId
-                        | FieldKind::McpProtocolVersion
-                        | FieldKind::McpMethod
-                        | FieldKind::McpName
-                ) || name.eq_ignore_ascii_case(b"last-event-id")))
-            || (out.mcp_name.is_some() && kind == FieldKind::McpName)
-            || out.trace.is_some_and(|t| {
-                kind == FieldKind::Traceparent || (kind == FieldKind::Tracestate && !t.continued())
-            })
-            || (!out.underscores && name.contains(&b'_'))
-            || listed
-                .iter()
-                .any(|l| l.as_bytes().eq_ignore_ascii_case(name))
-            || (!upstream.headers.is_empty()
-                && upstream
-                    .headers
-                    .keys()
-                    .any(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name)))
-        {
+        if !passed_on(upstream, out, session, &listed, kind, name) {
             continue;
         }
         line(name, value);
@@ -216,6 +184,46 @@ pub fn encode(
     buf.extend_from_slice(b"\r\n");
     buf.extend_from_slice(&out.body);
     Ok(buf)
+}
+
+/// Whether the client's field `name` goes to the upstream: not one that stays here, nor
+/// one mcpgate sets itself for this request (its `Accept`, a session's or a bridge's MCP
+/// fields, a trace, the upstream's configured headers), nor one `Connection` lists, nor a
+/// name with `_` unless the listener allows those.
+#[inline]
+fn passed_on(
+    upstream: &Upstream,
+    out: &Outgoing<'_>,
+    session: Option<&[u8]>,
+    listed: &[&str],
+    kind: FieldKind,
+    name: &[u8],
+) -> bool {
+    let mcp = matches!(
+        kind,
+        FieldKind::McpSessionId
+            | FieldKind::McpProtocolVersion
+            | FieldKind::McpMethod
+            | FieldKind::McpName
+    );
+    !(stays_here(kind)
+        || (out.method == Method::POST && kind == FieldKind::Accept)
+        || (session.is_some() && kind == FieldKind::McpSessionId)
+        || (out.in_session.is_some() && mcp)
+        || (out.bridged.is_some() && (mcp || name.eq_ignore_ascii_case(b"last-event-id")))
+        || (out.mcp_name.is_some() && kind == FieldKind::McpName)
+        || out.trace.is_some_and(|t| {
+            kind == FieldKind::Traceparent || (kind == FieldKind::Tracestate && !t.continued())
+        })
+        || (!out.underscores && name.contains(&b'_'))
+        || listed
+            .iter()
+            .any(|l| l.as_bytes().eq_ignore_ascii_case(name))
+        || (!upstream.headers.is_empty()
+            && upstream
+                .headers
+                .keys()
+                .any(|k| k.as_str().as_bytes().eq_ignore_ascii_case(name))))
 }
 
 /// The health check's request to `endpoint` (`upstream::health`): a JSON-RPC `ping`, with

@@ -353,67 +353,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, mut body) = answer.into_parts();
-        let status = parts.status;
-        let bodiless = status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
-        let out = &mut self.out;
-        out.clear();
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(status.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-        out.extend_from_slice(b"\r\n");
-        let mut length = None;
-        let mut dated = false;
-        for (name, value) in &parts.headers {
-            if *name == header::TRANSFER_ENCODING {
-                continue;
-            }
-            if *name == header::CONNECTION {
-                if has_token(value.as_bytes(), "close") {
-                    *keep_alive = false;
-                }
-                continue;
-            }
-            if *name == header::CONTENT_LENGTH {
-                if bodiless {
-                    continue;
-                }
-                length = std::str::from_utf8(value.as_bytes())
-                    .ok()
-                    .and_then(|v| v.parse::<u64>().ok());
-            }
-            dated |= *name == header::DATE;
-            put_header(out, name.as_str().as_bytes(), value.as_bytes());
-        }
-        let framing = if bodiless {
-            Out::None
-        } else if let Some(n) = length {
-            Out::Length(n)
-        } else if let Some(n) = body.size_hint().exact() {
-            put_header(
-                out,
-                b"content-length",
-                itoa::Buffer::new().format(n).as_bytes(),
-            );
-            Out::Length(n)
-        } else if http10 {
-            *keep_alive = false;
-            Out::Close
-        } else {
-            put_header(out, b"transfer-encoding", b"chunked");
-            Out::Chunked
-        };
-        if !dated {
-            DATE.with_borrow_mut(|date| put_header(out, b"date", date.now()));
-        }
-        if !*keep_alive {
-            put_header(out, b"connection", b"close");
-        } else if http10 {
-            put_header(out, b"connection", b"keep-alive");
-        }
-        out.extend_from_slice(b"\r\n");
+        let exact = body.size_hint().exact();
+        let framing = write_head(&mut self.out, &parts, exact, http10, keep_alive);
         if head_only || framing == Out::None {
             drop(body);
             return self.io.write_all(&self.out).await;
@@ -435,18 +376,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
                                 continue;
                             }
                             sent += data.len() as u64;
-                            match framing {
-                                Out::Length(n) if sent > n => {
-                                    return Poll::Ready(Err(io::Error::other(
-                                        "the answer body is longer than its Content-Length",
-                                    )));
-                                }
-                                Out::Chunked => {
-                                    let _ = write!(self.out, "{:x}\r\n", data.len());
-                                    self.out.extend_from_slice(&data);
-                                    self.out.extend_from_slice(b"\r\n");
-                                }
-                                _ => self.out.extend_from_slice(&data),
+                            if let Err(e) = put_data(&mut self.out, framing, sent, &data) {
+                                return Poll::Ready(Err(e));
                             }
                         }
                         Poll::Ready(None) => {
@@ -536,6 +467,100 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Conn<'_, I> {
             }
         })
         .await;
+    }
+}
+
+/// Writes an answer's head into `out` (the status line, its fields but the hop-by-hop
+/// ones, its framing, `Date`, `Connection`), and returns how its body is framed: by its
+/// `Content-Length` or `exact` size, chunked, or to the close on HTTP/1.0. An answer that
+/// says `close` clears `keep_alive`.
+fn write_head(
+    out: &mut Vec<u8>,
+    parts: &http::response::Parts,
+    exact: Option<u64>,
+    http10: bool,
+    keep_alive: &mut bool,
+) -> Out {
+    let status = parts.status;
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut length = None;
+    let mut dated = false;
+    for (name, value) in &parts.headers {
+        if *name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        if *name == header::CONNECTION {
+            if has_token(value.as_bytes(), "close") {
+                *keep_alive = false;
+            }
+            continue;
+        }
+        if *name == header::CONTENT_LENGTH {
+            if bodiless {
+                continue;
+            }
+            length = std::str::from_utf8(value.as_bytes())
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok());
+        }
+        dated |= *name == header::DATE;
+        put_header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let framing = if bodiless {
+        Out::None
+    } else if let Some(n) = length {
+        Out::Length(n)
+    } else if let Some(n) = exact {
+        put_header(
+            out,
+            b"content-length",
+            itoa::Buffer::new().format(n).as_bytes(),
+        );
+        Out::Length(n)
+    } else if http10 {
+        *keep_alive = false;
+        Out::Close
+    } else {
+        put_header(out, b"transfer-encoding", b"chunked");
+        Out::Chunked
+    };
+    if !dated {
+        DATE.with_borrow_mut(|date| put_header(out, b"date", date.now()));
+    }
+    if !*keep_alive {
+        put_header(out, b"connection", b"close");
+    } else if http10 {
+        put_header(out, b"connection", b"keep-alive");
+    }
+    out.extend_from_slice(b"\r\n");
+    framing
+}
+
+/// Appends a piece of an answer's body to `out` as `framing` frames it; `sent` is the
+/// body's length so far, this piece included. Longer than its `Content-Length`: an error.
+fn put_data(out: &mut Vec<u8>, framing: Out, sent: u64, data: &[u8]) -> io::Result<()> {
+    match framing {
+        Out::Length(n) if sent > n => Err(io::Error::other(
+            "the answer body is longer than its Content-Length",
+        )),
+        Out::Chunked => {
+            let _ = write!(out, "{:x}\r\n", data.len());
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\r\n");
+            Ok(())
+        }
+        _ => {
+            out.extend_from_slice(data);
+            Ok(())
+        }
     }
 }
 

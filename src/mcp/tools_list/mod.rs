@@ -233,26 +233,7 @@ fn edits_for(
         let read_hints =
             kind == ListKind::Tools && (filter.hints.is_some() || filter.judges_hints());
         let mut learned = Vec::new();
-        // A pinned upstream's list: the names whose definitions are not approved (docs/pinning.md).
-        let unpinned = match (&filter.pins, kind) {
-            (Some(store), ListKind::Tools | ListKind::Prompts) => {
-                let pin_kind = match kind {
-                    ListKind::Tools => PinKind::Tool,
-                    _ => PinKind::Prompt,
-                };
-                let upstream = &filter.profile.upstream;
-                let hidden = store.page(
-                    &upstream.name,
-                    upstream.pin,
-                    &filter.snapshot.pins,
-                    pin_kind,
-                    whole[region.clone()].as_bytes(),
-                    tools.iter().map(|t| t.get()),
-                );
-                (!hidden.is_empty()).then_some(hidden)
-            }
-            _ => None,
-        };
+        let unpinned = unpinned(filter, kind, &whole[region.clone()], &tools);
         for tool in &tools {
             // An item whose name cannot be read cannot be shown to be allowed: drop it.
             let name = item_name(tool.get(), kind.key());
@@ -303,12 +284,27 @@ fn edits_for(
             edits.push((region, kept));
         }
     }
-    if let Some(scope) = list.cache_scope {
-        if filter.restricts(kind) {
-            edits.push((span_in(whole, scope.get()), "\"private\"".to_string()));
-        }
+    fresh_for(whole, list.cache_scope, list.ttl_ms, kind, filter, edits);
+    Ok(())
+}
+
+/// A 2026-07-28 list's `cacheScope` and `ttlMs` (`scope`, `ttl`) as mcpgate may let it be
+/// cached: `private` when the profile filters it, and no longer than until mcpgate may
+/// change it.
+fn fresh_for(
+    whole: &str,
+    scope: Option<&RawValue>,
+    ttl: Option<&RawValue>,
+    kind: ListKind,
+    filter: &ToolFilter,
+    edits: &mut Vec<(Range<usize>, String)>,
+) {
+    if let Some(scope) = scope
+        && filter.restricts(kind)
+    {
+        edits.push((span_in(whole, scope.get()), "\"private\"".to_string()));
     }
-    if let Some(ttl) = list.ttl_ms {
+    if let Some(ttl) = ttl {
         // No longer than the upstream said, nor than until mcpgate may change the list.
         let most = filter.fresh_for().as_millis() as u64;
         let given = ttl.get().parse::<u64>().ok();
@@ -319,7 +315,32 @@ fn edits_for(
             ));
         }
     }
-    Ok(())
+}
+
+/// A pinned upstream's list page (`page`, its items `tools`): the names whose definitions
+/// are not approved (docs/pinning.md); `None` when all are, or nothing is pinned.
+fn unpinned(
+    filter: &ToolFilter,
+    kind: ListKind,
+    page: &str,
+    tools: &[&RawValue],
+) -> Option<std::sync::Arc<std::collections::HashSet<Box<str>>>> {
+    let store = filter.pins.as_ref()?;
+    let pin_kind = match kind {
+        ListKind::Tools => PinKind::Tool,
+        ListKind::Prompts => PinKind::Prompt,
+        _ => return None,
+    };
+    let upstream = &filter.profile.upstream;
+    let hidden = store.page(
+        &upstream.name,
+        upstream.pin,
+        &filter.snapshot.pins,
+        pin_kind,
+        page.as_bytes(),
+        tools.iter().map(|t| t.get()),
+    );
+    (!hidden.is_empty()).then_some(hidden)
 }
 
 /// The list requests of one payload (with what each lists) and the filter of the

@@ -168,86 +168,96 @@ pub async fn probe(gw: &Gateway) -> String {
         let members: Vec<&str> = fed.members.iter().map(|m| &*m.name).collect();
         let _ = writeln!(out, "\nprofile {}: {}", profile.name, members.join(", "));
         let mut missing = Vec::new();
-        for (m, member) in fed.members.iter().enumerate() {
-            let mut cursor: Option<String> = None;
-            let mut first = true;
-            loop {
-                let body = own_request("tools/list", Some(OWN_META), cursor.as_deref());
-                let page = match fan.ask(m, "tools/list", body, &ctx).await {
-                    Ok(text) => {
-                        let text = String::from_utf8_lossy(&text).into_owned();
-                        match lists::read(&text, ListKind::Tools) {
-                            Answer::Page(p) => {
-                                let names = lists::names(&p);
-                                dir.learn(fed, ListKind::Tools, m, first, p.next.is_none(), &names);
-                                p.next.map(|n| n.into_owned())
-                            }
-                            Answer::Lacks => None,
-                            Answer::Failed(why) => {
-                                missing.push(format!("{}: {why}", member.name));
-                                None
-                            }
-                        }
-                    }
-                    Err(why) => {
-                        missing.push(format!("{}: {why}", member.name));
-                        None
-                    }
-                };
-                first = false;
-                match page {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
+        for m in 0..fed.members.len() {
+            if let Err(why) = read_tools(&fan, m, &ctx).await {
+                missing.push(format!("{}: {why}", fed.members[m].name));
             }
         }
-        let merged = dir.names(ListKind::Tools);
         let filter = crate::mcp::tools_list::ToolFilter::new(live.config.clone(), profile.clone());
-        for v in &merged.visible {
-            let shown = match filter.keeps_item(ListKind::Tools, &v.name) {
-                true => "",
-                false => "   (not shown: policy)",
-            };
-            let _ = writeln!(
-                out,
-                "  {:<40} -> {} {}{shown}",
-                v.name, fed.members[v.member].name, v.original
-            );
-        }
-        if fed.prefix == crate::config::federation::Prefix::OnConflict {
-            // The names more than one member has, which is why they are prefixed.
-            let mut shared: Vec<(&str, Vec<&str>)> = Vec::new();
-            for v in merged.visible.iter().filter(|v| v.name != v.original) {
-                let member = &*fed.members[v.member].name;
-                match shared.iter_mut().find(|(n, _)| *n == v.original) {
-                    Some((_, members)) => members.push(member),
-                    None => shared.push((&v.original, vec![member])),
-                }
-            }
-            for (name, members) in shared.iter().filter(|(_, m)| m.len() > 1) {
-                let _ = writeln!(
-                    out,
-                    "  prefixed: {name} is a tool of {}",
-                    members.join(", ")
-                );
-            }
-        }
-        for c in &merged.collisions {
-            let claims: Vec<String> = c
-                .claims
-                .iter()
-                .map(|(m, own)| format!("{} {own}", fed.members[*m].name))
-                .collect();
-            let _ = writeln!(
-                out,
-                "  collision: {} is claimed by {}; the first keeps it",
-                c.name,
-                claims.join(", ")
-            );
-        }
+        write_names(&mut out, fed, &dir.names(ListKind::Tools), &filter);
         for m in missing {
             let _ = writeln!(out, "  unavailable: {m}");
         }
     }
     out
+}
+
+/// Reads every page of member `m`'s tools into the fan's directory; why it could not.
+async fn read_tools(fan: &Fan<'_, '_>, m: usize, ctx: &Ctx<'_>) -> Result<(), String> {
+    let mut cursor: Option<String> = None;
+    let mut first = true;
+    loop {
+        let body = own_request("tools/list", Some(OWN_META), cursor.as_deref());
+        let text = fan.ask(m, "tools/list", body, ctx).await?;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let next = match lists::read(&text, ListKind::Tools) {
+            Answer::Page(p) => {
+                let names = lists::names(&p);
+                let last = p.next.is_none();
+                fan.dir
+                    .learn(fan.fed, ListKind::Tools, m, first, last, &names);
+                p.next.map(|n| n.into_owned())
+            }
+            Answer::Lacks => None,
+            Answer::Failed(why) => return Err(why),
+        };
+        first = false;
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// The probe's lines for a federated profile's names: each name and its member, the names
+/// prefixed because members share them, and the collisions.
+fn write_names(
+    out: &mut String,
+    fed: &Federation,
+    merged: &crate::mcp::federation::Merged,
+    filter: &crate::mcp::tools_list::ToolFilter,
+) {
+    use std::fmt::Write;
+    for v in &merged.visible {
+        let shown = match filter.keeps_item(ListKind::Tools, &v.name) {
+            true => "",
+            false => "   (not shown: policy)",
+        };
+        let _ = writeln!(
+            out,
+            "  {:<40} -> {} {}{shown}",
+            v.name, fed.members[v.member].name, v.original
+        );
+    }
+    if fed.prefix == crate::config::federation::Prefix::OnConflict {
+        // The names more than one member has, which is why they are prefixed.
+        let mut shared: Vec<(&str, Vec<&str>)> = Vec::new();
+        for v in merged.visible.iter().filter(|v| v.name != v.original) {
+            let member = &*fed.members[v.member].name;
+            match shared.iter_mut().find(|(n, _)| *n == v.original) {
+                Some((_, members)) => members.push(member),
+                None => shared.push((&v.original, vec![member])),
+            }
+        }
+        for (name, members) in shared.iter().filter(|(_, m)| m.len() > 1) {
+            let _ = writeln!(
+                out,
+                "  prefixed: {name} is a tool of {}",
+                members.join(", ")
+            );
+        }
+    }
+    for c in &merged.collisions {
+        let claims: Vec<String> = c
+            .claims
+            .iter()
+            .map(|(m, own)| format!("{} {own}", fed.members[*m].name))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  collision: {} is claimed by {}; the first keeps it",
+            c.name,
+            claims.join(", ")
+        );
+    }
 }

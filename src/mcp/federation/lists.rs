@@ -184,49 +184,7 @@ pub fn merge(
         cursor,
         unavailable,
     } = to;
-    let mut items = String::with_capacity(pages.iter().map(|(_, p)| p.items.len() * 256).sum());
-    // A URI (or template) two members list is shown once, as the first member's: the one
-    // its reads go to.
-    let mut uris: Vec<Cow<'_, str>> = Vec::new();
-    for (member, page) in pages {
-        for (item, field) in page.items.iter().zip(&page.fields) {
-            let Some((at, own)) = field else {
-                continue;
-            };
-            // The name the client sees, when it is not the member's own.
-            let shown = match names {
-                Some(names) => {
-                    let Some(shown) = names.shown(*member, own) else {
-                        continue;
-                    };
-                    if !(rules.keep)(*member, own, shown, item.get()) {
-                        continue;
-                    }
-                    (shown != &**own).then_some(shown)
-                }
-                None => {
-                    if uris.contains(own) || !(rules.keep)(*member, own, own, item.get()) {
-                        continue;
-                    }
-                    uris.push(own.clone());
-                    None
-                }
-            };
-            if !items.is_empty() {
-                items.push(',');
-            }
-            let item = item.get();
-            match shown {
-                // Written over in place, into the list.
-                Some(shown) => {
-                    items.push_str(&item[..at.start]);
-                    push_quoted(&mut items, shown);
-                    items.push_str(&item[at.end..]);
-                }
-                None => items.push_str(item),
-            }
-        }
-    }
+    let items = items(pages, names, rules);
     let mut out = String::with_capacity(items.len() + 128);
     out.push_str(r#"{"jsonrpc":"2.0","id":"#);
     out.push_str(id);
@@ -273,6 +231,54 @@ pub fn merge(
     }
     out.push_str("}}");
     out
+}
+
+/// The items of every member's page, joined: each under the name the client sees (written
+/// over in place where it is not the member's own), the ones `rules` drop left out, and a
+/// URI two members list shown once, as the first member's (the one its reads go to).
+fn items(pages: &[(usize, Page<'_>)], names: Option<&Merged>, rules: &Rules<'_>) -> String {
+    let mut items = String::with_capacity(pages.iter().map(|(_, p)| p.items.len() * 256).sum());
+    let mut uris: Vec<Cow<'_, str>> = Vec::new();
+    for (member, page) in pages {
+        for (item, field) in page.items.iter().zip(&page.fields) {
+            let Some((at, own)) = field else {
+                continue;
+            };
+            // The name the client sees, when it is not the member's own.
+            let shown = match names {
+                Some(names) => {
+                    let Some(shown) = names.shown(*member, own) else {
+                        continue;
+                    };
+                    if !(rules.keep)(*member, own, shown, item.get()) {
+                        continue;
+                    }
+                    (shown != &**own).then_some(shown)
+                }
+                None => {
+                    if uris.contains(own) || !(rules.keep)(*member, own, own, item.get()) {
+                        continue;
+                    }
+                    uris.push(own.clone());
+                    None
+                }
+            };
+            if !items.is_empty() {
+                items.push(',');
+            }
+            let item = item.get();
+            match shown {
+                // Written over in place, into the list.
+                Some(shown) => {
+                    items.push_str(&item[..at.start]);
+                    push_quoted(&mut items, shown);
+                    items.push_str(&item[at.end..]);
+                }
+                None => items.push_str(item),
+            }
+        }
+    }
+    items
 }
 
 #[cfg(test)]

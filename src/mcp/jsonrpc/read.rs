@@ -70,47 +70,12 @@ pub(super) fn object_fields<'a, const N: usize>(
 /// nesting): [`message_by_serde`] decides those. Where both read a message, they read
 /// the same one (`fast_and_serde_agree` below).
 pub(super) fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
-    let mut r = Reader::new(json);
-    r.skip_ws();
-    let mut seen = Seen::new();
-    let (mut jsonrpc, mut id, mut method, mut noted) = (None, None, None, false);
-    // `params`: `None` if absent, `Some(None)` if not an object, else the fields of
-    // [`PARAMS`].
-    let mut params: Option<Option<[Option<&str>; PARAMS.len()]>> = None;
-    r.object(0, |r, key| {
-        let key = key.plain()?;
-        seen.first(key)?;
-        match key {
-            "jsonrpc" => jsonrpc = Some(r.value(1)?),
-            "id" => id = Some(r.value(1)?),
-            "method" => method = Some(r.value(1)?),
-            "params" if r.peek() == Some(b'{') => {
-                let mut inner = Seen::new();
-                let mut found = [None; PARAMS.len()];
-                r.object(1, |r, key| {
-                    let key = key.plain()?;
-                    inner.first(key)?;
-                    match PARAMS.iter().position(|w| *w == key) {
-                        Some(i) => found[i] = Some(r.value(2)?),
-                        None => r.skip(2)?,
-                    }
-                    Some(())
-                })?;
-                params = Some(Some(found));
-            }
-            _ => {
-                noted |= matches!(key, "result" | "error");
-                if key == "params" {
-                    params = Some(None);
-                }
-                r.skip(1)?;
-            }
-        }
-        Some(())
-    })?;
-    if !r.at_end() || jsonrpc != Some("\"2.0\"") {
-        return None;
-    }
+    let Top {
+        id,
+        method,
+        noted,
+        params,
+    } = top(json)?;
     let id = match id {
         Some(text) if matches!(text.as_bytes()[0], b'"' | b'-' | b'0'..=b'9' | b'n') => {
             Some(serde_json::from_str::<&RawValue>(text).ok()?)
@@ -184,6 +149,66 @@ pub(super) fn read_message<'a>(json: &'a str) -> Option<Message<'a>> {
         arguments,
         meta,
         request_state,
+    })
+}
+
+/// A message's members as its text has them: `id` and `method` as JSON, whether it has a
+/// `result` or an `error`, and `params`: `None` if absent, `Some(None)` if not an object,
+/// else the fields of [`PARAMS`].
+struct Top<'a> {
+    id: Option<&'a str>,
+    method: Option<&'a str>,
+    noted: bool,
+    params: Option<Option<[Option<&'a str>; PARAMS.len()]>>,
+}
+
+/// Reads a message's top level: `None` when it is not one object of unique keys with
+/// `"jsonrpc": "2.0"`, or its reading gives up.
+fn top(json: &str) -> Option<Top<'_>> {
+    let mut r = Reader::new(json);
+    r.skip_ws();
+    let mut seen = Seen::new();
+    let (mut jsonrpc, mut id, mut method, mut noted) = (None, None, None, false);
+    let mut params = None;
+    r.object(0, |r, key| {
+        let key = key.plain()?;
+        seen.first(key)?;
+        match key {
+            "jsonrpc" => jsonrpc = Some(r.value(1)?),
+            "id" => id = Some(r.value(1)?),
+            "method" => method = Some(r.value(1)?),
+            "params" if r.peek() == Some(b'{') => {
+                let mut inner = Seen::new();
+                let mut found = [None; PARAMS.len()];
+                r.object(1, |r, key| {
+                    let key = key.plain()?;
+                    inner.first(key)?;
+                    match PARAMS.iter().position(|w| *w == key) {
+                        Some(i) => found[i] = Some(r.value(2)?),
+                        None => r.skip(2)?,
+                    }
+                    Some(())
+                })?;
+                params = Some(Some(found));
+            }
+            _ => {
+                noted |= matches!(key, "result" | "error");
+                if key == "params" {
+                    params = Some(None);
+                }
+                r.skip(1)?;
+            }
+        }
+        Some(())
+    })?;
+    if !r.at_end() || jsonrpc != Some("\"2.0\"") {
+        return None;
+    }
+    Some(Top {
+        id,
+        method,
+        noted,
+        params,
     })
 }
 

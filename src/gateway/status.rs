@@ -51,46 +51,7 @@ impl Gateway {
             .config
             .upstreams
             .values()
-            .map(|u| {
-                let state = live.upstream(u);
-                if let Some(stdio) = &state.stdio {
-                    let (processes, open) = stdio.counts();
-                    sessions += open;
-                    return StatusUpstream::Stdio {
-                        name: u.name.to_string(),
-                        processes,
-                        sessions: open,
-                    };
-                }
-                let endpoints: Vec<StatusEndpoint> = state
-                    .endpoints
-                    .iter()
-                    .map(|e| {
-                        let open = e.metrics.open_sessions.get();
-                        sessions += usize::try_from(open).unwrap_or(0);
-                        StatusEndpoint {
-                            url: e.label.to_string(),
-                            health: e.health(),
-                            requests: e.metrics.requests.get(),
-                            ejections: e.metrics.ejections.get(),
-                            sessions: open,
-                            protocol: e.era().map_or("unknown", |era| era.name()),
-                        }
-                    })
-                    .collect();
-                let up = endpoints.iter().filter(|e| e.health == "up").count();
-                StatusUpstream::Http {
-                    name: u.name.to_string(),
-                    health: if up == endpoints.len() {
-                        "up"
-                    } else if up == 0 {
-                        "down"
-                    } else {
-                        "degraded"
-                    },
-                    endpoints,
-                }
-            })
+            .map(|u| upstream(u, live.upstream(u), &mut sessions))
             .collect();
         let reload = self
             .last_reload
@@ -161,5 +122,50 @@ impl Gateway {
             reload,
             decisions,
         }
+    }
+}
+
+/// An upstream as the status page shows it; its open sessions are added to `sessions`.
+fn upstream(
+    u: &crate::config::Upstream,
+    state: &crate::upstream::registry::UpstreamState,
+    sessions: &mut usize,
+) -> StatusUpstream {
+    if let Some(stdio) = &state.stdio {
+        let (processes, open) = stdio.counts();
+        *sessions += open;
+        return StatusUpstream::Stdio {
+            name: u.name.to_string(),
+            processes,
+            sessions: open,
+        };
+    }
+    let endpoints: Vec<StatusEndpoint> = state
+        .endpoints
+        .iter()
+        .map(|e| {
+            let open = e.metrics.open_sessions.get();
+            *sessions += usize::try_from(open).unwrap_or(0);
+            StatusEndpoint {
+                url: e.label.to_string(),
+                health: e.health(),
+                requests: e.metrics.requests.get(),
+                ejections: e.metrics.ejections.get(),
+                sessions: open,
+                protocol: e.era().map_or("unknown", |era| era.name()),
+            }
+        })
+        .collect();
+    let up = endpoints.iter().filter(|e| e.health == "up").count();
+    StatusUpstream::Http {
+        name: u.name.to_string(),
+        health: if up == endpoints.len() {
+            "up"
+        } else if up == 0 {
+            "down"
+        } else {
+            "degraded"
+        },
+        endpoints,
     }
 }

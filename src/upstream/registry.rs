@@ -209,39 +209,7 @@ impl Registry {
                     .endpoints
                     .iter()
                     .enumerate()
-                    .map(|(at, e)| {
-                        let key = Key::of(u, e);
-                        let state = next
-                            .get(&key)
-                            .or_else(|| current.get(&key))
-                            .cloned()
-                            .unwrap_or_else(|| {
-                                Arc::new(EndpointState::new(
-                                    e,
-                                    u.connect_timeout,
-                                    metrics.series(&u.name, &e.label),
-                                ))
-                            });
-                        if tokio::runtime::Handle::try_current().is_ok() {
-                            // A server that may speak 2026-07-28 is checked (and its era
-                            // learnt) with `server/discover`; a legacy one with `ping`.
-                            let check = match u.protocol {
-                                Protocol::Legacy => super::encode::ping(u, e),
-                                _ => super::encode::discover(u, e),
-                            };
-                            // Without checks, `auto` learns the era when mcpgate first needs
-                            // it (reading hints): it sends nothing a client did not ask for.
-                            match u.protocol {
-                                Protocol::Modern => state.set_era(Era::Modern),
-                                Protocol::Legacy => state.set_era(Era::Legacy),
-                                Protocol::Auto => {}
-                            }
-                            let learns_era = u.protocol == Protocol::Auto;
-                            super::health::ensure(&state, u.health, check, learns_era, u, at);
-                        }
-                        next.insert(key, state.clone());
-                        state
-                    })
+                    .map(|(at, e)| endpoint_state(u, at, e, &current, &mut next, metrics))
                     .collect();
                 let stdio = u.stdio.as_ref().map(|command| {
                     let key = (u.name.clone(), command.clone());
@@ -261,36 +229,7 @@ impl Registry {
                 hints_next.insert(u.name.to_string(), hints.clone());
                 let pins = pins_current.get(&*u.name).cloned().unwrap_or_default();
                 pins_next.insert(u.name.to_string(), pins.clone());
-                let keys = if u.session_keys.is_empty() {
-                    std::slice::from_ref(&*PROCESS_KEY)
-                } else {
-                    &u.session_keys
-                };
-                UpstreamState {
-                    hints,
-                    pins,
-                    endpoints,
-                    sealer: (!u.session_keys.is_empty())
-                        .then(|| Sealer::new(&u.name, &u.session_keys)),
-                    state_sealer: Arc::new(Sealer::for_purpose(
-                        &u.name,
-                        keys,
-                        Purpose::RequestState,
-                    )),
-                    task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
-                    bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
-                    fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
-                    approval_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Approval),
-                    // A stdio upstream's tokens are its processes' (above), not per request.
-                    identity: u
-                        .identity
-                        .clone()
-                        .filter(|_| u.stdio.is_none())
-                        .map(Tokens::new),
-                    bridge_params: Default::default(),
-                    stdio,
-                    next: AtomicUsize::new(0),
-                }
+                upstream_state(u, endpoints, stdio, hints, pins)
             })
             .collect();
         for (key, gone) in current.iter() {
@@ -324,6 +263,85 @@ impl Registry {
             .collect();
         futures_util::future::join_all(all.iter().map(|u| u.close_all())).await;
         super::stdio::identity::remove_dir();
+    }
+}
+
+/// The state of endpoint `e` (number `at`) of upstream `u` in a new table: the one it had
+/// (in `next` already, or in `current`), or a new one; its health checks started.
+fn endpoint_state(
+    u: &Arc<Upstream>,
+    at: usize,
+    e: &Endpoint,
+    current: &HashMap<Key, Arc<EndpointState>>,
+    next: &mut HashMap<Key, Arc<EndpointState>>,
+    metrics: &EndpointFamilies,
+) -> Arc<EndpointState> {
+    let key = Key::of(u, e);
+    let state = next
+        .get(&key)
+        .or_else(|| current.get(&key))
+        .cloned()
+        .unwrap_or_else(|| {
+            Arc::new(EndpointState::new(
+                e,
+                u.connect_timeout,
+                metrics.series(&u.name, &e.label),
+            ))
+        });
+    if tokio::runtime::Handle::try_current().is_ok() {
+        // A server that may speak 2026-07-28 is checked (and its era learnt) with
+        // `server/discover`; a legacy one with `ping`.
+        let check = match u.protocol {
+            Protocol::Legacy => super::encode::ping(u, e),
+            _ => super::encode::discover(u, e),
+        };
+        // Without checks, `auto` learns the era when mcpgate first needs it (reading
+        // hints): it sends nothing a client did not ask for.
+        match u.protocol {
+            Protocol::Modern => state.set_era(Era::Modern),
+            Protocol::Legacy => state.set_era(Era::Legacy),
+            Protocol::Auto => {}
+        }
+        let learns_era = u.protocol == Protocol::Auto;
+        super::health::ensure(&state, u.health, check, learns_era, u, at);
+    }
+    next.insert(key, state.clone());
+    state
+}
+
+/// Upstream `u`'s state in a new table, around what it keeps across reloads: its
+/// endpoints, stdio processes, hints and pins; its sealers made from its session keys.
+fn upstream_state(
+    u: &Upstream,
+    endpoints: Box<[Arc<EndpointState>]>,
+    stdio: Option<Arc<StdioUpstream>>,
+    hints: Arc<HintStore>,
+    pins: Arc<PinStore>,
+) -> UpstreamState {
+    let keys = if u.session_keys.is_empty() {
+        std::slice::from_ref(&*PROCESS_KEY)
+    } else {
+        &u.session_keys
+    };
+    UpstreamState {
+        hints,
+        pins,
+        endpoints,
+        sealer: (!u.session_keys.is_empty()).then(|| Sealer::new(&u.name, &u.session_keys)),
+        state_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::RequestState)),
+        task_sealer: Arc::new(Sealer::for_purpose(&u.name, keys, Purpose::TaskId)),
+        bridge_sealer: Sealer::for_purpose(&u.name, keys, Purpose::BridgedSession),
+        fed_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Federation),
+        approval_sealer: Sealer::for_purpose(&u.name, keys, Purpose::Approval),
+        // A stdio upstream's tokens are its processes' (above), not per request.
+        identity: u
+            .identity
+            .clone()
+            .filter(|_| u.stdio.is_none())
+            .map(Tokens::new),
+        bridge_params: Default::default(),
+        stdio,
+        next: AtomicUsize::new(0),
     }
 }
 

@@ -138,45 +138,9 @@ impl Child {
         params: Arc<ParamHeaders>,
         on_exit: OnExit,
     ) -> std::io::Result<Arc<Child>> {
-        use std::os::unix::process::CommandExt;
-        // std's process, not tokio's: tokio's makes every runtime look for exited children
-        // each time it parks, which the request path would pay for. Its pipes are made
-        // non-blocking and driven by this runtime; a thread of its own waits for it.
-        let mut cmd = std::process::Command::new(&command.program);
-        cmd.args(&command.args)
-            .current_dir(&command.cwd)
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0);
-        for name in ["PATH", "HOME", "LANG"] {
-            if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
-            }
-        }
-        for (k, v) in &command.env {
-            cmd.env(k, v);
-        }
-        if let Some(given) = identity {
-            cmd.env(crate::config::IDENTITY_TOKEN_VAR, &given.token)
-                .env(crate::config::IDENTITY_FILE_VAR, &given.file);
-        }
-        let mut process = cmd.spawn()?;
+        let mut process = command_of(command, identity).spawn()?;
         let pid = process.id();
-        let pipes = (|| {
-            use std::os::fd::OwnedFd;
-            use tokio::net::unix::pipe;
-            let stdin =
-                pipe::Sender::from_owned_fd(OwnedFd::from(process.stdin.take().expect("piped")))?;
-            let stdout = pipe::Receiver::from_owned_fd(OwnedFd::from(
-                process.stdout.take().expect("piped"),
-            ))?;
-            let stderr = pipe::Receiver::from_owned_fd(OwnedFd::from(
-                process.stderr.take().expect("piped"),
-            ))?;
-            std::io::Result::Ok((stdin, stdout, stderr))
-        })();
+        let pipes = pipes(&mut process);
         let (stdin, stdout, stderr) = match pipes {
             Ok(p) => p,
             Err(e) => {
@@ -270,9 +234,7 @@ impl Child {
             return Err(SendError::Gone);
         }
         let requests = messages.iter().filter(|m| is_request(m)).count();
-        let mut lines = Vec::with_capacity(messages.len());
         let mut receiver = None;
-        let mut numbered = Vec::new();
         let call = (requests > 0).then(|| {
             let (tx, rx) = mpsc::channel(CALL_QUEUE);
             receiver = Some(rx);
@@ -283,42 +245,7 @@ impl Child {
                 over: Notify::new(),
             })
         });
-        {
-            let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
-            for mut m in messages {
-                if m["method"] == "notifications/cancelled"
-                    && !routing.renumber_cancel(&mut m, owner)
-                {
-                    tracing::debug!(upstream = %self.upstream, "a client's cancel names none of its calls; dropped");
-                    continue;
-                }
-                if let (true, Some(call)) = (is_request(&m), &call) {
-                    routing.next_id += 1;
-                    let ours = routing.next_id;
-                    let theirs = serde_json::value::to_raw_value(&m["id"]).expect("a JSON value");
-                    m["id"] = Value::from(ours);
-                    if let Some(token) = progress_token(&m) {
-                        routing.progress.insert(token, call.clone());
-                    }
-                    let lists_tools = m["method"] == "tools/list";
-                    routing.pending.insert(
-                        ours,
-                        Pending {
-                            id: theirs,
-                            call: call.clone(),
-                            lists_tools,
-                        },
-                    );
-                    numbered.push(ours);
-                }
-                let mut line = serde_json::to_vec(&m).expect("a JSON value");
-                line.push(b'\n');
-                lines.push(Bytes::from(line));
-            }
-            if let Some(call) = &call {
-                routing.calls.push(call.clone());
-            }
-        }
+        let (lines, numbered) = self.numbered(messages, owner, call.as_ref());
         let forget = |numbered: &[u64]| {
             let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
             for n in numbered {
@@ -362,6 +289,52 @@ impl Child {
             self.watch(call);
         }
         Ok(receiver)
+    }
+
+    /// `messages` as the child's input lines, the requests (of `call`) numbered as the
+    /// child's and noted for their answers; a client's cancel of none of its calls dropped.
+    /// The numbers given, so that a call that is not sent can be forgotten.
+    fn numbered(
+        &self,
+        messages: Vec<Value>,
+        owner: u64,
+        call: Option<&Arc<Call>>,
+    ) -> (Vec<Bytes>, Vec<u64>) {
+        let mut lines = Vec::with_capacity(messages.len());
+        let mut numbered = Vec::new();
+        let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
+        for mut m in messages {
+            if m["method"] == "notifications/cancelled" && !routing.renumber_cancel(&mut m, owner) {
+                tracing::debug!(upstream = %self.upstream, "a client's cancel names none of its calls; dropped");
+                continue;
+            }
+            if let (true, Some(call)) = (is_request(&m), call) {
+                routing.next_id += 1;
+                let ours = routing.next_id;
+                let theirs = serde_json::value::to_raw_value(&m["id"]).expect("a JSON value");
+                m["id"] = Value::from(ours);
+                if let Some(token) = progress_token(&m) {
+                    routing.progress.insert(token, call.clone());
+                }
+                let lists_tools = m["method"] == "tools/list";
+                routing.pending.insert(
+                    ours,
+                    Pending {
+                        id: theirs,
+                        call: call.clone(),
+                        lists_tools,
+                    },
+                );
+                numbered.push(ours);
+            }
+            let mut line = serde_json::to_vec(&m).expect("a JSON value");
+            line.push(b'\n');
+            lines.push(Bytes::from(line));
+        }
+        if let Some(call) = call {
+            routing.calls.push(call.clone());
+        }
+        (lines, numbered)
     }
 
     /// Waits, beside the call, for its client to leave before it is over: the child is
@@ -472,4 +445,56 @@ impl Child {
             call.over.notify_one();
         }
     }
+}
+
+/// The command that starts a stdio server: its program, arguments and folder, no
+/// environment but `PATH`, `HOME`, `LANG` and its own (and its identity's, when it has one),
+/// its pipes, in a process group of its own.
+fn command_of(
+    command: &StdioCommand,
+    identity: Option<&super::identity::Given>,
+) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // std's process, not tokio's: tokio's makes every runtime look for exited children
+    // each time it parks, which the request path would pay for. Its pipes are made
+    // non-blocking and driven by this runtime; a thread of its own waits for it.
+    let mut cmd = std::process::Command::new(&command.program);
+    cmd.args(&command.args)
+        .current_dir(&command.cwd)
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    for name in ["PATH", "HOME", "LANG"] {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    for (k, v) in &command.env {
+        cmd.env(k, v);
+    }
+    if let Some(given) = identity {
+        cmd.env(crate::config::IDENTITY_TOKEN_VAR, &given.token)
+            .env(crate::config::IDENTITY_FILE_VAR, &given.file);
+    }
+    cmd
+}
+
+/// A started server's pipes, made non-blocking for this runtime.
+fn pipes(
+    process: &mut std::process::Child,
+) -> std::io::Result<(
+    tokio::net::unix::pipe::Sender,
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Receiver,
+)> {
+    use std::os::fd::OwnedFd;
+    use tokio::net::unix::pipe;
+    let stdin = pipe::Sender::from_owned_fd(OwnedFd::from(process.stdin.take().expect("piped")))?;
+    let stdout =
+        pipe::Receiver::from_owned_fd(OwnedFd::from(process.stdout.take().expect("piped")))?;
+    let stderr =
+        pipe::Receiver::from_owned_fd(OwnedFd::from(process.stderr.take().expect("piped")))?;
+    Ok((stdin, stdout, stderr))
 }

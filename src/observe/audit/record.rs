@@ -203,29 +203,14 @@ impl Record {
 /// where its member, `"prev":"…",`, goes. Written by hand because it runs for every
 /// audited call; a unit test holds it to serde_json's output.
 pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
-    use std::fmt::Write as _;
-    use wire::json::text::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
+    use wire::json::text::{push_compact, push_ms, push_plain, push_str};
     let r = record;
     let b = &*r.base;
-    // `,"name":` before every field but the first (`approval`, `arguments` or `client`).
-    let key = |out: &mut String, name: &str| {
-        out.push_str(",\"");
-        out.push_str(name);
-        out.push_str("\":");
-    };
-    let optional_str = |out: &mut String, v: Option<&str>| match v {
-        Some(v) => push_str(out, v),
-        None => out.push_str("null"),
-    };
     out.push('{');
     if let Some(a) = &r.approval {
-        out.push_str("\"approval\":{\"approver\":");
-        push_plain(out, a.approver);
-        out.push_str(",\"by\":");
-        optional_str(out, a.by.as_deref());
-        out.push_str(",\"rule\":");
-        push_u64(out, a.rule as u64);
-        out.push_str("},");
+        out.push_str("\"approval\":");
+        push_approval(out, a);
+        out.push(',');
     }
     if let Some(c) = &r.call {
         out.push_str("\"arguments\":");
@@ -236,20 +221,7 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
         out.push(',');
     }
     out.push_str("\"client\":\"");
-    match b.client {
-        // The usual case, without the formatting machinery.
-        std::net::IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push('.');
-                }
-                push_u64(out, octet.into());
-            }
-        }
-        v6 => {
-            let _ = write!(out, "{v6}");
-        }
-    }
+    push_ip(out, b.client);
     out.push('"');
     if let Some(c) = &b.caller {
         key(out, "client_id");
@@ -281,22 +253,19 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
     }
     if let Some(p) = &r.pin {
         key(out, "pin");
-        out.push_str("{\"kind\":");
-        push_plain(out, p.kind);
-        out.push_str(",\"mode\":");
-        push_plain(out, p.mode);
-        out.push_str(",\"new\":");
-        push_plain(out, &p.new);
-        out.push_str(",\"old\":");
-        match &p.old {
-            Some(old) => push_plain(out, old),
-            None => out.push_str("null"),
-        }
-        out.push('}');
+        push_pin(out, p);
     }
     // `prev` is never first or last: `client` comes before it and `time` after.
     out.push(',');
     let prev_at = out.len();
+    write_tail(out, r);
+    prev_at
+}
+
+/// The fields of a record from `profile` on, and its closing brace.
+fn write_tail(out: &mut String, r: &Record) {
+    use wire::json::text::{push_compact, push_ms, push_plain, push_rfc3339, push_str, push_u64};
+    let b = &*r.base;
     out.push_str("\"profile\":");
     push_str(out, b.profile());
     if let Some(reason) = &r.reason {
@@ -348,5 +317,70 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
         }
     }
     out.push('}');
-    prev_at
+}
+
+/// `,"name":`, before every field of a record but the first (`approval`, `arguments` or
+/// `client`).
+fn key(out: &mut String, name: &str) {
+    out.push_str(",\"");
+    out.push_str(name);
+    out.push_str("\":");
+}
+
+/// A string, or `null`.
+fn optional_str(out: &mut String, v: Option<&str>) {
+    match v {
+        Some(v) => wire::json::text::push_str(out, v),
+        None => out.push_str("null"),
+    }
+}
+
+/// An address as text: an IPv4 one by its octets, without the formatting machinery.
+fn push_ip(out: &mut String, ip: std::net::IpAddr) {
+    use std::fmt::Write as _;
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                wire::json::text::push_u64(out, octet.into());
+            }
+        }
+        v6 => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// An approval step's `{"approver","by","rule"}`.
+fn push_approval(out: &mut String, a: &ApprovalNote) {
+    use wire::json::text::{push_plain, push_str, push_u64};
+    out.push_str("{\"approver\":");
+    push_plain(out, a.approver);
+    out.push_str(",\"by\":");
+    match a.by.as_deref() {
+        Some(by) => push_str(out, by),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"rule\":");
+    push_u64(out, a.rule as u64);
+    out.push('}');
+}
+
+/// A pin record's `{"kind","mode","new","old"}`.
+fn push_pin(out: &mut String, p: &PinNote) {
+    use wire::json::text::push_plain;
+    out.push_str("{\"kind\":");
+    push_plain(out, p.kind);
+    out.push_str(",\"mode\":");
+    push_plain(out, p.mode);
+    out.push_str(",\"new\":");
+    push_plain(out, &p.new);
+    out.push_str(",\"old\":");
+    match &p.old {
+        Some(old) => push_plain(out, old),
+        None => out.push_str("null"),
+    }
+    out.push('}');
 }

@@ -284,30 +284,7 @@ fn man(command: Option<&str>, dir: Option<&std::path::Path>) -> Result<()> {
 
 fn dispatch(command: Command) -> Result<()> {
     match command {
-        Command::Check { config, probe } => {
-            let path = config_path(config);
-            let mut snapshot = config::load(&path)?;
-            // What `run` would stop on besides the file itself (the audit file, TLS).
-            let pre = mcpgate::cli::check::preflight(&snapshot);
-            if !pre.errors.is_empty() {
-                bail!("{}: {}", path.display(), pre.errors.join("\n"));
-            }
-            snapshot.warnings.extend(pre.warnings);
-            out(snapshot.describe())?;
-            if probe {
-                // The probe sends through the gateway's own request path, without writing
-                // an audit trail or listening anywhere.
-                snapshot.audit = None;
-                let listing = runtime()?.block_on(async {
-                    let gw = Gateway::new(snapshot, None)?;
-                    let listing = mcpgate::pipeline::federation::probe(&gw).await;
-                    gw.close_stdio().await;
-                    anyhow::Ok(listing)
-                })?;
-                out(listing)?;
-            }
-            Ok(())
-        }
+        Command::Check { config, probe } => check(config, probe),
         Command::Pin(command) => pin(command),
         Command::Run { config } => {
             let path = config_path(config);
@@ -357,31 +334,7 @@ fn dispatch(command: Command) -> Result<()> {
             result_bytes,
             streams,
             stdio,
-        } => {
-            let opts = mcpgate::cli::sample::Options {
-                mode: if sse {
-                    mcpgate::cli::sample::Mode::Sse
-                } else {
-                    mcpgate::cli::sample::Mode::Json
-                },
-                generated_tools: tools,
-                result_bytes,
-                stream: streams.then_some((usize::MAX, std::time::Duration::from_secs(1))),
-                record: false,
-                ..Default::default()
-            };
-            if stdio {
-                return mcpgate::cli::sample::serve_stdio(opts).context("serving over stdio");
-            }
-            runtime()?.block_on(async {
-                let server = mcpgate::cli::sample::start(listen, opts)
-                    .await
-                    .context("starting the sample server")?;
-                eprintln!("sample upstream on {}", server.url());
-                shutdown_signal().await;
-                Ok(())
-            })
-        }
+        } => sample_upstream(listen, sse, tools, result_bytes, streams, stdio),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut text = Vec::new();
@@ -389,28 +342,7 @@ fn dispatch(command: Command) -> Result<()> {
             out(String::from_utf8_lossy(&text))
         }
         Command::Man { command, dir } => man(command.as_deref(), dir.as_deref()),
-        Command::Audit(AuditCommand::Verify { file }) => {
-            match mcpgate::observe::audit::verify(&file) {
-                Ok(v) => {
-                    out(format!(
-                        "{}: {} lines, chain intact\n",
-                        file.display(),
-                        v.lines
-                    ))?;
-                    if let Some(bytes) = v.torn_tail {
-                        out(format!(
-                            "{}: then {bytes} bytes of a last line a crash cut short; mcpgate marks it with a \"recovered\" record when it next starts on this file\n",
-                            file.display()
-                        ))?;
-                    }
-                    Ok(())
-                }
-                Err(VerifyError::Broken { line, why }) => {
-                    bail!("{}:{line}: chain broken: {why}", file.display())
-                }
-                Err(e) => bail!("{e}"),
-            }
-        }
+        Command::Audit(AuditCommand::Verify { file }) => verify(&file),
         Command::Token(TokenCommand::Hash) => {
             let mut input = String::new();
             std::io::stdin()
@@ -426,6 +358,91 @@ fn dispatch(command: Command) -> Result<()> {
             ))?;
             Ok(())
         }
+    }
+}
+
+/// `mcpgate check`: the file described (or refused), and with `--probe` what each
+/// federated profile's members list.
+fn check(config: Option<PathBuf>, probe: bool) -> Result<()> {
+    let path = config_path(config);
+    let mut snapshot = config::load(&path)?;
+    // What `run` would stop on besides the file itself (the audit file, TLS).
+    let pre = mcpgate::cli::check::preflight(&snapshot);
+    if !pre.errors.is_empty() {
+        bail!("{}: {}", path.display(), pre.errors.join("\n"));
+    }
+    snapshot.warnings.extend(pre.warnings);
+    out(snapshot.describe())?;
+    if probe {
+        // The probe sends through the gateway's own request path, without writing
+        // an audit trail or listening anywhere.
+        snapshot.audit = None;
+        let listing = runtime()?.block_on(async {
+            let gw = Gateway::new(snapshot, None)?;
+            let listing = mcpgate::pipeline::federation::probe(&gw).await;
+            gw.close_stdio().await;
+            anyhow::Ok(listing)
+        })?;
+        out(listing)?;
+    }
+    Ok(())
+}
+
+/// `mcpgate sample-upstream`: the sample MCP server, over HTTP or stdio.
+fn sample_upstream(
+    listen: SocketAddr,
+    sse: bool,
+    tools: Option<usize>,
+    result_bytes: Option<usize>,
+    streams: bool,
+    stdio: bool,
+) -> Result<()> {
+    let opts = mcpgate::cli::sample::Options {
+        mode: if sse {
+            mcpgate::cli::sample::Mode::Sse
+        } else {
+            mcpgate::cli::sample::Mode::Json
+        },
+        generated_tools: tools,
+        result_bytes,
+        stream: streams.then_some((usize::MAX, std::time::Duration::from_secs(1))),
+        record: false,
+        ..Default::default()
+    };
+    if stdio {
+        return mcpgate::cli::sample::serve_stdio(opts).context("serving over stdio");
+    }
+    runtime()?.block_on(async {
+        let server = mcpgate::cli::sample::start(listen, opts)
+            .await
+            .context("starting the sample server")?;
+        eprintln!("sample upstream on {}", server.url());
+        shutdown_signal().await;
+        Ok(())
+    })
+}
+
+/// `mcpgate audit verify`: the chain of a trail checked, line by line.
+fn verify(file: &std::path::Path) -> Result<()> {
+    match mcpgate::observe::audit::verify(&file) {
+        Ok(v) => {
+            out(format!(
+                "{}: {} lines, chain intact\n",
+                file.display(),
+                v.lines
+            ))?;
+            if let Some(bytes) = v.torn_tail {
+                out(format!(
+                    "{}: then {bytes} bytes of a last line a crash cut short; mcpgate marks it with a \"recovered\" record when it next starts on this file\n",
+                    file.display()
+                ))?;
+            }
+            Ok(())
+        }
+        Err(VerifyError::Broken { line, why }) => {
+            bail!("{}:{line}: chain broken: {why}", file.display())
+        }
+        Err(e) => bail!("{e}"),
     }
 }
 

@@ -61,6 +61,51 @@ pub fn render(s: &Status, out: &mut String) {
         sessions = s.open_sessions,
         started = esc(&s.started),
     );
+    requests(s, out);
+    upstreams(s, out);
+    waiting(s, out);
+    out.push_str("<h2>Last reload</h2><div id=reload>");
+    match &s.reload {
+        None => out.push_str("<p class=dim>none since start</p>"),
+        Some(r) => {
+            let result = esc(r.result);
+            let _ = write!(
+                out,
+                "<p><span class=\"{result}\">{result}</span> at {} ({})</p>",
+                esc(&r.at),
+                esc(&r.trigger),
+            );
+            if let Some(e) = &r.error {
+                let _ = write!(out, "<pre>{}</pre>", esc(e));
+            }
+        }
+    }
+    out.push_str("</div><h2>Latest tool calls</h2><div class=wide><table id=decisions><tr><th>time</th><th>caller</th><th>profile</th><th>tool</th><th>outcome</th><th>reason</th><th class=n>status</th><th>request id</th></tr>");
+    for d in &s.decisions {
+        let outcome = esc(d.outcome);
+        let _ = write!(
+            out,
+            "<tr><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{outcome}\">{outcome}</td><td>{}</td><td class=n>{}</td><td class=dim>{}</td></tr>",
+            esc(&d.at),
+            esc(d.at.get(11..19).unwrap_or("")),
+            esc(&d.caller),
+            esc(&d.profile),
+            esc(&d.tool),
+            esc(d.reason),
+            d.status,
+            esc(&d.request_id),
+        );
+    }
+    let _ = write!(
+        out,
+        "</table></div><p class=dim>mcpgate {} · {} · <span id=live>static</span></p>",
+        esc(s.version),
+        esc(&s.now),
+    );
+}
+
+/// The table of requests by profile, method and tool.
+fn requests(s: &Status, out: &mut String) {
     out.push_str("<h2>Requests by profile and tool</h2><div class=wide><table id=rows><tr><th>profile</th><th>method</th><th>tool</th><th class=n>requests</th><th class=n>refused</th><th>reasons</th><th class=n>upstream errors</th><th class=n>p50 ms</th><th class=n>p99 ms</th></tr>");
     for r in &s.rows {
         let reasons: Vec<String> = r
@@ -86,6 +131,10 @@ pub fn render(s: &Status, out: &mut String) {
             opt(r.p99_ms),
         );
     }
+}
+
+/// The table of upstreams, an endpoint or stdio server a row (it closes the table before).
+fn upstreams(s: &Status, out: &mut String) {
     out.push_str("</table></div><h2>Upstreams</h2><div class=wide><table id=upstreams><tr><th>upstream</th><th>endpoint</th><th>health</th><th class=n>requests</th><th class=n>sessions</th><th class=n>ejections</th><th>protocol</th></tr>");
     for u in &s.upstreams {
         match u {
@@ -120,6 +169,11 @@ pub fn render(s: &Status, out: &mut String) {
         }
     }
     out.push_str("</table></div>");
+}
+
+/// What waits on someone: federated members' last fan-outs, calls waiting for approval,
+/// pinned definitions waiting for theirs; each only when there is any.
+fn waiting(s: &Status, out: &mut String) {
     if !s.federation.is_empty() {
         out.push_str("<h2>Federated members</h2><div class=wide><table id=federation><tr><th>profile</th><th>member</th><th>last fan-out</th><th>at</th><th>why</th></tr>");
         for m in &s.federation {
@@ -172,44 +226,6 @@ pub fn render(s: &Status, out: &mut String) {
         }
         out.push_str("</table></div>");
     }
-    out.push_str("<h2>Last reload</h2><div id=reload>");
-    match &s.reload {
-        None => out.push_str("<p class=dim>none since start</p>"),
-        Some(r) => {
-            let result = esc(r.result);
-            let _ = write!(
-                out,
-                "<p><span class=\"{result}\">{result}</span> at {} ({})</p>",
-                esc(&r.at),
-                esc(&r.trigger),
-            );
-            if let Some(e) = &r.error {
-                let _ = write!(out, "<pre>{}</pre>", esc(e));
-            }
-        }
-    }
-    out.push_str("</div><h2>Latest tool calls</h2><div class=wide><table id=decisions><tr><th>time</th><th>caller</th><th>profile</th><th>tool</th><th>outcome</th><th>reason</th><th class=n>status</th><th>request id</th></tr>");
-    for d in &s.decisions {
-        let outcome = esc(d.outcome);
-        let _ = write!(
-            out,
-            "<tr><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{outcome}\">{outcome}</td><td>{}</td><td class=n>{}</td><td class=dim>{}</td></tr>",
-            esc(&d.at),
-            esc(d.at.get(11..19).unwrap_or("")),
-            esc(&d.caller),
-            esc(&d.profile),
-            esc(&d.tool),
-            esc(d.reason),
-            d.status,
-            esc(&d.request_id),
-        );
-    }
-    let _ = write!(
-        out,
-        "</table></div><p class=dim>mcpgate {} · {} · <span id=live>static</span></p>",
-        esc(s.version),
-        esc(&s.now),
-    );
 }
 
 /// The fragment alone, as the script fetches it.

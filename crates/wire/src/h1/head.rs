@@ -216,25 +216,8 @@ pub fn parse_answer(
                 }
                 encoded = true;
             } else if name == header::CONNECTION {
-                let listed = |token: &str| {
-                    value
-                        .to_str()
-                        .is_ok_and(|v| crate::headval::lists(v, token))
-                };
-                if listed("close") {
-                    keep = false;
-                } else if http10 && listed("keep-alive") {
-                    keep = true;
-                }
                 // Kept for now only when it names other fields, to remove them by it below.
-                let names_others = value.to_str().is_ok_and(|v| {
-                    crate::headval::items(v).any(|t| {
-                        !(t.is_empty()
-                            || t.eq_ignore_ascii_case("close")
-                            || t.eq_ignore_ascii_case("keep-alive"))
-                    })
-                });
-                if !names_others {
+                if !answer_connection(&value, http10, &mut keep) {
                     continue;
                 }
                 names_fields = true;
@@ -252,23 +235,7 @@ pub fn parse_answer(
         let no_body = *method == Method::HEAD
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED;
-        let framing = if no_body {
-            AnswerFraming::Done
-        } else if encoded {
-            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3), whose value is
-            // not passed on; a connection that carried both is not trusted with another
-            // request, nor is an HTTP/1.0 one that used a transfer coding (§6.1).
-            if length.is_some() || http10 {
-                keep = false;
-            }
-            AnswerFraming::Chunked(Chunk::Size)
-        } else {
-            match length {
-                Some(0) => AnswerFraming::Done,
-                Some(n) => AnswerFraming::Length(n),
-                None => AnswerFraming::Close,
-            }
-        };
+        let framing = answer_framing(no_body, encoded, length, http10, &mut keep);
         // A body that ends at the close leaves nothing to keep.
         let keep = keep && framing != AnswerFraming::Close;
         // One `Content-Length`, as digits, where it still says something: the body's
@@ -285,6 +252,56 @@ pub fn parse_answer(
         };
         *response.headers_mut() = headers;
         return Ok(Some((response, Head { framing, keep })));
+    }
+}
+
+/// An answer's `Connection` field: `close` ends the connection after it, `keep-alive` keeps
+/// an HTTP/1.0 one. Whether it names other fields (which are then removed by it).
+fn answer_connection(value: &HeaderValue, http10: bool, keep: &mut bool) -> bool {
+    let listed = |token: &str| {
+        value
+            .to_str()
+            .is_ok_and(|v| crate::headval::lists(v, token))
+    };
+    if listed("close") {
+        *keep = false;
+    } else if http10 && listed("keep-alive") {
+        *keep = true;
+    }
+    value.to_str().is_ok_and(|v| {
+        crate::headval::items(v).any(|t| {
+            !(t.is_empty()
+                || t.eq_ignore_ascii_case("close")
+                || t.eq_ignore_ascii_case("keep-alive"))
+        })
+    })
+}
+
+/// How an answer's body is read: none (`no_body`: a HEAD's answer, 204, 304), chunked,
+/// by its length, or to the close.
+fn answer_framing(
+    no_body: bool,
+    encoded: bool,
+    length: Option<u64>,
+    http10: bool,
+    keep: &mut bool,
+) -> AnswerFraming {
+    if no_body {
+        AnswerFraming::Done
+    } else if encoded {
+        // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3), whose value is not
+        // passed on; a connection that carried both is not trusted with another request,
+        // nor is an HTTP/1.0 one that used a transfer coding (§6.1).
+        if length.is_some() || http10 {
+            *keep = false;
+        }
+        AnswerFraming::Chunked(Chunk::Size)
+    } else {
+        match length {
+            Some(0) => AnswerFraming::Done,
+            Some(n) => AnswerFraming::Length(n),
+            None => AnswerFraming::Close,
+        }
     }
 }
 

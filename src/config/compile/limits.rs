@@ -221,68 +221,7 @@ impl Compiler<'_> {
             };
         }
         for r in &l.rate {
-            let r = r.get_ref();
-            let key = match r.key.get_ref().as_str() {
-                "token" => KeyKind::Token,
-                "profile" => KeyKind::Profile,
-                "token+tool" => KeyKind::TokenTool,
-                "global" => KeyKind::Global,
-                "client_ip" => KeyKind::ClientIp,
-                other => {
-                    return fail(
-                        r.key.span(),
-                        format!(
-                            "unknown rate key {other:?}; use token, profile, token+tool, global or client_ip"
-                        ),
-                    );
-                }
-            };
-            let auth_failure = match r.on.as_ref().map(|o| (o, o.get_ref().as_str())) {
-                None => false,
-                Some((_, "auth_failure")) if key == KeyKind::ClientIp && r.tools.is_none() => true,
-                Some((o, "auth_failure")) => {
-                    return fail(
-                        o.span(),
-                        "on = \"auth_failure\" needs key = \"client_ip\" and no tools",
-                    );
-                }
-                Some((o, other)) => {
-                    return fail(
-                        o.span(),
-                        format!("unknown on = {other:?}; the only one is \"auth_failure\""),
-                    );
-                }
-            };
-            let quota = at(
-                &r.rate,
-                parse_rate(r.rate.get_ref(), r.burst.as_ref().map(|b| *b.get_ref())),
-            )?;
-            let tools = match &r.tools {
-                Some(t) => {
-                    check_patterns(t)?;
-                    Some(Matcher::new(t.iter().map(|s| s.get_ref().as_str())))
-                }
-                None => None,
-            };
-            let signature = format!(
-                "{}|{}|{}|{}|{}",
-                key.name(),
-                r.rate.get_ref(),
-                quota.burst_size(),
-                tools
-                    .as_ref()
-                    .map(|t| t.patterns().join(","))
-                    .unwrap_or_default(),
-                auth_failure
-            );
-            out.rate.push(RateSpec {
-                signature,
-                key,
-                tools,
-                auth_failure,
-                quota,
-                rate_text: r.rate.get_ref().clone(),
-            });
+            out.rate.push(rate_rule(r.get_ref())?);
         }
         for c in &l.concurrency {
             let c = c.get_ref();
@@ -414,4 +353,70 @@ mod tests {
             assert!(parse_rate(bad, None).is_err(), "{bad}");
         }
     }
+}
+
+/// One `[limits] rate` rule: its key, what it counts (every request, or `auth_failure`),
+/// its quota and tools, and the signature a reload keeps its state by.
+fn rate_rule(r: &raw::RawRate) -> Result<RateSpec, Fail> {
+    let key = match r.key.get_ref().as_str() {
+        "token" => KeyKind::Token,
+        "profile" => KeyKind::Profile,
+        "token+tool" => KeyKind::TokenTool,
+        "global" => KeyKind::Global,
+        "client_ip" => KeyKind::ClientIp,
+        other => {
+            return fail(
+                r.key.span(),
+                format!(
+                    "unknown rate key {other:?}; use token, profile, token+tool, global or client_ip"
+                ),
+            );
+        }
+    };
+    let auth_failure = match r.on.as_ref().map(|o| (o, o.get_ref().as_str())) {
+        None => false,
+        Some((_, "auth_failure")) if key == KeyKind::ClientIp && r.tools.is_none() => true,
+        Some((o, "auth_failure")) => {
+            return fail(
+                o.span(),
+                "on = \"auth_failure\" needs key = \"client_ip\" and no tools",
+            );
+        }
+        Some((o, other)) => {
+            return fail(
+                o.span(),
+                format!("unknown on = {other:?}; the only one is \"auth_failure\""),
+            );
+        }
+    };
+    let quota = at(
+        &r.rate,
+        parse_rate(r.rate.get_ref(), r.burst.as_ref().map(|b| *b.get_ref())),
+    )?;
+    let tools = match &r.tools {
+        Some(t) => {
+            check_patterns(t)?;
+            Some(Matcher::new(t.iter().map(|s| s.get_ref().as_str())))
+        }
+        None => None,
+    };
+    let signature = format!(
+        "{}|{}|{}|{}|{}",
+        key.name(),
+        r.rate.get_ref(),
+        quota.burst_size(),
+        tools
+            .as_ref()
+            .map(|t| t.patterns().join(","))
+            .unwrap_or_default(),
+        auth_failure
+    );
+    Ok(RateSpec {
+        signature,
+        key,
+        tools,
+        auth_failure,
+        quota,
+        rate_text: r.rate.get_ref().clone(),
+    })
 }

@@ -250,54 +250,10 @@ impl Compiler<'_> {
             let template = r.path.get_ref();
             let segments = at(&r.path, parse_template(template))?;
             let has_token = segments.iter().any(|s| matches!(s, Segment::Token));
-            let auth = match r.auth.as_ref().map(|a| a.get_ref().as_str()) {
-                None if has_token => Auth::Path,
-                None => Auth::Bearer,
-                Some("token") if has_token => Auth::Path,
-                Some("token") => Auth::Bearer,
-                Some("path") => Auth::Path,
-                Some("bearer") => Auth::Bearer,
-                Some("oauth") => Auth::OAuth,
-                Some("none") => Auth::None,
-                Some(other) => {
-                    return fail(
-                        r.auth.as_ref().map(S::span).unwrap_or_default(),
-                        format!(
-                            "unknown auth {other:?}; use \"token\", \"path\", \"bearer\", \"oauth\" or \"none\""
-                        ),
-                    );
-                }
-            };
+            let auth = auth_of(r, has_token)?;
             let auth_span = r.auth.as_ref().map_or(r.path.span(), S::span);
             if auth == Auth::OAuth {
-                let Some(oauth) = oauth else {
-                    return fail(auth_span, "auth = \"oauth\" needs an [oauth] table");
-                };
-                let name = r.profile.get_ref();
-                if !oauth
-                    .grants
-                    .iter()
-                    .any(|g| g.profiles.iter().any(|p| **p == **name))
-                {
-                    return fail(
-                        r.profile.span(),
-                        format!(
-                            "no [[oauth.grants]] gives profile {name:?}: no token could use this route"
-                        ),
-                    );
-                }
-                if listener.metadata_paths.is_empty() {
-                    listener.metadata_paths.push(METADATA_PATH.into());
-                    if !oauth.resource_path.is_empty() {
-                        listener
-                            .metadata_paths
-                            .push(format!("{METADATA_PATH}{}", oauth.resource_path).into());
-                    }
-                }
-                let own = format!("{METADATA_PATH}{}", template.trim_end_matches('/'));
-                if !listener.metadata_paths.iter().any(|p| **p == *own) {
-                    listener.metadata_paths.push(own.into());
-                }
+                oauth_route(r, oauth, listener, auth_span.clone())?;
             }
             if auth == Auth::Path && !has_token {
                 return fail(
@@ -348,6 +304,67 @@ impl Compiler<'_> {
         }
         Ok(out)
     }
+}
+
+/// A route's `auth`: as written, or by its path (`{token}` in it: the path's token).
+fn auth_of(r: &raw::RawRoute, has_token: bool) -> Result<Auth, Fail> {
+    Ok(match r.auth.as_ref().map(|a| a.get_ref().as_str()) {
+        None if has_token => Auth::Path,
+        None => Auth::Bearer,
+        Some("token") if has_token => Auth::Path,
+        Some("token") => Auth::Bearer,
+        Some("path") => Auth::Path,
+        Some("bearer") => Auth::Bearer,
+        Some("oauth") => Auth::OAuth,
+        Some("none") => Auth::None,
+        Some(other) => {
+            return fail(
+                r.auth.as_ref().map(S::span).unwrap_or_default(),
+                format!(
+                    "unknown auth {other:?}; use \"token\", \"path\", \"bearer\", \"oauth\" or \"none\""
+                ),
+            );
+        }
+    })
+}
+
+/// An `auth = "oauth"` route: an `[oauth]` table, a grant that gives its profile, and its
+/// listener serving the protected resource's metadata (RFC 9728) at the paths clients
+/// look for it.
+fn oauth_route(
+    r: &raw::RawRoute,
+    oauth: Option<&OAuthSettings>,
+    listener: &mut Listener,
+    auth_span: std::ops::Range<usize>,
+) -> Result<(), Fail> {
+    let Some(oauth) = oauth else {
+        return fail(auth_span, "auth = \"oauth\" needs an [oauth] table");
+    };
+    let name = r.profile.get_ref();
+    if !oauth
+        .grants
+        .iter()
+        .any(|g| g.profiles.iter().any(|p| **p == **name))
+    {
+        return fail(
+            r.profile.span(),
+            format!("no [[oauth.grants]] gives profile {name:?}: no token could use this route"),
+        );
+    }
+    if listener.metadata_paths.is_empty() {
+        listener.metadata_paths.push(METADATA_PATH.into());
+        if !oauth.resource_path.is_empty() {
+            listener
+                .metadata_paths
+                .push(format!("{METADATA_PATH}{}", oauth.resource_path).into());
+        }
+    }
+    let template = r.path.get_ref();
+    let own = format!("{METADATA_PATH}{}", template.trim_end_matches('/'));
+    if !listener.metadata_paths.iter().any(|p| **p == *own) {
+        listener.metadata_paths.push(own.into());
+    }
+    Ok(())
 }
 
 fn parse_template(path: &str) -> Result<Vec<Segment>, String> {

@@ -335,36 +335,7 @@ impl Compiler<'_> {
         warnings: &mut Vec<String>,
     ) -> Result<Upstream, Fail> {
         let u = whole.get_ref();
-        for (key, given) in [
-            ("env", (!u.env.is_empty()).then(|| whole.span())),
-            ("cwd", u.cwd.as_ref().map(S::span)),
-            ("sessions", u.sessions.as_ref().map(S::span)),
-            ("max_processes", u.max_processes.as_ref().map(S::span)),
-            ("idle_timeout", u.idle_timeout.as_ref().map(S::span)),
-        ] {
-            if let Some(span) = given {
-                return fail(
-                    span,
-                    format!("{key} applies to stdio upstreams (command) only"),
-                );
-            }
-        }
-        let urls: Vec<&S<String>> = match (&u.url, &u.endpoints) {
-            (Some(url), None) => vec![url],
-            (None, Some(list)) if list.get_ref().is_empty() => {
-                return fail(list.span(), "endpoints lists no url");
-            }
-            (None, Some(list)) => list.get_ref().iter().collect(),
-            (Some(url), Some(_)) => {
-                return fail(url.span(), "give url or endpoints, not both");
-            }
-            (None, None) => {
-                return fail(
-                    whole.span(),
-                    format!("upstream {name:?} needs url, endpoints or command"),
-                );
-            }
-        };
+        let urls = urls(name, whole)?;
         let mut endpoints: Vec<Arc<Endpoint>> = Vec::with_capacity(urls.len());
         for text in urls {
             let endpoint = self.endpoint(text, u.tls.as_ref())?;
@@ -378,26 +349,8 @@ impl Compiler<'_> {
         {
             return fail(t.span(), "tls applies to https:// upstreams only");
         }
-        let balance = match &u.balance {
-            None => Balance::LeastRequests,
-            Some(v) => match v.get_ref().as_str() {
-                "least_requests" => Balance::LeastRequests,
-                "round_robin" => Balance::RoundRobin,
-                _ => return fail(v.span(), "balance is \"least_requests\" or \"round_robin\""),
-            },
-        };
+        let (balance, protocol) = (balance(u)?, protocol(u)?);
         let health = u.health.as_ref().map(health_check).transpose()?;
-        let protocol = match &u.protocol {
-            None => Protocol::Auto,
-            Some(v) => match v.get_ref().as_str() {
-                "auto" => Protocol::Auto,
-                "modern" => Protocol::Modern,
-                "legacy" => Protocol::Legacy,
-                _ => {
-                    return fail(v.span(), "protocol is \"auto\", \"modern\" or \"legacy\"");
-                }
-            },
-        };
         let outlier = match &u.outlier {
             Some(o) => Some(outlier(o)?),
             None => Some(Outlier {
@@ -492,4 +445,66 @@ impl Compiler<'_> {
         }
         Ok(headers)
     }
+}
+
+/// An HTTP upstream's URLs (`url` or `endpoints`); none of the stdio keys given.
+fn urls<'r>(name: &str, whole: &'r S<raw::RawUpstream>) -> Result<Vec<&'r S<String>>, Fail> {
+    let u = whole.get_ref();
+    for (key, given) in [
+        ("env", (!u.env.is_empty()).then(|| whole.span())),
+        ("cwd", u.cwd.as_ref().map(S::span)),
+        ("sessions", u.sessions.as_ref().map(S::span)),
+        ("max_processes", u.max_processes.as_ref().map(S::span)),
+        ("idle_timeout", u.idle_timeout.as_ref().map(S::span)),
+    ] {
+        if let Some(span) = given {
+            return fail(
+                span,
+                format!("{key} applies to stdio upstreams (command) only"),
+            );
+        }
+    }
+    Ok(match (&u.url, &u.endpoints) {
+        (Some(url), None) => vec![url],
+        (None, Some(list)) if list.get_ref().is_empty() => {
+            return fail(list.span(), "endpoints lists no url");
+        }
+        (None, Some(list)) => list.get_ref().iter().collect(),
+        (Some(url), Some(_)) => {
+            return fail(url.span(), "give url or endpoints, not both");
+        }
+        (None, None) => {
+            return fail(
+                whole.span(),
+                format!("upstream {name:?} needs url, endpoints or command"),
+            );
+        }
+    })
+}
+
+/// How an upstream's requests are spread over its endpoints.
+fn balance(u: &raw::RawUpstream) -> Result<Balance, Fail> {
+    Ok(match &u.balance {
+        None => Balance::LeastRequests,
+        Some(v) => match v.get_ref().as_str() {
+            "least_requests" => Balance::LeastRequests,
+            "round_robin" => Balance::RoundRobin,
+            _ => return fail(v.span(), "balance is \"least_requests\" or \"round_robin\""),
+        },
+    })
+}
+
+/// Which generation of MCP an upstream speaks, or `auto`.
+fn protocol(u: &raw::RawUpstream) -> Result<Protocol, Fail> {
+    Ok(match &u.protocol {
+        None => Protocol::Auto,
+        Some(v) => match v.get_ref().as_str() {
+            "auto" => Protocol::Auto,
+            "modern" => Protocol::Modern,
+            "legacy" => Protocol::Legacy,
+            _ => {
+                return fail(v.span(), "protocol is \"auto\", \"modern\" or \"legacy\"");
+            }
+        },
+    })
 }

@@ -38,25 +38,7 @@ impl Compiler<'_> {
                 );
             }
         }
-        // A process gets its environment once, at its start, and serves every call after
-        // it: it can be told who it serves (`jwt`), not who makes each call (`exchange`).
-        let identity = match &u.identity {
-            Some(i)
-                if i.get_ref()
-                    .mode
-                    .as_ref()
-                    .is_some_and(|m| m.get_ref() == "exchange") =>
-            {
-                return fail(
-                    i.span(),
-                    format!(
-                        "identity mode = \"exchange\" does not apply to a stdio upstream: its process gets its environment once, at start, and serves every call after it, so no token can be exchanged per call; mode = \"jwt\" tells the process who it serves ({IDENTITY_TOKEN_VAR})"
-                    ),
-                );
-            }
-            Some(i) => self.identity(i, name)?.0,
-            None => None,
-        };
+        let identity = self.stdio_identity(u, name)?;
         let mut words = command.get_ref().iter();
         let Some(program) = words.next() else {
             return fail(command.span(), "command names no program");
@@ -65,44 +47,12 @@ impl Compiler<'_> {
             return fail(program.span(), "command names no program");
         }
         let args = words.map(|w| w.get_ref().clone()).collect();
-        let mut env = Vec::new();
-        for (k, v) in &u.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return fail(v.span(), format!("env: {k:?} is not a variable name"));
-            }
-            if identity.is_some() && [IDENTITY_TOKEN_VAR, IDENTITY_FILE_VAR].contains(&k.as_str()) {
-                return fail(
-                    v.span(),
-                    format!("env {k} is set by mcpgate for identity: name it otherwise"),
-                );
-            }
-            let value = at(
-                v,
-                resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
-            )?;
-            if value.contains('\0') {
-                return fail(v.span(), format!("env {k}: a value cannot hold a NUL byte"));
-            }
-            env.push((k.clone(), value));
-        }
+        let env = self.stdio_env(u, identity.is_some())?;
         let cwd = match &u.cwd {
             Some(c) => self.path(c.get_ref()),
             None => self.path("."),
         };
-        let sessions = match &u.sessions {
-            None => Sharing::PerClient,
-            Some(v) => match v.get_ref().as_str() {
-                // One name for each generation's unit: a legacy session, a modern caller.
-                "per_client" | "per_caller" => Sharing::PerClient,
-                "shared" => Sharing::Shared,
-                _ => {
-                    return fail(
-                        v.span(),
-                        "sessions is \"per_client\" (or \"per_caller\") or \"shared\"",
-                    );
-                }
-            },
-        };
+        let sessions = sharing(u)?;
         // A child runs in the generation of each request (`auto`), or speaks only 2026-07-28
         // (`modern`: legacy clients are bridged to it), or only the legacy protocol
         // (`legacy`: 2026-07-28 clients are bridged to it), docs/protocol.md.
@@ -157,4 +107,80 @@ impl Compiler<'_> {
             index: 0,
         })
     }
+
+    /// A stdio upstream's identity: told by tokens at its processes' start (`jwt`), never
+    /// exchanged per call.
+    fn stdio_identity(
+        &self,
+        u: &raw::RawUpstream,
+        name: &str,
+    ) -> Result<Option<Arc<crate::config::identity::Identity>>, Fail> {
+        // A process gets its environment once, at its start, and serves every call after
+        // it: it can be told who it serves (`jwt`), not who makes each call (`exchange`).
+        Ok(match &u.identity {
+            Some(i)
+                if i.get_ref()
+                    .mode
+                    .as_ref()
+                    .is_some_and(|m| m.get_ref() == "exchange") =>
+            {
+                return fail(
+                    i.span(),
+                    format!(
+                        "identity mode = \"exchange\" does not apply to a stdio upstream: its process gets its environment once, at start, and serves every call after it, so no token can be exchanged per call; mode = \"jwt\" tells the process who it serves ({IDENTITY_TOKEN_VAR})"
+                    ),
+                );
+            }
+            Some(i) => self.identity(i, name)?.0,
+            None => None,
+        })
+    }
+
+    /// A stdio server's `env`: names that are variable names and not mcpgate's identity
+    /// variables (when it sets them, `identity`), values with their secrets resolved.
+    fn stdio_env(
+        &self,
+        u: &raw::RawUpstream,
+        identity: bool,
+    ) -> Result<Vec<(String, String)>, Fail> {
+        let mut env = Vec::new();
+        for (k, v) in &u.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return fail(v.span(), format!("env: {k:?} is not a variable name"));
+            }
+            if identity && [IDENTITY_TOKEN_VAR, IDENTITY_FILE_VAR].contains(&k.as_str()) {
+                return fail(
+                    v.span(),
+                    format!("env {k} is set by mcpgate for identity: name it otherwise"),
+                );
+            }
+            let value = at(
+                v,
+                resolve_secrets_noting(v.get_ref(), &mut self.files.borrow_mut()),
+            )?;
+            if value.contains('\0') {
+                return fail(v.span(), format!("env {k}: a value cannot hold a NUL byte"));
+            }
+            env.push((k.clone(), value));
+        }
+        Ok(env)
+    }
+}
+
+/// Whether a stdio upstream's processes serve one client each or are shared.
+fn sharing(u: &raw::RawUpstream) -> Result<Sharing, Fail> {
+    Ok(match &u.sessions {
+        None => Sharing::PerClient,
+        Some(v) => match v.get_ref().as_str() {
+            // One name for each generation's unit: a legacy session, a modern caller.
+            "per_client" | "per_caller" => Sharing::PerClient,
+            "shared" => Sharing::Shared,
+            _ => {
+                return fail(
+                    v.span(),
+                    "sessions is \"per_client\" (or \"per_caller\") or \"shared\"",
+                );
+            }
+        },
+    })
 }

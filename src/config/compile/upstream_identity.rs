@@ -22,88 +22,12 @@ impl Compiler<'_> {
         ),
         Fail,
     > {
-        use crate::config::identity::{Exchange, Identity, SigningKey};
         let i = raw.get_ref();
         match i.mode.as_ref().map(|m| (m, m.get_ref().as_str())) {
             None | Some((_, "none")) => return Ok((None, None)),
             Some((_, "jwt")) => {}
             Some((_, "exchange")) => {
-                let Some(client_id) = &i.client_id else {
-                    return fail(
-                        raw.span(),
-                        "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
-                    );
-                };
-                let auth = match (&i.client_secret, &i.client_key) {
-                    (Some(secret), None) => crate::config::identity::ClientAuth::Secret(at(
-                        secret,
-                        resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
-                    )?),
-                    (None, Some(key)) => {
-                        let text = self.key_pem(key, key.get_ref(), "client_key")?;
-                        crate::config::identity::ClientAuth::Key(
-                            SigningKey::from_pem(&text)
-                                .map_err(|e| (key.span(), format!("client_key: {e}")))?,
-                        )
-                    }
-                    (Some(s), Some(_)) => {
-                        return fail(s.span(), "client_secret or client_key, not both");
-                    }
-                    (None, None) => {
-                        return fail(
-                            raw.span(),
-                            "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
-                        );
-                    }
-                };
-                for (key, given) in [
-                    ("key", i.key.as_ref().map(S::span)),
-                    ("issuer", i.issuer.as_ref().map(S::span)),
-                    ("jwks_path", i.jwks_path.as_ref().map(S::span)),
-                ] {
-                    if let Some(span) = given {
-                        return fail(
-                            span,
-                            format!("{key} is for mode = \"jwt\", not \"exchange\""),
-                        );
-                    }
-                }
-                let grant = match i.grant.as_ref().map(|g| (g, g.get_ref().as_str())) {
-                    None | Some((_, "token_exchange")) => {
-                        crate::config::identity::Grant::TokenExchange
-                    }
-                    Some((g, "on_behalf_of")) => {
-                        if i.scope.is_none() {
-                            return fail(
-                                g.span(),
-                                "grant = \"on_behalf_of\" names the upstream by scope (Entra ID: scope = \"api://<its app id>/.default\")",
-                            );
-                        }
-                        crate::config::identity::Grant::OnBehalfOf
-                    }
-                    Some((g, other)) => {
-                        return fail(
-                            g.span(),
-                            format!(
-                                "grant is \"token_exchange\" or \"on_behalf_of\", not {other:?}"
-                            ),
-                        );
-                    }
-                };
-                return Ok((
-                    None,
-                    Some(Arc::new(Exchange {
-                        grant,
-                        audience: i
-                            .audience
-                            .as_ref()
-                            .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
-                        resource: i.resource.as_ref().map(|r| r.get_ref().clone()),
-                        scope: i.scope.as_ref().map(|s| s.get_ref().clone()),
-                        client_id: client_id.get_ref().clone(),
-                        auth,
-                    })),
-                ));
+                return Ok((None, Some(self.exchange_identity(raw, default_audience)?)));
             }
             Some((m, other)) => {
                 return fail(
@@ -112,6 +36,98 @@ impl Compiler<'_> {
                 );
             }
         }
+        Ok((Some(self.jwt_identity(raw, default_audience)?), None))
+    }
+
+    /// `mode = "exchange"`: mcpgate's client at the `[oauth]` issuer, and how the caller's
+    /// token is exchanged for the upstream (RFC 8693, or Entra ID's on-behalf-of).
+    fn exchange_identity(
+        &self,
+        raw: &S<raw::RawIdentity>,
+        default_audience: &str,
+    ) -> Result<Arc<crate::config::identity::Exchange>, Fail> {
+        use crate::config::identity::{Exchange, SigningKey};
+        let i = raw.get_ref();
+        let Some(client_id) = &i.client_id else {
+            return fail(
+                raw.span(),
+                "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
+            );
+        };
+        let auth = match (&i.client_secret, &i.client_key) {
+            (Some(secret), None) => crate::config::identity::ClientAuth::Secret(at(
+                secret,
+                resolve_secrets_noting(secret.get_ref(), &mut self.files.borrow_mut()),
+            )?),
+            (None, Some(key)) => {
+                let text = self.key_pem(key, key.get_ref(), "client_key")?;
+                crate::config::identity::ClientAuth::Key(
+                    SigningKey::from_pem(&text)
+                        .map_err(|e| (key.span(), format!("client_key: {e}")))?,
+                )
+            }
+            (Some(s), Some(_)) => {
+                return fail(s.span(), "client_secret or client_key, not both");
+            }
+            (None, None) => {
+                return fail(
+                    raw.span(),
+                    "identity mode = \"exchange\" needs client_id and client_secret (or client_key): mcpgate's client at the [oauth] issuer",
+                );
+            }
+        };
+        for (key, given) in [
+            ("key", i.key.as_ref().map(S::span)),
+            ("issuer", i.issuer.as_ref().map(S::span)),
+            ("jwks_path", i.jwks_path.as_ref().map(S::span)),
+        ] {
+            if let Some(span) = given {
+                return fail(
+                    span,
+                    format!("{key} is for mode = \"jwt\", not \"exchange\""),
+                );
+            }
+        }
+        let grant = match i.grant.as_ref().map(|g| (g, g.get_ref().as_str())) {
+            None | Some((_, "token_exchange")) => crate::config::identity::Grant::TokenExchange,
+            Some((g, "on_behalf_of")) => {
+                if i.scope.is_none() {
+                    return fail(
+                        g.span(),
+                        "grant = \"on_behalf_of\" names the upstream by scope (Entra ID: scope = \"api://<its app id>/.default\")",
+                    );
+                }
+                crate::config::identity::Grant::OnBehalfOf
+            }
+            Some((g, other)) => {
+                return fail(
+                    g.span(),
+                    format!("grant is \"token_exchange\" or \"on_behalf_of\", not {other:?}"),
+                );
+            }
+        };
+        Ok(Arc::new(Exchange {
+            grant,
+            audience: i
+                .audience
+                .as_ref()
+                .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
+            resource: i.resource.as_ref().map(|r| r.get_ref().clone()),
+            scope: i.scope.as_ref().map(|s| s.get_ref().clone()),
+            client_id: client_id.get_ref().clone(),
+            auth,
+        }))
+    }
+
+    /// `mode = "jwt"`: the issuer, audience and signing keys of the tokens mcpgate makes,
+    /// and where their public keys are served.
+    fn jwt_identity(
+        &self,
+        raw: &S<raw::RawIdentity>,
+        default_audience: &str,
+    ) -> Result<Arc<crate::config::identity::Identity>, Fail> {
+        use crate::config::identity::{Identity, SigningKey};
+        let i = raw.get_ref();
         for (key, given) in [
             ("client_id", i.client_id.as_ref().map(S::span)),
             ("client_secret", i.client_secret.as_ref().map(S::span)),
@@ -159,18 +175,15 @@ impl Compiler<'_> {
         {
             return fail(p.span(), "jwks_path is a path: it starts with /");
         }
-        Ok((
-            Some(Arc::new(Identity {
-                issuer: issuer.get_ref().clone(),
-                audience: i
-                    .audience
-                    .as_ref()
-                    .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
-                keys: keys.into(),
-                jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
-            })),
-            None,
-        ))
+        Ok(Arc::new(Identity {
+            issuer: issuer.get_ref().clone(),
+            audience: i
+                .audience
+                .as_ref()
+                .map_or_else(|| default_audience.to_string(), |a| a.get_ref().clone()),
+            keys: keys.into(),
+            jwks_path: i.jwks_path.as_ref().map(|p| p.get_ref().clone()),
+        }))
     }
 
     /// `session_key`: one key or a list, newest first; each 32 bytes in base64.

@@ -206,29 +206,8 @@ impl Compiler<'_> {
             Some(v) => at(v, parse_duration(v.get_ref()))?,
             None => DEFAULT_LEEWAY,
         };
-        let refetch_after = match &o.jwks_refetch_after {
-            Some(v) => {
-                let d = at(v, parse_duration(v.get_ref()))?;
-                if d < Duration::from_secs(1) {
-                    return fail(
-                        v.span(),
-                        "jwks_refetch_after must be at least 1s: an unknown kid could make the IdP fetch on every request",
-                    );
-                }
-                d
-            }
-            None => DEFAULT_REFETCH_AFTER,
-        };
-        let algorithms: Box<[Algorithm]> = match &o.algorithms {
-            Some(list) if list.is_empty() => {
-                return fail(raw.span(), "oauth.algorithms is empty: no token could pass");
-            }
-            Some(list) => list
-                .iter()
-                .map(|a| at(a, algorithm(a.get_ref())))
-                .collect::<Result<_, _>>()?,
-            None => DEFAULT_ALGORITHMS.into(),
-        };
+        let refetch_after = refetch_after(o)?;
+        let algorithms = algorithms(raw)?;
         let secret = |v: &S<String>| {
             at(
                 v,
@@ -258,18 +237,7 @@ impl Compiler<'_> {
         for g in &o.grants {
             grants.push(grant(g, profiles)?);
         }
-        let scopes_supported: Box<[String]> = match &o.scopes_supported {
-            Some(list) => list.iter().map(|s| s.get_ref().clone()).collect(),
-            None => {
-                let mut all: Vec<String> = Vec::new();
-                for s in grants.iter().flat_map(|g| g.scopes.iter()) {
-                    if !all.iter().any(|a| **a == **s) {
-                        all.push(s.to_string());
-                    }
-                }
-                all.into()
-            }
-        };
+        let scopes_supported = scopes_supported(o, &grants);
         let mut id = Sha256::new();
         for part in std::iter::once(&issuer).chain(&audiences) {
             id.update(part.as_bytes());
@@ -313,6 +281,55 @@ impl Compiler<'_> {
             grants: grants.into(),
             identity: id.finalize().into(),
         })
+    }
+}
+
+/// How long the verifier waits before fetching the issuer's keys again for a `kid` it does
+/// not know: at least a second, so that unknown kids cannot make it fetch per request.
+fn refetch_after(o: &raw::RawOAuth) -> Result<Duration, Fail> {
+    Ok(match &o.jwks_refetch_after {
+        Some(v) => {
+            let d = at(v, parse_duration(v.get_ref()))?;
+            if d < Duration::from_secs(1) {
+                return fail(
+                    v.span(),
+                    "jwks_refetch_after must be at least 1s: an unknown kid could make the IdP fetch on every request",
+                );
+            }
+            d
+        }
+        None => DEFAULT_REFETCH_AFTER,
+    })
+}
+
+/// The signature algorithms an access token may use.
+fn algorithms(raw: &S<raw::RawOAuth>) -> Result<Box<[Algorithm]>, Fail> {
+    let o = raw.get_ref();
+    Ok(match &o.algorithms {
+        Some(list) if list.is_empty() => {
+            return fail(raw.span(), "oauth.algorithms is empty: no token could pass");
+        }
+        Some(list) => list
+            .iter()
+            .map(|a| at(a, algorithm(a.get_ref())))
+            .collect::<Result<_, _>>()?,
+        None => DEFAULT_ALGORITHMS.into(),
+    })
+}
+
+/// The scopes the resource metadata names: as given, or every grant's, each once.
+fn scopes_supported(o: &raw::RawOAuth, grants: &[Grant]) -> Box<[String]> {
+    match &o.scopes_supported {
+        Some(list) => list.iter().map(|s| s.get_ref().clone()).collect(),
+        None => {
+            let mut all: Vec<String> = Vec::new();
+            for s in grants.iter().flat_map(|g| g.scopes.iter()) {
+                if !all.iter().any(|a| **a == **s) {
+                    all.push(s.to_string());
+                }
+            }
+            all.into()
+        }
     }
 }
 

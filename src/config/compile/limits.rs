@@ -337,24 +337,6 @@ impl Compiler<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_parse() {
-        assert_eq!(parse_rate("20/s", Some(40)).unwrap().burst_size().get(), 40);
-        assert_eq!(
-            parse_rate("10/m", None).unwrap().replenish_interval(),
-            Duration::from_secs(6)
-        );
-        assert_eq!(parse_rate("1000/h", None).unwrap().burst_size().get(), 1000);
-        for bad in ["0/s", "10", "ten/s", "10/d", "10/m/s"] {
-            assert!(parse_rate(bad, None).is_err(), "{bad}");
-        }
-    }
-}
-
 /// One `[limits] rate` rule: its key, what it counts (every request, or `auth_failure`),
 /// its quota and tools, and the signature a reload keeps its state by.
 fn rate_rule(r: &raw::RawRate) -> Result<RateSpec, Fail> {
@@ -419,4 +401,22 @@ fn rate_rule(r: &raw::RawRate) -> Result<RateSpec, Fail> {
         quota,
         rate_text: r.rate.get_ref().clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(parse_rate("20/s", Some(40)).unwrap().burst_size().get(), 40);
+        assert_eq!(
+            parse_rate("10/m", None).unwrap().replenish_interval(),
+            Duration::from_secs(6)
+        );
+        assert_eq!(parse_rate("1000/h", None).unwrap().burst_size().get(), 1000);
+        for bad in ["0/s", "10", "ten/s", "10/d", "10/m/s"] {
+            assert!(parse_rate(bad, None).is_err(), "{bad}");
+        }
+    }
 }

@@ -424,7 +424,7 @@ fn sample_upstream(
 
 /// `mcpgate audit verify`: the chain of a trail checked, line by line.
 fn verify(file: &std::path::Path) -> Result<()> {
-    match mcpgate::observe::audit::verify(&file) {
+    match mcpgate::observe::audit::verify(file) {
         Ok(v) => {
             out(format!(
                 "{}: {} lines, chain intact\n",

@@ -379,7 +379,7 @@ fn check(config: Option<PathBuf>, probe: bool) -> Result<()> {
         snapshot.audit = None;
         let listing = runtime()?.block_on(async {
             let gw = Gateway::new(snapshot, None)?;
-            let listing = mcpgate::pipeline::federation::probe(&gw).await;
+            let listing = mcpgate::pipeline::back::federated::probe(&gw).await;
             gw.close_stdio().await;
             anyhow::Ok(listing)
         })?;

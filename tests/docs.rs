@@ -343,7 +343,7 @@ fn nothing_cites_a_document_outside_the_repository() {
 }
 
 /// docs/architecture.md names every module of `src/`: a file by its path, or a folder's
-/// files by the folder (`pipeline/federation/`) and their names. Test-only files aside.
+/// files by the folder (`pipeline/back/federated/`) and their names. Test-only files aside.
 #[test]
 fn the_architecture_table_names_every_module() {
     let table = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();

@@ -60,7 +60,7 @@ pub async fn review(gw: &Gateway, only: Option<&str>) -> Result<Vec<Review>, Str
     let config = &live.config;
     let mut out = Vec::new();
     for u in chosen(config, only)? {
-        let lists = crate::pipeline::federation::own_lists(gw, u)
+        let lists = crate::pipeline::back::federated::own_lists(gw, u)
             .await
             .map_err(|e| format!("upstream {:?}: {e}", u.name))?;
         let mut listed = Vec::new();

@@ -13,13 +13,11 @@
 pub mod approvals;
 pub mod audit;
 pub mod auth;
-mod back;
-pub mod back_legacy;
+pub mod back;
 pub mod body;
-pub mod federation;
 pub mod finish;
 pub mod forward;
-pub mod front_legacy;
+pub mod front;
 pub mod headers;
 pub mod limits;
 pub mod metadata;
@@ -241,7 +239,7 @@ async fn run<'s>(
     // Boxed, as every path only some requests take: the POST's future then carries no
     // room for a GET stream's or a DELETE's.
     if let Some(fed) = &profile.federation {
-        return Box::pin(federation::without_body(x, fed, ctx)).await;
+        return Box::pin(back::federated::without_body(x, fed, ctx)).await;
     }
     Box::pin(back::without_body(x, body_deadline, want, ctx)).await
 }
@@ -282,7 +280,7 @@ async fn post<'s>(
     match &profile.federation {
         Some(fed) => {
             let dir = gw.directories.of(&profile.name, fed);
-            let says = federation::MemberHints {
+            let says = back::federated::MemberHints {
                 live,
                 fed,
                 dir: &dir,
@@ -290,7 +288,7 @@ async fn post<'s>(
             approvals::find(profile, &says, &payload, ctx)?;
             if ctx.approval.is_some() {
                 // The approval's records name the member, as the call's do.
-                federation::note_member(fed, &dir, &payload, ctx);
+                back::federated::note_member(fed, &dir, &payload, ctx);
             }
         }
         None => approvals::find(profile, &one_upstream(x), &payload, ctx)?,
@@ -322,7 +320,7 @@ async fn dispatch<'s>(
         // Boxed, as are the other paths only some routes take: the future of every
         // request holds room for each path it may take, and is moved whole as it is
         // built; a boxed path costs its routes one allocation, the others nothing.
-        return Box::pin(federation::post(x, fed, bytes, payload, want, ctx)).await;
+        return Box::pin(back::federated::post(x, fed, bytes, payload, want, ctx)).await;
     }
     checked(x, bytes, payload, want, ctx).await
 }
@@ -365,7 +363,7 @@ enum Rest {
     /// Its profile's one upstream, crossed to as `Ready` says.
     One(Box<(back::Ready, limits::Admitted)>),
     /// A federated profile's member.
-    Federated(federation::Held),
+    Federated(back::federated::Held),
 }
 
 impl From<(back::Ready, limits::Admitted)> for Rest {
@@ -374,8 +372,8 @@ impl From<(back::Ready, limits::Admitted)> for Rest {
     }
 }
 
-impl From<federation::Held> for Rest {
-    fn from(held: federation::Held) -> Rest {
+impl From<back::federated::Held> for Rest {
+    fn from(held: back::federated::Held) -> Rest {
         Rest::Federated(held)
     }
 }
@@ -394,7 +392,7 @@ async fn go_on<'s>(
             let (ready, admitted) = *granted;
             back::send(x, ready, bytes, payload, want, admitted, ctx).await
         }
-        Rest::Federated(held) => federation::go_on(x, held, bytes, payload, want, ctx).await,
+        Rest::Federated(held) => back::federated::go_on(x, held, bytes, payload, want, ctx).await,
     }
 }
 

@@ -92,7 +92,7 @@ impl Later {
             req: ClientRequest {
                 method: Method::POST,
                 target: x.req.target.clone(),
-                fields: super::front_legacy::copy_fields(&x.req.fields),
+                fields: super::front::legacy::copy_fields(&x.req.fields),
                 body: ClientBody::Read(bytes.clone()),
             },
             bytes: bytes.clone(),

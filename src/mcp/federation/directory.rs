@@ -2,7 +2,7 @@
 //! each member listed, merged into the names clients see, and the resource URIs and
 //! templates each listed, so that a call or a read finds its member. It is learnt from
 //! every list that passes and, when a client names something not known yet, from
-//! mcpgate's own reads of the lists (`pipeline::federation`); a member's list_changed
+//! mcpgate's own reads of the lists (`pipeline::back::federated`); a member's list_changed
 //! makes it read anew.
 
 use super::{Merged, merge, template};

@@ -30,7 +30,6 @@ mod streams;
 
 pub use own::{own_lists, probe};
 
-use super::{Ctx, Exchange, back, judge, limits, respond};
 use crate::config::Profile;
 use crate::config::federation::{Federation, Member};
 use crate::config::pins::{PinKind, PinMode};
@@ -42,6 +41,7 @@ use crate::mcp::era::Era;
 use crate::mcp::federation::directory::Directory;
 use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
 use crate::mcp::transport::accept::Want;
+use crate::pipeline::{Ctx, Exchange, back, judge, limits, respond};
 use crate::upstream::hints::{Hints, OneUpstream, UpstreamSays};
 use crate::upstream::pins::Standing;
 use bytes::Bytes;
@@ -50,7 +50,7 @@ use http::{Response, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub(super) async fn post<'s>(
+pub(in crate::pipeline) async fn post<'s>(
     x: Exchange<'_, 's>,
     fed: &'s Arc<Federation>,
     bytes: &Bytes,
@@ -65,7 +65,7 @@ pub(super) async fn post<'s>(
         Era::Legacy => legacy::open(live, profile, fed, &req.fields, ctx)?,
         Era::Modern => None,
     };
-    super::audit::note_calls(gw, &payload, ctx);
+    crate::pipeline::audit::note_calls(gw, &payload, ctx);
     let dir = gw.directories.of(&profile.name, fed);
     let at = At {
         fed,
@@ -112,15 +112,21 @@ pub(super) async fn post<'s>(
         dir: (*dir).clone(),
         session,
     };
-    match Box::pin(super::approvals::ask(x, bytes, &payload, want, ctx, held)).await? {
-        super::approvals::Asked::Answered(question) => Ok(*question),
-        super::approvals::Asked::GoOn(held) => go_on(x, held, bytes, payload, want, ctx).await,
+    match Box::pin(crate::pipeline::approvals::ask(
+        x, bytes, &payload, want, ctx, held,
+    ))
+    .await?
+    {
+        crate::pipeline::approvals::Asked::Answered(question) => Ok(*question),
+        crate::pipeline::approvals::Asked::GoOn(held) => {
+            go_on(x, held, bytes, payload, want, ctx).await
+        }
     }
 }
 
 /// What a federated call held for its approval keeps (`pipeline::resume`): its judgment,
 /// the directory its name is routed by, a legacy client's session over the members.
-pub(super) struct Held {
+pub(in crate::pipeline) struct Held {
     admitted: limits::Admitted,
     dir: Arc<Directory>,
     session: Option<legacy::Session>,
@@ -151,7 +157,7 @@ impl<'a, 's> At<'a, 's> {
 }
 
 /// A federated call held for its approval, approved: served by its member.
-pub(super) async fn go_on<'s>(
+pub(in crate::pipeline) async fn go_on<'s>(
     x: Exchange<'_, 's>,
     held: Held,
     bytes: &Bytes,
@@ -369,7 +375,7 @@ impl UpstreamSays for MemberHints<'_> {
 /// Notes in `ctx` the member a call or prompt of `payload` goes to, when the directory
 /// knows its name already, for the records written before it is sent (a refusal, an
 /// approval's steps).
-pub(super) fn note_member<'s>(
+pub(in crate::pipeline) fn note_member<'s>(
     fed: &'s Federation,
     dir: &Directory,
     payload: &Payload<'_>,

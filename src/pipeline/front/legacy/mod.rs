@@ -16,12 +16,9 @@
 mod listen;
 mod questions;
 
-pub(super) use listen::stream;
+pub(in crate::pipeline) use listen::stream;
 use questions::asked;
 
-use super::Ctx;
-use super::forward::{self, Answer};
-use super::respond::{self, Shaping};
 use crate::config::generation::{Era, encode_header};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::{GateError, code};
@@ -33,6 +30,9 @@ use crate::mcp::rounds::{CallerKey, may_ask};
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::relay::{self, error_json};
 use crate::mcp::transport::sse;
+use crate::pipeline::Ctx;
+use crate::pipeline::forward::{self, Answer};
+use crate::pipeline::respond::{self, Shaping};
 use crate::runtime::waits::{Owner, Waits};
 use crate::upstream::encode::Outgoing;
 use bytes::Bytes;
@@ -46,7 +46,7 @@ use wire::fields::{FieldKind, Fields};
 const MAX_ROUNDS: usize = 8;
 
 /// A legacy request on its way to a 2026-07-28 server.
-pub(super) struct Bridge {
+pub(in crate::pipeline) struct Bridge {
     pub session: Session,
     /// Whether the request came in a session (it has an id to digest: [`Bridge::owner`]).
     in_session: bool,
@@ -64,7 +64,7 @@ const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-sess
 /// that does not open as a bridged one, or is another caller's: 404, the signal to
 /// initialize anew. (An `auto` upstream whose era nobody knows yet shows it when it answers
 /// a legacy `initialize`: [`refused_as_legacy`].)
-pub(super) fn open(
+pub(in crate::pipeline) fn open(
     live: &Live,
     profile: &Profile,
     fields: &Fields,
@@ -86,7 +86,7 @@ pub(super) fn open(
         Some(Payload::Single(m)) => Some(m),
         None => None,
     };
-    let caller = super::rounds::caller(ctx);
+    let caller = crate::pipeline::rounds::caller(ctx);
     let sealed = fields.get(FieldKind::McpSessionId);
     let session = match sealed {
         Some(sealed) => state
@@ -110,7 +110,7 @@ pub(super) fn open(
 
 /// Whether a legacy `initialize` may meet a server of 2026-07-28 only: an `auto` HTTP
 /// upstream not known to refuse legacy clients (one that speaks both serves them itself).
-pub(super) fn may_refuse_legacy(live: &Live, upstream: &Upstream) -> bool {
+pub(in crate::pipeline) fn may_refuse_legacy(live: &Live, upstream: &Upstream) -> bool {
     let state = live.upstream(upstream);
     // A stdio child runs each request's generation: its refusal is learnt alike.
     upstream.protocol == Protocol::Auto && state.era(upstream) != Some(Era::Legacy)
@@ -121,7 +121,7 @@ pub(super) fn may_refuse_legacy(live: &Live, upstream: &Upstream) -> bool {
 /// UnsupportedProtocolVersion (-32022) naming 2026-07-28 or later, which marks the endpoint
 /// as of 2026-07-28 only, so the initialize (and its later ones) can be bridged. mcpgate sends such a server nothing the client
 /// did not ask for, as it learns from the answer.
-pub(super) async fn refused_as_legacy(
+pub(in crate::pipeline) async fn refused_as_legacy(
     live: &Live,
     upstream: &Upstream,
     answer: Answer,
@@ -165,9 +165,9 @@ pub(super) async fn refused_as_legacy(
 
 /// The bridge of a legacy `initialize` (JSON-RPC id `id`), once its server showed it
 /// speaks 2026-07-28.
-pub(super) fn initializing(ctx: &Ctx<'_>, id: Option<&str>) -> Bridge {
+pub(in crate::pipeline) fn initializing(ctx: &Ctx<'_>, id: Option<&str>) -> Bridge {
     Bridge {
-        session: Session::sessionless(super::rounds::caller(ctx)),
+        session: Session::sessionless(crate::pipeline::rounds::caller(ctx)),
         in_session: false,
         kind: MessageKind::Request,
         method: Some("initialize".into()),
@@ -178,7 +178,7 @@ pub(super) fn initializing(ctx: &Ctx<'_>, id: Option<&str>) -> Bridge {
 
 /// What the forward stage needs of the request to send it on: the request's own parts,
 /// not its context, which the answer's stages write.
-pub(super) struct Sending<'a> {
+pub(in crate::pipeline) struct Sending<'a> {
     pub live: &'a Arc<Live>,
     pub profile: &'a Arc<Profile>,
     pub shaping: Shaping,
@@ -216,7 +216,7 @@ impl Sending<'_> {
 
     /// The request's own parts as they go upstream, with `method` and `body`; the bridge
     /// of each direction fills in the rest.
-    pub(super) fn outgoing(&self, method: Method, body: Bytes) -> Outgoing<'_> {
+    pub(in crate::pipeline) fn outgoing(&self, method: Method, body: Bytes) -> Outgoing<'_> {
         Outgoing {
             body_deadline: method != Method::GET && !self.shaping.long_lived(),
             method,
@@ -242,7 +242,7 @@ impl Sending<'_> {
 }
 
 /// Serves a bridged POST: answered here, or forwarded as 2026-07-28.
-pub(super) async fn post(
+pub(in crate::pipeline) async fn post(
     gw: &Gateway,
     bridge: Bridge,
     s: Sending<'_>,
@@ -453,7 +453,10 @@ async fn initialize(
 }
 
 /// The one JSON-RPC message answering `id` in an upstream's answer, JSON or SSE.
-pub(super) async fn one_message(answer: Answer, id: &str) -> Result<String, GateError> {
+pub(in crate::pipeline) async fn one_message(
+    answer: Answer,
+    id: &str,
+) -> Result<String, GateError> {
     let (parts, body) = answer.response.into_parts();
     if parts.status != StatusCode::OK {
         return Err(GateError::UpstreamBadResponse(format!(
@@ -478,7 +481,7 @@ pub(super) async fn one_message(answer: Answer, id: &str) -> Result<String, Gate
 }
 
 /// The client's header fields, owned, for the retries of a call.
-pub(super) fn copy_fields(fields: &Fields) -> Fields {
+pub(in crate::pipeline) fn copy_fields(fields: &Fields) -> Fields {
     let mut map = HeaderMap::new();
     for (_, name, value) in fields.iter() {
         if let (Ok(n), Ok(v)) = (
@@ -556,7 +559,7 @@ impl Parts {
 
 /// A bridged DELETE: the server holds no session, so there is nothing to end upstream;
 /// what mcpgate kept of it is forgotten (its GET stream ends).
-pub(super) fn delete(
+pub(in crate::pipeline) fn delete(
     gw: &Gateway,
     bridge: &Bridge,
     fields: &Fields,

@@ -20,10 +20,6 @@
 mod held;
 mod listen;
 
-use super::Ctx;
-use super::forward::{self, Answer};
-use super::front_legacy::{Sending, copy_fields, one_message};
-use super::respond;
 use crate::config::generation::{Era, MODERN};
 use crate::config::{Profile, Protocol, Upstream};
 use crate::error::GateError;
@@ -34,6 +30,10 @@ use crate::mcp::rounds::may_ask;
 use crate::mcp::to_legacy::{self as msg, ClientMeta, Completes, Listen, LogFloor, ServerRequest};
 use crate::mcp::transport::accept::Want;
 use crate::mcp::transport::sse;
+use crate::pipeline::Ctx;
+use crate::pipeline::forward::{self, Answer};
+use crate::pipeline::front::legacy::{Sending, copy_fields, one_message};
+use crate::pipeline::respond;
 use crate::upstream::bridged::{Key, Opened, Sessions};
 use crate::upstream::encode::{InSession, Outgoing};
 use crate::upstream::registry::UpstreamState;
@@ -49,7 +49,7 @@ use wire::fields::Fields;
 const INPUT: &str = "input";
 
 /// A 2026-07-28 request on its way to a legacy server.
-pub(super) struct ToLegacy {
+pub(in crate::pipeline) struct ToLegacy {
     key: Key,
     meta: ClientMeta,
     kind: MessageKind,
@@ -63,7 +63,7 @@ pub(super) struct ToLegacy {
 /// knows yet (`auto`): the request goes as it came, and if the server refuses it, a
 /// `server/discover` shows whether it is legacy (mcpgate sends a server nothing before it
 /// has refused a client's request).
-pub(super) enum Bridging {
+pub(in crate::pipeline) enum Bridging {
     No,
     Now(ToLegacy),
     /// The request's kind, to make it a [`ToLegacy`] ([`ToLegacy::of`]) only if it is
@@ -71,7 +71,7 @@ pub(super) enum Bridging {
     IfRefused(MessageKind),
 }
 
-pub(super) fn open(
+pub(in crate::pipeline) fn open(
     live: &Live,
     profile: &Profile,
     payload: &Payload<'_>,
@@ -114,7 +114,7 @@ fn legacy_only(state: &UpstreamState, upstream: &Upstream) -> bool {
 /// 2026-07-28 client's does, but one that is not 2026-07-28, to an upstream the bridge
 /// serves: refused as a 2026-07-28 server refuses a revision it does not implement (400,
 /// UnsupportedProtocolVersionError naming 2026-07-28), not sent into a session.
-pub(super) fn check_revision(
+pub(in crate::pipeline) fn check_revision(
     live: &Live,
     profile: &Profile,
     payload: &Payload<'_>,
@@ -147,7 +147,7 @@ impl ToLegacy {
     /// The single message of `kind` whose `params._meta` is `meta` and whose method and id
     /// `ctx` noted. A revision other than 2026-07-28 is refused as a 2026-07-28 server
     /// refuses one it does not implement (400, UnsupportedProtocolVersionError).
-    pub(super) fn of(
+    pub(in crate::pipeline) fn of(
         kind: MessageKind,
         meta: Option<&str>,
         ctx: &Ctx<'_>,
@@ -160,7 +160,7 @@ impl ToLegacy {
             });
         }
         let mut key = [0u8; 32];
-        key[..16].copy_from_slice(&super::rounds::caller(ctx));
+        key[..16].copy_from_slice(&crate::pipeline::rounds::caller(ctx));
         key[16..].copy_from_slice(&meta.digest());
         Ok(ToLegacy {
             key,
@@ -179,7 +179,11 @@ impl ToLegacy {
 /// After an `auto` upstream of unknown era refused a modern request (a 4xx): whether the
 /// endpoint that refused it speaks only the legacy protocol, as its answer to a
 /// `server/discover` shows (which also settles its era for the next requests).
-pub(super) async fn refused_as_modern(live: &Live, upstream: &Upstream, answer: &Answer) -> bool {
+pub(in crate::pipeline) async fn refused_as_modern(
+    live: &Live,
+    upstream: &Upstream,
+    answer: &Answer,
+) -> bool {
     if !answer.response.status().is_client_error() {
         return false;
     }
@@ -420,7 +424,7 @@ async fn send(
 }
 
 /// Serves a bridged POST.
-pub(super) async fn post(
+pub(in crate::pipeline) async fn post(
     gw: &Gateway,
     b: ToLegacy,
     mut s: Sending<'_>,

@@ -1,8 +1,8 @@
 //! The back for one upstream: what a request the stages let through becomes on its way to
 //! one profile's upstream (HTTP or stdio), and its answer on the way back. The generations
-//! meet here: a legacy client's request to a 2026-07-28 server goes over `front_legacy`
+//! meet here: a legacy client's request to a 2026-07-28 server goes over `front::legacy`
 //! (mcpgate is the legacy server its client expects), a 2026-07-28 client's to a legacy
-//! server over `back_legacy` (mcpgate is the legacy client that server expects), and an
+//! server over `back::legacy` (mcpgate is the legacy client that server expects), and an
 //! upstream nobody has
 //! probed yet is tried as the client speaks and bridged if it refuses.
 //!
@@ -10,7 +10,10 @@
 //! turns and sends for the member's profile): it never calls a stage or the entry of the
 //! path, so what it sends was judged once, under the names the client sees.
 
-use super::{Ctx, Exchange, audit, back_legacy, forward, front_legacy, limits, respond, rounds};
+use super::{Ctx, Exchange, audit, forward, front, limits, respond, rounds};
+
+pub mod federated;
+pub mod legacy;
 use crate::config::generation::encode_header;
 use crate::error::GateError;
 use crate::http::body::GateBody;
@@ -28,9 +31,9 @@ use wire::fields::FieldKind;
 /// generation needs, and the round or task a 2026-07-28 retry continues.
 pub(super) struct Ready {
     /// A legacy client's request to a 2026-07-28 server.
-    bridged: Option<Box<front_legacy::Bridge>>,
+    bridged: Option<Box<front::legacy::Bridge>>,
     /// A 2026-07-28 client's request to a legacy server.
-    to_legacy: Option<Box<back_legacy::ToLegacy>>,
+    to_legacy: Option<Box<legacy::ToLegacy>>,
     /// A 2026-07-28 request to an upstream of unknown generation: bridged if it refuses.
     maybe_legacy: Option<jsonrpc::MessageKind>,
     /// A legacy `initialize` to an upstream nobody has probed: bridged if it refuses.
@@ -58,21 +61,21 @@ impl Ready {
         };
         match ctx.era {
             Era::Legacy => {
-                back_legacy::check_revision(live, profile, payload, &x.req.fields)?;
+                legacy::check_revision(live, profile, payload, &x.req.fields)?;
                 ready.bridged =
-                    front_legacy::open(live, profile, &x.req.fields, Some(payload), ctx)?
+                    front::legacy::open(live, profile, &x.req.fields, Some(payload), ctx)?
                         .map(Box::new);
                 // A legacy initialize to a server nobody has probed: its answer may show it
                 // speaks only 2026-07-28, and the initialize is then bridged.
                 ready.may_refuse = ready.bridged.is_none()
                     && matches!(payload, Payload::Single(m) if m.method() == Some("initialize"))
-                    && front_legacy::may_refuse_legacy(live, &profile.upstream);
+                    && front::legacy::may_refuse_legacy(live, &profile.upstream);
             }
             // A 2026-07-28 request to a server of the legacy protocol only (docs/protocol.md).
-            Era::Modern => match back_legacy::open(live, profile, payload, ctx)? {
-                back_legacy::Bridging::Now(b) => ready.to_legacy = Some(Box::new(b)),
-                back_legacy::Bridging::IfRefused(b) => ready.maybe_legacy = Some(b),
-                back_legacy::Bridging::No => {}
+            Era::Modern => match legacy::open(live, profile, payload, ctx)? {
+                legacy::Bridging::Now(b) => ready.to_legacy = Some(Box::new(b)),
+                legacy::Bridging::IfRefused(b) => ready.maybe_legacy = Some(b),
+                legacy::Bridging::No => {}
             },
         }
         Ok(ready)
@@ -165,11 +168,11 @@ pub(super) async fn send<'s>(
         let timeout = admitted.timeout;
         if let Some(bridged) = ready.bridged {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return Box::pin(front_legacy::post(x.gw, *bridged, sending, ctx)).await;
+            return Box::pin(front::legacy::post(x.gw, *bridged, sending, ctx)).await;
         }
         if let Some(down) = ready.to_legacy {
             let sending = sending(x, ctx, shaping, bytes, timeout);
-            return Box::pin(back_legacy::post(x.gw, *down, sending, ctx)).await;
+            return Box::pin(legacy::post(x.gw, *down, sending, ctx)).await;
         }
         let direct = Direct {
             body: bytes,
@@ -228,7 +231,7 @@ impl Direct {
         }
         let answer = forward::send(live, upstream, out).await?;
         if let (Some(down), Some((body, timeout))) = (self.maybe_legacy, &again)
-            && back_legacy::refused_as_modern(live, upstream, &answer).await
+            && legacy::refused_as_modern(live, upstream, &answer).await
         {
             drop(answer);
             // Read again: the request is bridged after all.
@@ -237,20 +240,20 @@ impl Direct {
                 Payload::Single(m) => m.meta,
                 Payload::Batch(_) => None,
             };
-            let down = back_legacy::ToLegacy::of(down, meta, ctx)?;
+            let down = legacy::ToLegacy::of(down, meta, ctx)?;
             let sending = sending(x, ctx, shaping, body.clone(), *timeout);
-            return Box::pin(back_legacy::post(x.gw, down, sending, ctx)).await;
+            return Box::pin(legacy::post(x.gw, down, sending, ctx)).await;
         }
         let answer = match again.filter(|_| self.may_refuse) {
             None => answer,
             Some((body, timeout)) => {
-                match front_legacy::refused_as_legacy(live, upstream, answer).await? {
+                match front::legacy::refused_as_legacy(live, upstream, answer).await? {
                     Some(answer) => answer,
                     None => {
                         let id = ctx.rpc_id.as_deref().map(|i| i.get().to_string());
-                        let bridged = front_legacy::initializing(ctx, id.as_deref());
+                        let bridged = front::legacy::initializing(ctx, id.as_deref());
                         let sending = sending(x, ctx, shaping, body, timeout);
-                        return Box::pin(front_legacy::post(x.gw, bridged, sending, ctx)).await;
+                        return Box::pin(front::legacy::post(x.gw, bridged, sending, ctx)).await;
                     }
                 }
             }
@@ -317,15 +320,15 @@ pub(super) async fn without_body<'s>(
 ) -> Result<Response<GateBody>, GateError> {
     let (live, profile, req) = (x.live, x.profile, x.req);
     let upstream = &profile.upstream;
-    if let Some(bridged) = front_legacy::open(live, profile, &req.fields, None, ctx)? {
+    if let Some(bridged) = front::legacy::open(live, profile, &req.fields, None, ctx)? {
         // A legacy client of a 2026-07-28 server (docs/protocol.md, the bridge).
         if req.method == Method::DELETE {
-            return Ok(front_legacy::delete(x.gw, &bridged, &req.fields, ctx));
+            return Ok(front::legacy::delete(x.gw, &bridged, &req.fields, ctx));
         }
         let mut shaping = respond::Shaping::plain(Want::Sse, live, upstream, ctx.token);
         shaping.notices = Some(profile.name.clone());
         let sending = sending(x, ctx, shaping, Bytes::new(), upstream.timeout);
-        return Box::pin(front_legacy::stream(x.gw, bridged, sending, ctx)).await;
+        return Box::pin(front::legacy::stream(x.gw, bridged, sending, ctx)).await;
     }
     let mut out = outgoing(x, ctx, Bytes::new(), upstream.timeout, body_deadline);
     out.who = who(ctx, upstream);
@@ -382,8 +385,8 @@ fn sending<'a, 's: 'a>(
     shaping: respond::Shaping,
     body: Bytes,
     timeout: Duration,
-) -> front_legacy::Sending<'a> {
-    front_legacy::Sending {
+) -> front::legacy::Sending<'a> {
+    front::legacy::Sending {
         live: x.live,
         profile: x.profile,
         shaping,

@@ -61,7 +61,7 @@ pub(super) fn open(
     let sealer = &live.upstream(&fed.members[0].profile.upstream).fed_sealer;
     let (_, inner) = sealer.open(sealed).ok_or(GateError::SessionNotFound)?;
     let client = unseal(&inner, &profile.name)
-        .filter(|c| c.caller == super::super::rounds::caller(ctx))
+        .filter(|c| c.caller == crate::pipeline::rounds::caller(ctx))
         .ok_or(GateError::SessionNotFound)?;
     Ok(Some(Session {
         key: Sha256::digest(sealed).into(),
@@ -127,7 +127,7 @@ impl<'s> Fan<'_, 's> {
             .map_err(|e| GateError::Parse(format!("the request cannot be read again: {e}")))?;
         let params = v.get("params").map(Value::to_string);
         let client =
-            bridge::Session::of_initialize(params.as_deref(), super::super::rounds::caller(ctx))
+            bridge::Session::of_initialize(params.as_deref(), crate::pipeline::rounds::caller(ctx))
                 .map_err(GateError::InvalidRequest)?;
         let sealer = &self
             .live

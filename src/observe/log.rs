@@ -307,10 +307,9 @@ fn format_request_line(out: &mut String, f: &RequestLine<'_>, now: std::time::Sy
     // In the order the event lists them; each `,"key":` is written as one piece.
     out.push_str(",\"method\":");
     push_str(out, f.method);
-    {
-        use std::fmt::Write as _;
-        let _ = write!(out, ",\"client\":\"{}\"", f.client);
-    }
+    out.push_str(",\"client\":\"");
+    wire::json::text::push_ip(out, f.client);
+    out.push('"');
     let text = [
         (",\"route\":", f.route),
         (",\"profile\":", f.profile),

@@ -221,7 +221,7 @@ pub(super) fn write_line(out: &mut String, record: &Record) -> usize {
         out.push(',');
     }
     out.push_str("\"client\":\"");
-    push_ip(out, b.client);
+    wire::json::text::push_ip(out, b.client);
     out.push('"');
     if let Some(c) = &b.caller {
         key(out, "client_id");
@@ -332,24 +332,6 @@ fn optional_str(out: &mut String, v: Option<&str>) {
     match v {
         Some(v) => wire::json::text::push_str(out, v),
         None => out.push_str("null"),
-    }
-}
-
-/// An address as text: an IPv4 one by its octets, without the formatting machinery.
-fn push_ip(out: &mut String, ip: std::net::IpAddr) {
-    use std::fmt::Write as _;
-    match ip {
-        std::net::IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push('.');
-                }
-                wire::json::text::push_u64(out, octet.into());
-            }
-        }
-        v6 => {
-            let _ = write!(out, "{v6}");
-        }
     }
 }
 

@@ -169,6 +169,26 @@ pub fn push_u64(out: &mut String, value: u64) {
     out.push_str(itoa::Buffer::new().format(value));
 }
 
+/// Appends an address as `IpAddr`'s `Display` writes it: an IPv4 one by its octets,
+/// without the formatting machinery (about a thousand instructions a call less); an IPv6
+/// one through it.
+pub fn push_ip(out: &mut String, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(itoa::Buffer::new().format(octet));
+            }
+        }
+        v6 => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
 pub fn push_i64(out: &mut String, value: i64) {
     out.push_str(itoa::Buffer::new().format(value));
 }
@@ -255,6 +275,24 @@ pub fn push_compact(out: &mut String, json: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for text in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.3.45",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: std::net::IpAddr = text.parse().unwrap();
+            let mut out = String::new();
+            super::push_ip(&mut out, ip);
+            assert_eq!(out, ip.to_string());
+        }
+    }
+
     use super::*;
 
     /// One byte to escape at each place of strings of every length up to three words,

@@ -150,10 +150,8 @@ pub struct Gateway {
     sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
     /// The tasks that read what upstreams say of their tools, for annotation rules.
     hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
-    /// The tasks that record and tell the changes of pinned upstreams (docs/pinning.md).
-    pin_watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
-    /// `mcpgate_pin_unapproved`, which the pins room registers and sets.
-    pin_series: pins::Series,
+    /// Pinning's tasks and series (docs/pinning.md).
+    pinning: pins::Pinning,
     /// Itself, for the tasks it starts.
     me: std::sync::Weak<Gateway>,
     started: SystemTime,
@@ -180,7 +178,7 @@ impl Gateway {
         let directories =
             crate::mcp::federation::directory::Directories::registered(metrics.registry());
         let audit_dropped = Audit::register(metrics.registry());
-        let pin_series = pins::Series::registered(metrics.registry());
+        let pinning = pins::Pinning::registered(metrics.registry());
         let approvals = Arc::new(crate::runtime::approvals::Approvals::registered(
             metrics.registry(),
         ));
@@ -214,8 +212,10 @@ impl Gateway {
             .map(|t| crate::observe::trace::Tracer::start(t, spans));
         let live = Arc::new(live);
         Ok(Arc::new_cyclic(|me| Gateway {
-            pin_watches: std::sync::Mutex::new(pins::watch(me, &live)),
-            pin_series,
+            pinning: {
+                pinning.watch(me, &live);
+                pinning
+            },
             me: me.clone(),
             live: ArcSwap::new(live),
             pools,
@@ -247,13 +247,7 @@ impl Gateway {
     /// The tasks of the configuration now in force that watch pinned upstreams; after a
     /// reload from `old`, the clients hear of the approvals that changed what they see.
     fn rewatch_pins(&self, old: &Live, next: &Arc<Live>) {
-        let watches = pins::watch(&self.me, next);
-        for gone in std::mem::replace(
-            &mut *self.pin_watches.lock().unwrap_or_else(|p| p.into_inner()),
-            watches,
-        ) {
-            gone.abort();
-        }
+        self.pinning.watch(&self.me, next);
         for u in next.config.upstreams.values() {
             self.count_pins(next, &u.name);
             let was = old.config.upstreams.get(&*u.name).map(|o| o.pin);

@@ -13,9 +13,35 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::{Arc, Weak};
 
+/// Pinning's room in the gateway: the tasks that watch the pinned upstreams of the
+/// configuration in force, and the series they set.
+pub(super) struct Pinning {
+    watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    series: Series,
+}
+
+impl Pinning {
+    /// Its series registered; no watches until [`Pinning::watch`].
+    pub(super) fn registered(registry: &mut prometheus_client::registry::Registry) -> Pinning {
+        Pinning {
+            watches: std::sync::Mutex::default(),
+            series: Series::registered(registry),
+        }
+    }
+
+    /// Watches the pinned upstreams of `live` instead of those watched before.
+    pub(super) fn watch(&self, gw: &Weak<Gateway>, live: &Arc<Live>) {
+        let watches = watch(gw, live);
+        let mut held = self.watches.lock().unwrap_or_else(|p| p.into_inner());
+        for gone in std::mem::replace(&mut *held, watches) {
+            gone.abort();
+        }
+    }
+}
+
 /// `mcpgate_pin_unapproved`: per pinned upstream, its tools and prompts whose definitions
 /// are not approved, each 1 while it is so.
-pub(super) struct Series(Family<PinLabels, Gauge>);
+struct Series(Family<PinLabels, Gauge>);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PinLabels {
@@ -25,7 +51,7 @@ struct PinLabels {
 }
 
 impl Series {
-    pub(super) fn registered(registry: &mut prometheus_client::registry::Registry) -> Series {
+    fn registered(registry: &mut prometheus_client::registry::Registry) -> Series {
         let family = Family::default();
         registry.register(
             "pin_unapproved",
@@ -60,7 +86,7 @@ impl Series {
 
 /// One task per pinned upstream: each change its store reports is recorded and told.
 /// Replaced on every reload.
-pub(super) fn watch(gw: &Weak<Gateway>, live: &Arc<Live>) -> Vec<tokio::task::AbortHandle> {
+fn watch(gw: &Weak<Gateway>, live: &Arc<Live>) -> Vec<tokio::task::AbortHandle> {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return Vec::new();
     };
@@ -136,7 +162,7 @@ impl Gateway {
             };
             list.push((kind.name(), &**name));
         }
-        self.pin_series.set(upstream, &unapproved, &approved);
+        self.pinning.series.set(upstream, &unapproved, &approved);
     }
 
     /// Tells the clients of every profile showing `upstream` that its `kinds` lists

@@ -147,9 +147,9 @@ pub struct Gateway {
     draining: AtomicBool,
     reload_lock: tokio::sync::Mutex<()>,
     /// The task that tells GET streams when a deprecated tool's sunset passes.
-    sunsets: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    sunsets: Tasks,
     /// The tasks that read what upstreams say of their tools, for annotation rules.
-    hint_fetches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    hint_fetches: Tasks,
     /// Pinning's tasks and series (docs/pinning.md).
     pinning: pins::Pinning,
     /// Itself, for the tasks it starts.
@@ -236,8 +236,8 @@ impl Gateway {
             audit_writer: std::sync::Mutex::new(audit_writer),
             draining: AtomicBool::new(false),
             reload_lock: tokio::sync::Mutex::new(()),
-            sunsets: std::sync::Mutex::new(sunsets),
-            hint_fetches: std::sync::Mutex::new(hint_fetches),
+            sunsets: Tasks::of(sunsets),
+            hint_fetches: Tasks::of(hint_fetches),
             started: SystemTime::now(),
             last_reload: std::sync::Mutex::new(None),
             tracer,
@@ -380,20 +380,9 @@ impl Gateway {
             tracing::debug!(%profile, method, streams = told, "list change sent");
         }
         self.rewatch_pins(&current, &next);
-        let fetches = fetch_hints(&next);
-        for old in std::mem::replace(
-            &mut *self.hint_fetches.lock().unwrap_or_else(|p| p.into_inner()),
-            fetches,
-        ) {
-            old.abort();
-        }
-        let watcher = watch_sunsets(&next.config, &self.streams);
-        if let Some(old) = std::mem::replace(
-            &mut *self.sunsets.lock().unwrap_or_else(|p| p.into_inner()),
-            watcher,
-        ) {
-            old.abort();
-        }
+        self.hint_fetches.replace(fetch_hints(&next));
+        self.sunsets
+            .replace(watch_sunsets(&next.config, &self.streams));
         // Streams of tokens that are gone or expired end now, and so does every call held
         // for such a caller's answer: an approval, a question, a retry (docs/operations.md).
         let now = SystemTime::now();
@@ -415,6 +404,25 @@ fn fetch_hints(live: &Live) -> Vec<tokio::task::AbortHandle> {
         let state = live.upstream(u);
         (&state.endpoints[..], &state.hints, &state.pins)
     })
+}
+
+/// Tasks that serve the configuration in force: replaced, the old ones aborted, when a
+/// reload brings another.
+#[derive(Default)]
+struct Tasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);
+
+impl Tasks {
+    fn of(tasks: impl IntoIterator<Item = tokio::task::AbortHandle>) -> Tasks {
+        Tasks(std::sync::Mutex::new(tasks.into_iter().collect()))
+    }
+
+    fn replace(&self, tasks: impl IntoIterator<Item = tokio::task::AbortHandle>) {
+        let next = tasks.into_iter().collect();
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for gone in std::mem::replace(&mut *held, next) {
+            gone.abort();
+        }
+    }
 }
 
 /// The families the gateway's components count into, each registered by its component.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Weak};
 /// Pinning's room in the gateway: the tasks that watch the pinned upstreams of the
 /// configuration in force, and the series they set.
 pub(super) struct Pinning {
-    watches: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    watches: super::Tasks,
     series: Series,
 }
 
@@ -24,18 +24,14 @@ impl Pinning {
     /// Its series registered; no watches until [`Pinning::watch`].
     pub(super) fn registered(registry: &mut prometheus_client::registry::Registry) -> Pinning {
         Pinning {
-            watches: std::sync::Mutex::default(),
+            watches: super::Tasks::default(),
             series: Series::registered(registry),
         }
     }
 
     /// Watches the pinned upstreams of `live` instead of those watched before.
     pub(super) fn watch(&self, gw: &Weak<Gateway>, live: &Arc<Live>) {
-        let watches = watch(gw, live);
-        let mut held = self.watches.lock().unwrap_or_else(|p| p.into_inner());
-        for gone in std::mem::replace(&mut *held, watches) {
-            gone.abort();
-        }
+        self.watches.replace(watch(gw, live));
     }
 }
 

@@ -121,15 +121,6 @@ pub async fn handle(
     peer: Peer,
     req: ClientRequest,
 ) -> Response<GateBody> {
-    serve(gw, listener, peer, req).await
-}
-
-async fn serve(
-    gw: &Gateway,
-    listener: usize,
-    peer: Peer,
-    req: ClientRequest,
-) -> Response<GateBody> {
     let started = Instant::now();
     let live = gw.live_here();
     // Behind a trusted proxy, the client is whom it names (docs/configuration.md); the
@@ -266,7 +257,7 @@ async fn post<'s>(
         req: &req,
     };
     if profile.approvals.is_empty() {
-        return dispatch(x, &bytes, payload, want, ctx).await;
+        return checked(x, &bytes, payload, want, ctx).await;
     }
     // Approvals (docs/approvals.md): a legacy client's answer to mcpgate's question; the rule that
     // holds the call; a 2026-07-28 retry's approval, opened.
@@ -298,9 +289,9 @@ async fn post<'s>(
         Some(stripped) => {
             drop(payload);
             let payload = jsonrpc::parse(&stripped)?;
-            dispatch(x, &stripped, payload, want, ctx).await
+            checked(x, &stripped, payload, want, ctx).await
         }
-        None => dispatch(x, &bytes, payload, want, ctx).await,
+        None => checked(x, &bytes, payload, want, ctx).await,
     };
     if remember && let Ok(r) = &answer {
         approvals::note_session(gw, r, ctx);
@@ -308,8 +299,11 @@ async fn post<'s>(
     answer
 }
 
-/// A POST, read and checked, to its profile's upstream or federation.
-async fn dispatch<'s>(
+/// The rest of a POST once its payload is read and its headers checked: to a federated
+/// profile's back, or, for one upstream, the generations' edges opened, the calls noted
+/// for the audit trail, a retry's round opened, policy and limits, the person asked, then
+/// the back.
+async fn checked<'s>(
     x: Exchange<'_, 's>,
     bytes: &Bytes,
     payload: Payload<'_>,
@@ -322,19 +316,6 @@ async fn dispatch<'s>(
         // built; a boxed path costs its routes one allocation, the others nothing.
         return Box::pin(back::federated::post(x, fed, bytes, payload, want, ctx)).await;
     }
-    checked(x, bytes, payload, want, ctx).await
-}
-
-/// The rest of a POST to one upstream once its payload is read and its headers checked:
-/// the generations' edges opened, the calls noted for the audit trail, a retry's round
-/// opened, policy and limits, the person asked, then the back.
-async fn checked<'s>(
-    x: Exchange<'_, 's>,
-    bytes: &Bytes,
-    payload: Payload<'_>,
-    want: Want,
-    ctx: &mut Ctx<'s>,
-) -> Result<Response<GateBody>, GateError> {
     let mut ready = back::Ready::open(x, &payload, ctx)?;
     audit::note_calls(x.gw, &payload, ctx);
     ready.turn(x, &payload, ctx)?;

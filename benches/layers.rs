@@ -257,6 +257,32 @@ impl Service<Request> for Back {
     }
 }
 
+/// One request in `form` ("tower": through `stack`, owning its request; else the plain
+/// form, borrowing it).
+fn once<S>(
+    rt: &tokio::runtime::Runtime,
+    form: &str,
+    stack: &S,
+    live: &Arc<Live>,
+    r: &Arc<Route>,
+    bytes: &Bytes,
+) -> Answer
+where
+    S: Service<Request, Response = Answer, Error = Refused> + Clone,
+{
+    if form == "tower" {
+        let req = Request {
+            live: live.clone(),
+            route: r.clone(),
+            body: bytes.clone(),
+            ctx: Ctx::default(),
+        };
+        return rt.block_on(stack.clone().oneshot(req)).unwrap();
+    }
+    let mut ctx = Ctx::default();
+    rt.block_on(plain(live, r, bytes, &mut ctx)).unwrap()
+}
+
 fn main() {
     let live = Arc::new(Live {
         tokens: (0..10).map(|i| [i as u8; 32]).collect(),
@@ -283,19 +309,8 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let tower_once = || {
-        let req = Request {
-            live: live.clone(),
-            route: r.clone(),
-            body: bytes.clone(),
-            ctx: Ctx::default(),
-        };
-        rt.block_on(stack.clone().oneshot(req)).unwrap()
-    };
-    let plain_once = || {
-        let mut ctx = Ctx::default();
-        rt.block_on(plain(&live, &r, &bytes, &mut ctx)).unwrap()
-    };
+    let tower_once = || once(&rt, "tower", &stack, &live, &r, &bytes);
+    let plain_once = || once(&rt, "plain", &stack, &live, &r, &bytes);
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; a form and a count run that form alone.
     let form = args.iter().find(|a| *a == "tower" || *a == "plain");
@@ -325,21 +340,7 @@ fn main() {
                             .unwrap();
                         let mut sum = 0;
                         for _ in 0..1_000_000 {
-                            sum += match form {
-                                "tower" => {
-                                    let req = Request {
-                                        live: live.clone(),
-                                        route: r.clone(),
-                                        body: bytes.clone(),
-                                        ctx: Ctx::default(),
-                                    };
-                                    rt.block_on(stack.clone().oneshot(req)).unwrap()
-                                }
-                                _ => {
-                                    let mut ctx = Ctx::default();
-                                    rt.block_on(plain(live, r, bytes, &mut ctx)).unwrap()
-                                }
-                            };
+                            sum += once(&rt, form, stack, live, r, bytes);
                         }
                         black_box(sum);
                     });

@@ -13,8 +13,9 @@
 # With MODE=instructions, each binary runs under valgrind (callgrind) instead, once for 500
 # and once for 2,500 requests sent one after another on one connection; the difference
 # over 2,000 is its instructions per request (startup and the idle tasks cancel out).
-# Steady to about one percent from run to run, where CPU time on this shared
-# machine moves by several percent (docs/benchmarks.md). For the list, 100 and 500.
+# Steadier than CPU time on this shared machine, but one binary's count still moved by
+# up to 9 % between runs (docs/benchmarks.md, issue 62's second round): compare several
+# runs, not one. For the list, 100 and 500.
 # Steadier in a private network namespace (docs/benchmarks.md). KEEP=DIR keeps each
 # callgrind profile there (A-call-2500.out, …) for callgrind_annotate.
 import os, subprocess, sys, time, re, statistics, socket, tempfile

@@ -534,6 +534,7 @@ async fn a_legacy_clients_approved_call_goes_on_as_it_was_judged() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, port, ran_file) = notes_server(dir.path());
     let audit = dir.path().join("audit.jsonl");
+    let collector = support::Collector::start(Some(Duration::ZERO)).await;
     let gw = Gateway::start(&format!(
         r#"
 [[listen]]
@@ -561,7 +562,12 @@ tools = ["delete_*"]
 
 [audit]
 path = {audit:?}
-"#
+
+[telemetry]
+otlp = "http://{otlp}"
+sampling = 1.0
+"#,
+        otlp = collector.addr,
     ));
     let url = gw.url("/mcp");
     let out = client(
@@ -607,6 +613,26 @@ path = {audit:?}
     let asked = of_a.iter().find(|r| r["decision"] == "asked").unwrap();
     let allowed = of_a.iter().find(|r| r["decision"] == "allow").unwrap();
     assert_eq!(asked["request_id"], allowed["request_id"], "{steps:?}");
+
+    // The request that asked and the approved call going on are two spans, each with an
+    // id of its own.
+    let calls = support::eventually(Duration::from_secs(10), "both spans", || async {
+        let spans = collector.spans.lock().unwrap().clone();
+        let calls: Vec<_> = spans
+            .into_iter()
+            .filter(|s| {
+                s.attributes.iter().any(|a| {
+                    a.key == "gen_ai.tool.name" && format!("{:?}", a.value).contains("delete_note")
+                })
+            })
+            .collect();
+        (calls.len() >= 3).then_some(calls)
+    })
+    .await;
+    let mut ids: Vec<&Vec<u8>> = calls.iter().map(|s| &s.span_id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), calls.len(), "a span id used twice: {calls:?}");
 }
 
 /// `approver = "admin"`: the call waits, listed on the status page, until an operator

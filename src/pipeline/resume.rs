@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{Method, Response};
 use std::sync::Arc;
 use std::time::Instant;
+use wire::fields::FieldKind;
 
 /// What a request's context borrows from its snapshot, owned.
 struct Names {
@@ -75,7 +76,8 @@ impl Later {
             started: ctx.started,
             audit_base: ctx.audit_base.clone(),
             access: ctx.access.clone(),
-            trace: ctx.trace.clone(),
+            // A span of its own when it goes on (`go_on`), not the asking request's again.
+            trace: None,
             era: ctx.era,
             first_request: ctx.first_request.clone(),
             member: None,
@@ -125,6 +127,10 @@ impl Later {
             member: names.member.as_deref(),
             approved: Some(by.into()),
             started: Instant::now(),
+            trace: gw
+                .tracer
+                .as_ref()
+                .map(|t| Box::new(t.begin(req.fields.all(FieldKind::Traceparent)))),
             ..ctx
         };
         let x = Exchange {

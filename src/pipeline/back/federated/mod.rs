@@ -441,23 +441,18 @@ pub(in crate::pipeline) async fn without_body<'s>(
     fed: &'s Arc<Federation>,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    let (gw, live, profile, peer, req) = (x.gw, x.live, x.profile, x.peer, x.req);
+    let (gw, live, profile, req) = (x.gw, x.live, x.profile, x.req);
     // A 2026-07-28 client has no stream of its own, nor a session to end.
     let Some(session) = legacy::open(live, profile, fed, &req.fields, ctx)? else {
         return Err(GateError::MethodNotAllowed);
     };
     let dir = gw.directories.of(&profile.name, fed);
-    let fan = Fan {
-        gw,
-        live,
-        profile,
+    let at = At {
         fed,
         dir: &dir,
-        peer,
-        req,
-        meta: None,
         session: Some(&session),
     };
+    let fan = at.fan(x, None);
     match req.method == http::Method::DELETE {
         true => Ok(fan.end(&session, ctx).await),
         false => fan.stream(&session, ctx).await,

@@ -587,7 +587,14 @@ sampling = 1.0
     )
     .await;
     assert_eq!(out["asked"], json!([]), "refused before asking: {out}");
-    assert!(out["calls"][0]["error"].is_number(), "{out}");
+    // Refused by the limit, before anyone is asked: 429 with -32005, as the SDK reports it.
+    assert_eq!(out["calls"][0]["error"], 429, "{out}");
+    assert!(
+        out["calls"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("-32005")),
+        "{out}"
+    );
     assert_eq!(ran(&ran_file), ["delete_note a.md"]);
 
     let all = support::eventually(Duration::from_secs(5), "the call's record", || async {

@@ -18,8 +18,8 @@ pub mod units;
 pub mod watch;
 
 pub use compile::{
-    Address, Auth, Balance, ConfigError, Endpoint, HealthCheck, IDENTITY_FILE_VAR,
-    IDENTITY_TOKEN_VAR, Listener, LogFormat, LogSettings, Outlier, Profile, Protocol, Route,
-    RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot, StdioCommand, TelemetrySettings,
-    TokenEntry, Upstream, load, load_str,
+    Address, Auth, Balance, ConfigError, Endpoint, Head, HealthCheck, IDENTITY_FILE_VAR,
+    IDENTITY_TOKEN_VAR, Judge, Listener, LogFormat, LogSettings, Outlier, Profile, Protocol, Read,
+    Route, RouteMatch, ServerSettings, SessionKey, Sharing, Snapshot, Stages, StdioCommand,
+    TelemetrySettings, TokenEntry, Upstream, load, load_str,
 };

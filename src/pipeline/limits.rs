@@ -20,6 +20,17 @@ pub(super) struct Admitted {
     pub(super) timeout: Duration,
 }
 
+impl Admitted {
+    /// What a request on a route without `[limits]` rules holds: no permits, and its
+    /// upstream's deadline.
+    pub(super) fn unlimited(profile: &Profile) -> Admitted {
+        Admitted {
+            permits: Vec::new(),
+            timeout: profile.upstream.timeout,
+        }
+    }
+}
+
 /// Takes the caller's rate-rule cells and concurrency permits for a request calling
 /// `tools`; the permits must live as long as the answer.
 pub(super) async fn check(

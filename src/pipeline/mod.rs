@@ -28,7 +28,7 @@ mod resume;
 pub mod rounds;
 pub mod route;
 
-use crate::config::{Auth, Profile, Route};
+use crate::config::{Head, Judge, Profile, Read, Route, Stages};
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -39,7 +39,7 @@ use crate::mcp::transport::accept::{self, Want};
 use crate::observe::audit as trail;
 use crate::observe::combined;
 use crate::observe::log;
-use crate::upstream::hints::{OneUpstream, UpstreamSays};
+use crate::upstream::hints::OneUpstream;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::value::RawValue;
@@ -202,15 +202,16 @@ async fn run<'s>(
     }
     let (route, path_token) = route::find(live, listener, &req.target)?;
     ctx.route = Some(route);
-    if route.auth == Auth::OAuth {
-        Box::pin(auth::oauth(live, route, &req.fields, peer, ctx)).await?;
-    } else {
-        auth::check(live, route, path_token, &req.fields, peer, ctx)?;
+    for stage in &route.stages.head {
+        match stage {
+            Head::Token => auth::check(live, route, path_token, &req.fields, peer, ctx)?,
+            Head::OAuth => Box::pin(auth::oauth(live, route, &req.fields, peer, ctx)).await?,
+            Head::Origin => origin::check(&live.listeners[listener], &req.target, &req.fields)?,
+        }
     }
-    origin::check(&live.listeners[listener], &req.target, &req.fields)?;
     let profile = &route.profile;
     let (body_deadline, want) = match req.method {
-        Method::POST => return post(gw, live, profile, peer, req, ctx).await,
+        Method::POST => return post(gw, live, route, peer, req, ctx).await,
         Method::GET if !accept::accepts_sse(req.fields.get(FieldKind::Accept)) => {
             return Err(GateError::StreamNotAcceptable);
         }
@@ -219,7 +220,10 @@ async fn run<'s>(
         Method::DELETE => (true, Want::Either),
         _ => return Err(GateError::MethodNotAllowed),
     };
-    limits::check(live, profile, peer, ctx, &[]).await?;
+    if route.stages.limited() {
+        // Rate rules only: a concurrency cap counts calls, and a GET or DELETE has none.
+        limits::check(live, profile, peer, ctx, &[]).await?;
+    }
     let x = Exchange {
         gw,
         live,
@@ -235,10 +239,12 @@ async fn run<'s>(
     Box::pin(back::without_body(x, body_deadline, want, ctx)).await
 }
 
+/// A POST: the front reads its body, its JSON-RPC and its generation's headers; then the
+/// route's stages (`read`, `judge`) and its back.
 async fn post<'s>(
     gw: &Gateway,
     live: &'s Arc<Live>,
-    profile: &'s Arc<Profile>,
+    route: &'s Arc<Route>,
     peer: &Peer,
     mut req: ClientRequest,
     ctx: &mut Ctx<'s>,
@@ -252,129 +258,149 @@ async fn post<'s>(
     let x = Exchange {
         gw,
         live,
-        profile,
+        profile: &route.profile,
         peer,
         req: &req,
     };
-    if profile.approvals.is_empty() {
-        return checked(x, &bytes, payload, want, ctx).await;
+    let stages = &route.stages;
+    if !stages.asks() || ctx.era != Era::Legacy {
+        return read(x, stages, 0, &bytes, payload, want, ctx).await;
     }
-    // Approvals (docs/approvals.md): a legacy client's answer to mcpgate's question; the rule that
-    // holds the call; a 2026-07-28 retry's approval, opened.
-    if ctx.era == Era::Legacy
-        && let Some(answered) = approvals::answer(gw, &payload, &bytes, &req.fields, ctx)?
-    {
+    // The legacy front's part in approvals (docs/approvals.md): a client's answer to
+    // mcpgate's question, and the sessions whose clients can be asked.
+    if let Some(answered) = approvals::answer(gw, &payload, &bytes, &req.fields, ctx)? {
         return Ok(answered);
     }
-    let remember =
-        ctx.era == Era::Legacy && approvals::notes_elicitation(profile, &payload, &bytes);
-    match &profile.federation {
-        Some(fed) => {
-            let dir = gw.directories.of(&profile.name, fed);
-            let says = back::federated::MemberHints {
-                live,
-                fed,
-                dir: &dir,
-            };
-            approvals::find(profile, &says, &payload, ctx)?;
-            if ctx.approval.is_some() {
-                // The approval's records name the member, as the call's do.
-                back::federated::note_member(fed, &dir, &payload, ctx);
-            }
-        }
-        None => approvals::find(profile, &one_upstream(x), &payload, ctx)?,
-    }
-    let opened = Box::pin(approvals::opened(gw, live, profile, &payload, &bytes, ctx));
-    let answer = match opened.await? {
-        Some(stripped) => {
-            drop(payload);
-            let payload = jsonrpc::parse(&stripped)?;
-            checked(x, &stripped, payload, want, ctx).await
-        }
-        None => checked(x, &bytes, payload, want, ctx).await,
-    };
+    let remember = approvals::notes_elicitation(x.profile, &payload, &bytes);
+    let answer = read(x, stages, 0, &bytes, payload, want, ctx).await;
     if remember && let Ok(r) = &answer {
         approvals::note_session(gw, r, ctx);
     }
     answer
 }
 
-/// The rest of a POST once its payload is read and its headers checked: to a federated
-/// profile's back, or, for one upstream, the generations' edges opened, the calls noted
-/// for the audit trail, a retry's round opened, policy and limits, the person asked, then
-/// the back.
-async fn checked<'s>(
+/// The route's `read` stages from number `from` on, over the payload as read; then its
+/// back's way opened, and on to [`judge`].
+async fn read<'s>(
     x: Exchange<'_, 's>,
+    stages: &'s Stages,
+    from: usize,
     bytes: &Bytes,
     payload: Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    if let Some(fed) = &x.profile.federation {
-        // Boxed, as are the other paths only some routes take: the future of every
-        // request holds room for each path it may take, and is moved whole as it is
-        // built; a boxed path costs its routes one allocation, the others nothing.
-        return Box::pin(back::federated::post(x, fed, bytes, payload, want, ctx)).await;
-    }
-    let mut ready = back::Ready::open(x, &payload, ctx)?;
-    audit::note_calls(x.gw, &payload, ctx);
-    ready.turn(x, &payload, ctx)?;
-    let Some(admitted) = judge(x, &payload, &one_upstream(x), ctx).await? else {
-        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
-    };
-    // Only a call a rule holds is asked about (`approvals::find`).
-    let (ready, admitted) = match ctx.approval {
-        None => (ready, admitted),
-        Some(_) => {
-            let asking = approvals::ask(x, bytes, &payload, want, ctx, (ready, admitted));
-            match Box::pin(asking).await? {
-                approvals::Asked::GoOn(rest) => rest,
-                approvals::Asked::Answered(question) => return Ok(*question),
+    for (at, stage) in stages.read.iter().enumerate().skip(from) {
+        match stage {
+            Read::Approvals => {
+                held(x, &payload, ctx)?;
+                let opened = approvals::opened(x.gw, x.live, x.profile, &payload, bytes, ctx);
+                if let Some(stripped) = Box::pin(opened).await? {
+                    // An approved retry goes on without the approval's fields, through the
+                    // stages after this one.
+                    drop(payload);
+                    let payload = jsonrpc::parse(&stripped)?;
+                    let rest = read(x, stages, at + 1, &stripped, payload, want, ctx);
+                    return Box::pin(rest).await;
+                }
             }
+            Read::Audit => audit::note_calls(x.gw, &payload, ctx),
         }
+    }
+    let way = back::Way::open(x, &payload, ctx).await?;
+    judge(x, stages, way, bytes, payload, want, ctx).await
+}
+
+/// The route's `judge` stages, with the back's `way` open: what the payload may do (a
+/// notification the policy does not pass is answered 202 and goes nowhere), how much, and
+/// who says yes to it; then the back.
+async fn judge<'s>(
+    x: Exchange<'_, 's>,
+    stages: &Stages,
+    way: back::Way,
+    bytes: &Bytes,
+    payload: Payload<'_>,
+    want: Want,
+    ctx: &mut Ctx<'s>,
+) -> Result<Response<GateBody>, GateError> {
+    let (live, profile) = (x.live, x.profile);
+    let mut granted = Granted {
+        way,
+        admitted: limits::Admitted::unlimited(profile),
     };
+    for stage in &stages.judge {
+        match stage {
+            Judge::Policy => {
+                let says = granted.way.says(x);
+                if let policy::Admit::Swallow = policy::admit(live, profile, &says, &payload)? {
+                    return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+                }
+            }
+            Judge::Deprecated => count_deprecated(x.gw, live, &payload, ctx),
+            Judge::Limits => {
+                granted.admitted = limits::admit(live, profile, x.peer, ctx, &payload).await?;
+            }
+            // Only a call a rule holds is asked about (`approvals::find`).
+            Judge::Ask if ctx.approval.is_some() => {
+                let asking = approvals::ask(x, bytes, &payload, want, ctx, granted);
+                granted = match Box::pin(asking).await? {
+                    approvals::Asked::GoOn(granted) => granted,
+                    approvals::Asked::Answered(question) => return Ok(*question),
+                };
+            }
+            Judge::Ask => {}
+        }
+    }
     // Boxed once here: the stages' futures above it then move a pointer, not the whole of
     // the send and its answer's shaping, each time one is built (measured: docs/benchmarks.md).
-    Box::pin(back::send(x, ready, bytes, payload, want, admitted, ctx)).await
+    Box::pin(granted.send(x, bytes, payload, want, ctx)).await
 }
 
-/// What a call held at a stage (`resume`) still has to do: its back, with what the stages
-/// granted it.
-enum Rest {
-    /// Its profile's one upstream, crossed to as `Ready` says.
-    One(Box<(back::Ready, limits::Admitted)>),
-    /// A federated profile's member.
-    Federated(back::federated::Held),
+/// What the stages granted a call: its back's way, and what the limits admitted. A call
+/// held for an approval (`resume`) keeps it until it goes on.
+struct Granted {
+    way: back::Way,
+    admitted: limits::Admitted,
 }
 
-impl From<(back::Ready, limits::Admitted)> for Rest {
-    fn from(granted: (back::Ready, limits::Admitted)) -> Rest {
-        Rest::One(Box::new(granted))
+impl Granted {
+    /// On to the back.
+    async fn send<'s>(
+        self,
+        x: Exchange<'_, 's>,
+        bytes: &Bytes,
+        payload: Payload<'_>,
+        want: Want,
+        ctx: &mut Ctx<'s>,
+    ) -> Result<Response<GateBody>, GateError> {
+        self.way
+            .send(x, bytes, payload, want, self.admitted, ctx)
+            .await
     }
 }
 
-impl From<back::federated::Held> for Rest {
-    fn from(held: back::federated::Held) -> Rest {
-        Rest::Federated(held)
-    }
-}
-
-/// A held call, resumed: on to its back.
-async fn go_on<'s>(
+/// The approvals stage's first step: the rule that holds the payload's call, by what the
+/// back says of its tools (a federated profile's members, by their directory; the
+/// approval's records then name the member, as the call's do).
+fn held<'s>(
     x: Exchange<'_, 's>,
-    rest: Rest,
-    bytes: &Bytes,
-    payload: Payload<'_>,
-    want: Want,
+    payload: &Payload<'_>,
     ctx: &mut Ctx<'s>,
-) -> Result<Response<GateBody>, GateError> {
-    match rest {
-        Rest::One(granted) => {
-            let (ready, admitted) = *granted;
-            back::send(x, ready, bytes, payload, want, admitted, ctx).await
-        }
-        Rest::Federated(held) => back::federated::go_on(x, held, bytes, payload, want, ctx).await,
+) -> Result<(), GateError> {
+    let Some(fed) = &x.profile.federation else {
+        return approvals::find(x.profile, &one_upstream(x), payload, ctx);
+    };
+    let dir = x.gw.directories.of(&x.profile.name, fed);
+    let says = back::federated::MemberHints {
+        live: x.live,
+        fed,
+        dir: &dir,
+    };
+    approvals::find(x.profile, &says, payload, ctx)?;
+    if ctx.approval.is_some() {
+        back::federated::note_member(fed, &dir, payload, ctx);
     }
+    Ok(())
 }
 
 /// What the exchange's one upstream says of its tools, for policy and approval rules.
@@ -387,26 +413,6 @@ fn one_upstream<'s>(x: Exchange<'_, 's>) -> OneUpstream<'s> {
         pins: &state.pins,
         book: &x.live.config.pins,
     }
-}
-
-/// The policy and limits stages for `payload` on the exchange's profile: `None` when the
-/// policy swallows it (a notification it does not pass: answered 202).
-async fn judge(
-    x: Exchange<'_, '_>,
-    payload: &Payload<'_>,
-    hints: &dyn UpstreamSays,
-    ctx: &mut Ctx<'_>,
-) -> Result<Option<limits::Admitted>, GateError> {
-    let (live, profile) = (x.live, x.profile);
-    if let policy::Admit::Swallow = policy::admit(live, profile, hints, payload)? {
-        return Ok(None);
-    }
-    if !live.deprecated.is_empty() {
-        count_deprecated(x.gw, live, payload, ctx);
-    }
-    Ok(Some(
-        limits::admit(live, profile, x.peer, ctx, payload).await?,
-    ))
 }
 
 /// The request's version, `Referer` and `User-Agent`, for the combined access log.

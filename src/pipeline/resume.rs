@@ -5,7 +5,7 @@
 //! end of the request's stages; approved, the call goes on to its back and its records
 //! are written as any call's. It never goes through the stages again.
 
-use super::{Ctx, Exchange, Rest, finish};
+use super::{Ctx, Exchange, Granted, finish};
 use crate::config::{Profile, Route};
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -38,7 +38,7 @@ pub(super) struct Later {
     want: Want,
     names: Names,
     ctx: Ctx<'static>,
-    rest: Rest,
+    rest: Granted,
 }
 
 impl Later {
@@ -50,7 +50,7 @@ impl Later {
         bytes: &Bytes,
         want: Want,
         ctx: &mut Ctx<'_>,
-        rest: Rest,
+        rest: Granted,
     ) -> Later {
         let names = Names {
             route: ctx.route.cloned(),
@@ -144,7 +144,7 @@ impl Later {
         let span = log::request_span(&id);
         let sent = async {
             let payload = jsonrpc::parse(&bytes)?;
-            super::go_on(x, rest, &bytes, payload, want, &mut ctx).await
+            rest.send(x, &bytes, payload, want, &mut ctx).await
         };
         let result = log::in_request(id.clone(), span.clone(), sent).await;
         let _entered = span.enter();

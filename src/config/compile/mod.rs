@@ -17,6 +17,7 @@ mod profiles;
 mod routes;
 mod server;
 mod snapshot;
+mod stages;
 mod stdio;
 mod telemetry;
 mod tokens;
@@ -39,6 +40,7 @@ pub use snapshot::{
     DEFAULT_SLOW_REQUEST, LogFormat, LogSettings, RouteMatch, ServerSettings, Snapshot,
     TelemetrySettings,
 };
+pub use stages::{Head, Judge, Read, Stages};
 pub use tokens::{DigestHasher, TokenEntry, TokenMap};
 pub use upstreams::{
     Address, Balance, Endpoint, HealthCheck, IDENTITY_FILE_VAR, IDENTITY_TOKEN_VAR, Outlier,
@@ -227,11 +229,17 @@ impl Compiler<'_> {
             None => None,
         };
         let mut listeners = listeners;
+        let sections = stages::Sections {
+            audit: audit.as_ref(),
+            limits: &limits,
+            deprecated: !tools.deprecated.is_empty(),
+        };
         let routes = self.routes(
             &raw.routes,
             &mut listeners,
             &profiles,
             oauth.as_deref(),
+            &sections,
             &mut warnings,
         )?;
         let tokens = self.tokens(&raw.tokens, &profiles)?;

@@ -3,6 +3,7 @@
 
 use super::oauth::OAuthSettings;
 use super::profiles::Profile;
+use super::stages::{Head, Sections, Stages};
 use super::{Compiler, Fail, at, check_patterns, fail};
 use crate::config::raw::{self, S};
 use crate::config::tls::{TlsFiles, TlsMaterial};
@@ -30,6 +31,8 @@ pub struct Route {
     pub template: Arc<str>,
     pub profile: Arc<Profile>,
     pub auth: Auth,
+    /// The stages its requests go through, in order.
+    pub stages: Stages,
 }
 
 #[derive(Debug)]
@@ -227,6 +230,7 @@ impl Compiler<'_> {
         listeners: &mut [Listener],
         profiles: &BTreeMap<String, Arc<Profile>>,
         oauth: Option<&OAuthSettings>,
+        sections: &Sections<'_>,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<Arc<Route>>, Fail> {
         let mut out = Vec::new();
@@ -300,9 +304,21 @@ impl Compiler<'_> {
                 template: template.as_str().into(),
                 profile: profile.clone(),
                 auth,
+                stages: Stages::of(auth.head(), profile, sections),
             }));
         }
         Ok(out)
+    }
+}
+
+impl Auth {
+    /// The stage that checks this kind of credential.
+    fn head(self) -> Option<Head> {
+        match self {
+            Auth::Path | Auth::Bearer => Some(Head::Token),
+            Auth::OAuth => Some(Head::OAuth),
+            Auth::None => None,
+        }
     }
 }
 

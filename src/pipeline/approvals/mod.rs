@@ -17,7 +17,7 @@
 //! Every step is an audit record (`phase: "approval"`) and counted.
 
 use super::Ctx;
-use super::Rest;
+use super::Granted;
 use super::resume::Later;
 use crate::config::Profile;
 use crate::config::compile::{ApprovalRule, Approver};
@@ -208,14 +208,14 @@ pub(super) enum Asked<R> {
 
 /// Asks for the approval the request's call needs, once policy and limits have let it
 /// through; `rest` is what the call then has to do.
-pub(super) async fn ask<R: Into<Rest>>(
+pub(super) async fn ask(
     x: super::Exchange<'_, '_>,
     bytes: &Bytes,
     payload: &Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'_>,
-    rest: R,
-) -> Result<Asked<R>, GateError> {
+    rest: Granted,
+) -> Result<Asked<Granted>, GateError> {
     let (gw, live, profile) = (x.gw, x.live, &**x.profile);
     let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
         return Ok(Asked::GoOn(rest));
@@ -273,7 +273,7 @@ pub(super) async fn ask<R: Into<Rest>>(
                 text: question,
                 id,
             };
-            on_the_call_stream(x, bytes, want, ctx, q, rest.into())
+            on_the_call_stream(x, bytes, want, ctx, q, rest)
                 .await
                 .map(|question| Asked::Answered(Box::new(question)))
         }
@@ -297,7 +297,7 @@ async fn on_the_call_stream(
     want: Want,
     ctx: &mut Ctx<'_>,
     q: Question,
-    rest: Rest,
+    rest: Granted,
 ) -> Result<Response<GateBody>, GateError> {
     let (gw, live, profile, req) = (x.gw, x.live, &**x.profile, x.req);
     let Question {

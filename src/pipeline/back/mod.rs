@@ -15,12 +15,15 @@ use super::{Ctx, Exchange, audit, forward, front, limits, respond, rounds};
 pub mod federated;
 pub mod legacy;
 use crate::config::generation::encode_header;
+use crate::config::pins::{PinKind, PinMode};
 use crate::error::GateError;
 use crate::http::body::GateBody;
 use crate::mcp::era::Era;
 use crate::mcp::jsonrpc::{self, Payload};
 use crate::mcp::transport::accept::Want;
 use crate::upstream::encode::Outgoing;
+use crate::upstream::hints::{Hints, OneUpstream, UpstreamSays};
+use crate::upstream::pins::Standing;
 use crate::upstream::session::EndpointId;
 use bytes::Bytes;
 use http::{Method, Response};
@@ -98,6 +101,82 @@ impl Ready {
             audit::note_task(x.gw, &t.id, &t.opened.tool, ctx);
         }
         Ok(())
+    }
+}
+
+/// How a POST goes on to its back, opened before the stages judge it: to its profile's one
+/// upstream as `Ready` says, or on a federated profile's way to its members.
+pub(super) enum Way {
+    One(Box<Ready>),
+    Federated(federated::Way),
+}
+
+impl Way {
+    /// Opens the way of `payload` to the exchange's back (`Ready::open` and `turn` for one
+    /// upstream; `federated::open` for a federated profile).
+    pub(super) async fn open<'s>(
+        x: Exchange<'_, 's>,
+        payload: &Payload<'_>,
+        ctx: &mut Ctx<'s>,
+    ) -> Result<Way, GateError> {
+        if let Some(fed) = &x.profile.federation {
+            // Boxed, as are the other paths only some routes take: a boxed path costs its
+            // routes one allocation, the others nothing (docs/benchmarks.md).
+            let way = Box::pin(federated::open(x, fed, payload, ctx)).await?;
+            return Ok(Way::Federated(way));
+        }
+        let mut ready = Ready::open(x, payload, ctx)?;
+        ready.turn(x, payload, ctx)?;
+        Ok(Way::One(Box::new(ready)))
+    }
+
+    /// What the back says of its tools (annotations, pins), by the names the client sees:
+    /// for policy and approval rules.
+    pub(super) fn says<'a, 's: 'a>(&'a self, x: Exchange<'a, 's>) -> Says<'a> {
+        match (self, &x.profile.federation) {
+            (Way::Federated(way), Some(fed)) => Says::Members(way.says(x.live, fed)),
+            _ => Says::One(super::one_upstream(x)),
+        }
+    }
+
+    /// Sends a POST the stages let through (`admitted`) on this way.
+    pub(super) async fn send<'s>(
+        self,
+        x: Exchange<'_, 's>,
+        bytes: &Bytes,
+        payload: Payload<'_>,
+        want: Want,
+        admitted: limits::Admitted,
+        ctx: &mut Ctx<'s>,
+    ) -> Result<Response<GateBody>, GateError> {
+        match self {
+            Way::One(ready) => send(x, *ready, bytes, payload, want, admitted, ctx).await,
+            Way::Federated(way) => {
+                federated::send(x, way, bytes, payload, want, admitted, ctx).await
+            }
+        }
+    }
+}
+
+/// What a back says of its tools: its one upstream, or a federated profile's members.
+pub(super) enum Says<'a> {
+    One(OneUpstream<'a>),
+    Members(federated::MemberHints<'a>),
+}
+
+impl UpstreamSays for Says<'_> {
+    fn hints_of(&self, tool: &str) -> Option<Hints> {
+        match self {
+            Says::One(one) => one.hints_of(tool),
+            Says::Members(members) => members.hints_of(tool),
+        }
+    }
+
+    fn pinned(&self, kind: PinKind, name: &str) -> Option<(PinMode, Standing)> {
+        match self {
+            Says::One(one) => one.pinned(kind, name),
+            Says::Members(members) => members.pinned(kind, name),
+        }
     }
 }
 

@@ -43,6 +43,7 @@ impl Snapshot {
                 "  {:<12} {:<28} -> profile {:<12} -> upstream {} ({auth})",
                 r.listener, r.template, r.profile.name, r.profile.upstream.name
             );
+            let _ = writeln!(out, "    stages: {}", r.stages.describe());
         }
         let _ = writeln!(out, "\nupstreams:");
         for u in self.upstreams.values() {

@@ -41,7 +41,7 @@ use crate::mcp::era::Era;
 use crate::mcp::federation::directory::Directory;
 use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
 use crate::mcp::transport::accept::Want;
-use crate::pipeline::{Ctx, Exchange, back, judge, limits, respond};
+use crate::pipeline::{Ctx, Exchange, back, limits, respond};
 use crate::upstream::hints::{Hints, OneUpstream, UpstreamSays};
 use crate::upstream::pins::Standing;
 use bytes::Bytes;
@@ -50,86 +50,77 @@ use http::{Response, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub(in crate::pipeline) async fn post<'s>(
+/// Opens a POST's way to the federated profile's members, before the stages judge it: a
+/// legacy client's session over them (404, initialize anew, when its id does not open),
+/// the directory its names are routed by, and the member a call goes to noted for its
+/// records. Annotation rules, pins and approvals judge a call by what its member says of
+/// the tool or prompt: a name the directory does not know yet is looked for first.
+pub(in crate::pipeline) async fn open<'s>(
     x: Exchange<'_, 's>,
     fed: &'s Arc<Federation>,
-    bytes: &Bytes,
-    payload: Payload<'_>,
-    want: Want,
+    payload: &Payload<'_>,
     ctx: &mut Ctx<'s>,
-) -> Result<Response<GateBody>, GateError> {
-    let (gw, live, profile, req) = (x.gw, x.live, x.profile, x.req);
-    let m = single(&payload)?;
-    // A legacy client's session: 404 (initialize anew) when its id does not open.
+) -> Result<Way, GateError> {
+    let (live, profile) = (x.live, x.profile);
+    let m = single(payload)?;
     let session = match ctx.era {
-        Era::Legacy => legacy::open(live, profile, fed, &req.fields, ctx)?,
+        Era::Legacy => legacy::open(live, profile, fed, &x.req.fields, ctx)?,
         Era::Modern => None,
     };
-    crate::pipeline::audit::note_calls(gw, &payload, ctx);
-    let dir = gw.directories.of(&profile.name, fed);
-    let at = At {
-        fed,
-        dir: &dir,
-        session: session.as_ref(),
-    };
-    let fan = at.fan(x, m.meta);
-    // Annotation rules and pins judge a call by what its member says of the tool or
-    // prompt, and an approval's records name the member: a name the directory does not
-    // know yet is looked for first.
+    let dir = x.gw.directories.of(&profile.name, fed);
     let pinned = fed
         .members
         .iter()
         .any(|m| m.profile.upstream.pin != PinMode::Off);
-    match (m.method(), &m.tool, &m.target) {
+    let lookup = match (m.method(), &m.tool, &m.target) {
         (Some("tools/call"), Some(ToolName::Name(name)), _)
             if pinned || profile.needs_hints(name) || ctx.approval.is_some() =>
         {
-            let _ = fan.by_name(ListKind::Tools, name, ctx).await;
+            Some((ListKind::Tools, name))
         }
         (Some("prompts/get"), _, Some(ToolName::Name(name))) if pinned => {
-            let _ = fan.by_name(ListKind::Prompts, name, ctx).await;
+            Some((ListKind::Prompts, name))
         }
-        _ => {}
-    }
-    let hints = MemberHints {
-        live,
-        fed,
-        dir: &dir,
+        _ => None,
     };
+    if let Some((kind, name)) = lookup {
+        let at = At {
+            fed,
+            dir: &dir,
+            session: session.as_ref(),
+        };
+        let _ = at.fan(x, m.meta).by_name(kind, name, ctx).await;
+    }
     // Its refusal or approval records name the member it would go to, as every record of
     // a federated call does (docs/federation.md).
-    note_member(fed, &dir, &payload, ctx);
-    let Some(admitted) = judge(x, &payload, &hints, ctx).await? else {
-        return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
-    };
-    if ctx.approval.is_none() {
-        return fan.serve(bytes, payload, want, admitted, ctx).await;
-    }
-    // The call a rule holds: asked about, and held on its stream while a legacy client's
-    // person answers (`resume`); otherwise served now, if approved.
-    let held = Held {
-        admitted,
+    note_member(fed, &dir, payload, ctx);
+    Ok(Way {
         dir: (*dir).clone(),
         session,
-    };
-    match Box::pin(crate::pipeline::approvals::ask(
-        x, bytes, &payload, want, ctx, held,
-    ))
-    .await?
-    {
-        crate::pipeline::approvals::Asked::Answered(question) => Ok(*question),
-        crate::pipeline::approvals::Asked::GoOn(held) => {
-            go_on(x, held, bytes, payload, want, ctx).await
-        }
-    }
+    })
 }
 
-/// What a federated call held for its approval keeps (`pipeline::resume`): its judgment,
-/// the directory its name is routed by, a legacy client's session over the members.
-pub(in crate::pipeline) struct Held {
-    admitted: limits::Admitted,
+/// A federated POST's way to its members, opened before the stages judged it (and kept
+/// while its call is held for an approval: `pipeline::resume`): the directory its name is
+/// routed by, a legacy client's session over the members.
+pub(in crate::pipeline) struct Way {
     dir: Arc<Directory>,
     session: Option<legacy::Session>,
+}
+
+impl Way {
+    /// What the members say of their tools, by the names the client sees.
+    pub(in crate::pipeline) fn says<'a>(
+        &'a self,
+        live: &'a Live,
+        fed: &'a Federation,
+    ) -> MemberHints<'a> {
+        MemberHints {
+            live,
+            fed,
+            dir: &self.dir,
+        }
+    }
 }
 
 /// Where a federated request is served: its profile's federation, the directory of its
@@ -156,13 +147,14 @@ impl<'a, 's> At<'a, 's> {
     }
 }
 
-/// A federated call held for its approval, approved: served by its member.
-pub(in crate::pipeline) async fn go_on<'s>(
+/// Sends a POST the stages let through (`admitted`) on its `way` to the members.
+pub(in crate::pipeline) async fn send<'s>(
     x: Exchange<'_, 's>,
-    held: Held,
+    way: Way,
     bytes: &Bytes,
     payload: Payload<'_>,
     want: Want,
+    admitted: limits::Admitted,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
     let Some(fed) = &x.profile.federation else {
@@ -170,12 +162,12 @@ pub(in crate::pipeline) async fn go_on<'s>(
     };
     let at = At {
         fed,
-        dir: &held.dir,
-        session: held.session.as_ref(),
+        dir: &way.dir,
+        session: way.session.as_ref(),
     };
     let meta = single(&payload)?.meta;
     at.fan(x, meta)
-        .serve(bytes, payload, want, held.admitted, ctx)
+        .serve(bytes, payload, want, admitted, ctx)
         .await
 }
 

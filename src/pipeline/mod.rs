@@ -24,7 +24,6 @@ pub mod metadata;
 pub mod origin;
 pub mod policy;
 pub mod respond;
-mod resume;
 pub mod rounds;
 pub mod route;
 
@@ -268,13 +267,13 @@ async fn post<'s>(
     }
     // The legacy front's part in approvals (docs/approvals.md): a client's answer to
     // mcpgate's question, and the sessions whose clients can be asked.
-    if let Some(answered) = approvals::answer(gw, &payload, &bytes, &req.fields, ctx)? {
+    if let Some(answered) = front::legacy::answer(gw, &payload, &bytes, &req.fields, ctx)? {
         return Ok(answered);
     }
-    let remember = approvals::notes_elicitation(x.profile, &payload, &bytes);
+    let remember = front::legacy::notes_elicitation(x.profile, &payload, &bytes);
     let answer = read(x, stages, 0, &bytes, payload, want, ctx).await;
     if remember && let Ok(r) = &answer {
-        approvals::note_session(gw, r, ctx);
+        front::legacy::note_session(gw, r, ctx);
     }
     answer
 }
@@ -342,10 +341,13 @@ async fn judge<'s>(
             }
             // Only a call a rule holds is asked about (`approvals::find`).
             Judge::Ask if ctx.approval.is_some() => {
-                let asking = approvals::ask(x, bytes, &payload, want, ctx, granted);
-                granted = match Box::pin(asking).await? {
+                granted = match Box::pin(approvals::ask(x, &payload, ctx, granted)).await? {
                     approvals::Asked::GoOn(granted) => granted,
-                    approvals::Asked::Answered(question) => return Ok(*question),
+                    // The front that holds the client asks it.
+                    approvals::Asked::Ask(question, granted) => {
+                        let asking = front::ask(x, bytes, &payload, want, ctx, question, granted);
+                        return Box::pin(asking).await;
+                    }
                 };
             }
             Judge::Ask => {}

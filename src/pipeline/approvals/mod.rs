@@ -8,26 +8,23 @@
 //!   (caller, call, expiry), its answer read, its single use taken; approved, it goes on
 //!   without the approval's fields; otherwise it ends here, never forwarded.
 //! - [`ask`] (after policy and limits, so nobody is asked about a call that would be
-//!   refused anyway): the person is asked. A 2026-07-28 client gets `input_required`; a
-//!   legacy client the question on its call's event stream, where the call is held with
-//!   what it was granted (`pipeline::resume`) and goes on once approved ([`Asking`]);
-//!   with `approver = "admin"` the request waits for an operator.
-//! - [`answer`]: a legacy client's POSTed answer to such a question reaches its call.
+//!   refused anyway): with `approver = "admin"` the request waits here for an operator;
+//!   otherwise the question is made ([`Question`]) and the front that holds the client
+//!   asks it in its generation's way (`front::ask`: `input_required` for a 2026-07-28
+//!   client, the question on a legacy client's call stream), never this stage.
 //!
-//! Every step is an audit record (`phase: "approval"`) and counted.
+//! Every step is an audit record (`phase: "approval"`) and counted ([`note`]), here and
+//! in the fronts.
 
 use super::Ctx;
 use super::Granted;
-use super::resume::Later;
 use crate::config::Profile;
 use crate::config::compile::{ApprovalRule, Approver};
-use crate::config::generation::Era;
 use crate::error::GateError;
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
 use crate::mcp::approvals::{self as msg, Answer, CallDigest};
 use crate::mcp::jsonrpc::{MessageKind, Payload, ToolName};
-use crate::mcp::transport::accept::Want;
 use crate::observe::audit;
 use crate::runtime::approvals::{Decision, Waiting};
 use crate::runtime::streams::until_revoked;
@@ -35,10 +32,8 @@ use crate::upstream::hints::UpstreamSays;
 use crate::upstream::session::Sealer;
 use bytes::Bytes;
 use http::Response;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use wire::fields::{FieldKind, Fields};
 
 /// The call a rule holds: the rule, and the digest of the tool and arguments.
 #[derive(Clone)]
@@ -47,13 +42,11 @@ pub(super) struct Need {
     pub call: CallDigest,
 }
 
-mod asking;
-
 /// The ids of the questions asked of legacy clients start so.
-const QUESTION: &str = "\"mcpgate-approval-";
+pub(in crate::pipeline) const QUESTION: &str = "\"mcpgate-approval-";
 
 /// The audit reason of a call whose caller was revoked while it waited.
-const REVOKED: &str =
+pub(in crate::pipeline) const REVOKED: &str =
     "the caller's token was revoked or expired while the call waited for approval";
 
 /// Notes in `ctx` the rule that holds the request's call, if any. `says` tells the
@@ -107,7 +100,7 @@ pub(super) fn find(
 
 /// The key an approval's state is sealed with: its profile's upstream's (a federated
 /// profile's first member's).
-fn sealer<'l>(live: &'l Live, profile: &Profile) -> &'l Sealer {
+pub(in crate::pipeline) fn sealer<'l>(live: &'l Live, profile: &Profile) -> &'l Sealer {
     &live.upstream(&profile.upstream).approval_sealer
 }
 
@@ -197,26 +190,23 @@ pub(super) async fn opened(
     }
 }
 
-/// What became of a call asked about: it goes on now with what it holds (approved
-/// already, or by an operator just now), or the request answers with the question. A
-/// legacy client's call is then held on that answer's stream with what it holds, and goes
-/// on from there once approved (`resume`).
-pub(super) enum Asked<R> {
-    GoOn(R),
-    Answered(Box<Response<GateBody>>),
+/// What became of a call the stage looked at: it goes on now with what it holds (no
+/// question to ask, approved already, or by an operator just now), or its client is to be
+/// asked, by the front that holds it (`front::ask`).
+pub(super) enum Asked {
+    GoOn(Granted),
+    Ask(Question, Granted),
 }
 
 /// Asks for the approval the request's call needs, once policy and limits have let it
 /// through; `rest` is what the call then has to do.
 pub(super) async fn ask(
     x: super::Exchange<'_, '_>,
-    bytes: &Bytes,
     payload: &Payload<'_>,
-    want: Want,
     ctx: &mut Ctx<'_>,
     rest: Granted,
-) -> Result<Asked<Granted>, GateError> {
-    let (gw, live, profile) = (x.gw, x.live, &**x.profile);
+) -> Result<Asked, GateError> {
+    let (gw, profile) = (x.gw, &**x.profile);
     let (Some(need), None, Payload::Single(m)) = (&ctx.approval, &ctx.approved, payload) else {
         return Ok(Asked::GoOn(rest));
     };
@@ -247,109 +237,27 @@ pub(super) async fn ask(
         by_operator(gw, profile, ctx, &rule, &tool, shown, question).await?;
         return Ok(Asked::GoOn(rest));
     }
-    let question = msg::question(&rendered, &tool, arguments);
+    let text = msg::question(&rendered, &tool, arguments);
     let id = m.id_text().unwrap_or("null").to_string();
-    match ctx.era {
-        Era::Modern => {
-            let declared = crate::mcp::to_legacy::ClientMeta::of(m.meta).declares("elicitation");
-            if !declared {
-                let why = "this call needs a person's approval, and the client did not declare elicitation (io.modelcontextprotocol/clientCapabilities) to be asked";
-                note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
-                return Err(GateError::NotAskable(why.into()));
-            }
-            let asked =
-                msg::Asked::new(super::rounds::caller(ctx), call, rule.number, rule.timeout);
-            let state = asked.seal(sealer(live, profile));
-            note(gw, profile, ctx, &rule, "asked", None, None).await?;
-            // Asked, not run: the call's own records come with its approved retry.
-            ctx.calls.clear();
-            let json = msg::input_required(&id, &question, &state);
-            let question = super::respond::own(json, want, &ctx.request_id);
-            Ok(Asked::Answered(Box::new(question)))
-        }
-        Era::Legacy => {
-            let q = Question {
-                rule,
-                text: question,
-                id,
-            };
-            on_the_call_stream(x, bytes, want, ctx, q, rest)
-                .await
-                .map(|question| Asked::Answered(Box::new(question)))
-        }
-    }
+    // Asked by the front that holds the client, in its generation's way.
+    Ok(Asked::Ask(
+        Question {
+            rule,
+            call,
+            text,
+            id,
+        },
+        rest,
+    ))
 }
 
-/// What a legacy client is asked: the rule that holds its call, the question, and the
-/// call's JSON-RPC id (as JSON text).
-struct Question {
-    rule: Arc<ApprovalRule>,
-    text: String,
-    id: String,
-}
-
-/// Asks a legacy client on its call's event stream (`Asking`), where the call is held
-/// with its `rest`: refused when it cannot be asked there (it accepts only JSON, the call
-/// came outside a session, or its session did not declare elicitation).
-async fn on_the_call_stream(
-    x: super::Exchange<'_, '_>,
-    bytes: &Bytes,
-    want: Want,
-    ctx: &mut Ctx<'_>,
-    q: Question,
-    rest: Granted,
-) -> Result<Response<GateBody>, GateError> {
-    let (gw, live, profile, req) = (x.gw, x.live, &**x.profile, x.req);
-    let Question {
-        rule,
-        text: question,
-        id,
-    } = q;
-    let session = req.fields.get(FieldKind::McpSessionId);
-    let owner = session.map(|s| session_key(ctx, s));
-    let why = if want == Want::Json {
-        Some(
-            "this call needs a person's approval, asked on the call's event stream, and the client accepts only JSON (Accept)",
-        )
-    } else if session.is_none() {
-        Some(
-            "this call needs a person's approval, and it was sent outside a session, where the client cannot be asked",
-        )
-    } else if !owner.is_some_and(|o| gw.approvals.elicits(&o)) {
-        Some(
-            "this call needs a person's approval, and this session's client did not declare elicitation when it initialized (here: a session begun on another replica is not known)",
-        )
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        note(gw, profile, ctx, &rule, "refused", None, Some(why)).await?;
-        return Err(GateError::NotAskable(why.into()));
-    }
-    let Some(gw_arc) = gw.arc() else {
-        return Err(GateError::NotAskable("the gateway is stopping".into()));
-    };
-    note(gw, profile, ctx, &rule, "asked", None, None).await?;
-    let call = ctx.calls.first().cloned();
-    let base = super::audit::base(ctx, "tools/call");
-    let revoked = super::auth::Credential::hold(ctx.token, gw);
-    // The call's own records are written when it goes on: the request ends with none.
-    let later = Later::hold(gw_arc.clone(), x, bytes, want, ctx, rest);
-    let asking = asking::Asking {
-        gw: gw_arc,
-        later,
-        rule,
-        keepalive: live.config.sse_keepalive,
-        question,
-        owner: owner.expect("checked above"),
-        id,
-        request_id: ctx.request_id.to_string(),
-        profile: profile.name.clone(),
-        base,
-        call,
-        revoked,
-    };
-    Ok(asking.stream())
+/// What a client is asked about its call: the rule that holds it, the digest of what it
+/// does, the question, and the call's JSON-RPC id (as JSON text).
+pub(in crate::pipeline) struct Question {
+    pub rule: Arc<ApprovalRule>,
+    pub call: CallDigest,
+    pub text: String,
+    pub id: String,
 }
 
 /// The arguments as JSON, for the message.
@@ -432,10 +340,10 @@ async fn by_operator(
 
 /// Records a question whose client left before it was answered (the step is
 /// `cancelled`), unless disarmed by taking `record`.
-pub(super) struct Left<'g> {
-    pub(super) gw: &'g Gateway,
-    pub(super) profile: Arc<str>,
-    pub(super) record: Option<audit::Record>,
+pub(in crate::pipeline) struct Left<'g> {
+    pub(in crate::pipeline) gw: &'g Gateway,
+    pub(in crate::pipeline) profile: Arc<str>,
+    pub(in crate::pipeline) record: Option<audit::Record>,
 }
 
 impl Drop for Left<'_> {
@@ -448,83 +356,9 @@ impl Drop for Left<'_> {
     }
 }
 
-/// What tells apart the legacy sessions a question may be answered in: the caller and the
-/// session id it holds.
-fn session_key(ctx: &Ctx<'_>, session: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"approval session\0");
-    h.update(super::rounds::caller(ctx));
-    h.update(session);
-    h.finalize().into()
-}
-
-/// A legacy client's answer (a JSON-RPC response it POSTed) to a question mcpgate asked
-/// it: handed to the waiting call, answered 202. `None`: not such an answer.
-pub(super) fn answer(
-    gw: &Gateway,
-    payload: &Payload<'_>,
-    bytes: &Bytes,
-    fields: &Fields,
-    ctx: &Ctx<'_>,
-) -> Result<Option<Response<GateBody>>, GateError> {
-    let Payload::Single(m) = payload else {
-        return Ok(None);
-    };
-    let Some(id) = m.id_text().filter(|id| id.starts_with(QUESTION)) else {
-        return Ok(None);
-    };
-    if m.kind != MessageKind::Response {
-        return Ok(None);
-    }
-    let owner = fields
-        .get(FieldKind::McpSessionId)
-        .map(|s| session_key(ctx, s))
-        .unwrap_or_default();
-    gw.waits.answer(id, &owner, bytes.clone()).map_err(|why| {
-        tracing::info!(
-            ?why,
-            "an answer no approval question of this session waits for"
-        );
-        GateError::InvalidRequest(format!(
-            "no approval question of this session waits for an answer with id {id}"
-        ))
-    })?;
-    Ok(Some(super::respond::empty(
-        http::StatusCode::ACCEPTED,
-        &ctx.request_id,
-    )))
-}
-
-/// Whether a legacy `initialize` on `profile` must be remembered: the profile has rules a
-/// client answers, and the client declares elicitation.
-pub(super) fn notes_elicitation(profile: &Profile, payload: &Payload<'_>, bytes: &Bytes) -> bool {
-    let Payload::Single(m) = payload else {
-        return false;
-    };
-    if m.method() != Some("initialize")
-        || !profile
-            .approvals
-            .iter()
-            .any(|r| r.approver == Approver::Client)
-    {
-        return false;
-    }
-    serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|v| {
-        v.pointer("/params/capabilities/elicitation")
-            .is_some_and(serde_json::Value::is_object)
-    })
-}
-
-/// Remembers the session an `initialize` that declared elicitation was answered with.
-pub(super) fn note_session(gw: &Gateway, response: &Response<GateBody>, ctx: &Ctx<'_>) {
-    if let Some(s) = response.headers().get("mcp-session-id") {
-        gw.approvals.note_elicits(session_key(ctx, s.as_bytes()));
-    }
-}
-
 /// Writes the approval record of a step (durably when the tool's records are) and counts
 /// it. A durable record that cannot be written refuses the call.
-async fn note(
+pub(in crate::pipeline) async fn note(
     gw: &Gateway,
     profile: &Profile,
     ctx: &mut Ctx<'_>,
@@ -550,7 +384,7 @@ async fn note(
     write(a, r).await
 }
 
-pub(super) fn record(
+pub(in crate::pipeline) fn record(
     base: Arc<audit::Base>,
     call: Option<Arc<audit::Call>>,
     rule: &ApprovalRule,
@@ -570,7 +404,10 @@ pub(super) fn record(
     r
 }
 
-pub(super) async fn write(a: &audit::Audit, r: audit::Record) -> Result<(), GateError> {
+pub(in crate::pipeline) async fn write(
+    a: &audit::Audit,
+    r: audit::Record,
+) -> Result<(), GateError> {
     if r.call.as_ref().is_some_and(|c| c.durable) {
         a.durable(r).await.map_err(|e| {
             tracing::error!(error = %e, "durable approval record failed; call refused");

@@ -101,7 +101,7 @@ pub(in crate::pipeline) async fn open<'s>(
 }
 
 /// A federated POST's way to its members, opened before the stages judged it (and kept
-/// while its call is held for an approval: `pipeline::resume`): the directory its name is
+/// while its call is held for an approval: `front::legacy::resume`): the directory its name is
 /// routed by, a legacy client's session over the members.
 pub(in crate::pipeline) struct Way {
     dir: Arc<Directory>,

@@ -12,9 +12,17 @@
 //! - a call the server answers `input_required` is played to the client as the server's
 //!   questions on the call's event stream; the client's answers (its POSTs) are handed to
 //!   the waiting call (`runtime::waits`) and the call is retried with them.
+//!
+//! mcpgate's own questions to a legacy client, whatever its server speaks, are asked here
+//! too: a call's approval on the call's stream (`asking`), the call held there with what
+//! the stages granted it and resumed once approved (`resume`).
 
+mod asking;
 mod listen;
 mod questions;
+mod resume;
+
+pub(in crate::pipeline) use asking::{answer, ask, note_session, notes_elicitation};
 
 pub(in crate::pipeline) use listen::stream;
 use questions::asked;

@@ -5,7 +5,6 @@
 //! end of the request's stages; approved, the call goes on to its back and its records
 //! are written as any call's. It never goes through the stages again.
 
-use super::{Ctx, Exchange, Granted, finish};
 use crate::config::{Profile, Route};
 use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
@@ -13,6 +12,7 @@ use crate::http::request::{ClientBody, ClientRequest, Peer};
 use crate::mcp::jsonrpc;
 use crate::mcp::transport::accept::Want;
 use crate::observe::log;
+use crate::pipeline::{Ctx, Exchange, Granted, finish};
 use bytes::Bytes;
 use http::{Method, Response};
 use std::sync::Arc;
@@ -28,7 +28,7 @@ struct Names {
 }
 
 /// A call held for a person's answer, with all it needs to go on.
-pub(super) struct Later {
+pub(in crate::pipeline) struct Later {
     gw: Arc<Gateway>,
     live: Arc<Live>,
     profile: Arc<Profile>,
@@ -94,7 +94,7 @@ impl Later {
             req: ClientRequest {
                 method: Method::POST,
                 target: x.req.target.clone(),
-                fields: super::front::legacy::copy_fields(&x.req.fields),
+                fields: super::copy_fields(&x.req.fields),
                 body: ClientBody::Read(bytes.clone()),
             },
             bytes: bytes.clone(),

@@ -10,12 +10,13 @@
 # `bridged` and `federated` need a build with both generations and federation (wave 3);
 # `CASES=call,list` compares with an older one.
 #   python3 bench/ab.py OLD_BINARY NEW_BINARY      (ROUNDS=6 DUR=5 by default)
-# With MODE=instructions, each binary runs under valgrind (callgrind) instead, once for 500
-# and once for 2,500 requests sent one after another on one connection; the difference
-# over 2,000 is its instructions per request (startup and the idle tasks cancel out).
-# Steadier than CPU time on this shared machine, but one binary's count still moved by
-# up to 9 % between runs (docs/benchmarks.md, issue 62's second round): compare several
-# runs, not one. For the list, 100 and 500.
+# With MODE=instructions, each binary runs under valgrind (callgrind) instead: 100 requests
+# one after another on one connection to warm it, then the counters are zeroed and 2,000
+# more counted (400 for the list); their instructions over their number is the figure.
+# Startup is left out that way: it varies by millions of instructions between runs (a
+# lazily built table whose building another thread waits for), which the earlier way of
+# counting (two runs' difference) spread over the requests as up to 9 % of noise
+# (docs/benchmarks.md, issue 62).
 # Steadier in a private network namespace (docs/benchmarks.md). KEEP=DIR keeps each
 # callgrind profile there (A-call-2500.out, …) for callgrind_annotate.
 import os, subprocess, sys, time, re, statistics, socket, tempfile
@@ -108,7 +109,13 @@ if os.environ.get("MODE") == "instructions":
         "federated": ("/both", "tools/call", {"name": "a__tool_001", "arguments": {"id": "welcome"}}, {}),
     }
     def counted(binary, conf_path, port, case, n):
+        """Instructions a request over `n` requests on one connection, counted after 100
+        requests of warm-up: the counters are zeroed then (`callgrind_control -z`) and
+        dumped after the n (`-d`), so startup, which varies by millions between runs,
+        counts for nothing."""
         out = f"{work}/callgrind.out"
+        for old in [f for f in os.listdir(work) if f.startswith("callgrind.out")]:
+            os.remove(os.path.join(work, old))
         p = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", binary, "run", "-c", conf_path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
             try: socket.create_connection(("127.0.0.1", port)).close(); break
@@ -117,21 +124,28 @@ if os.environ.get("MODE") == "instructions":
         c = http.client.HTTPConnection("127.0.0.1", port)
         h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers}
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-        for _ in range(n):
-            c.request("POST", path, body, h); r = c.getresponse(); data = r.read()
-            if r.status != 200 or b'"result"' not in data:
-                p.terminate(); sys.exit(f"{case}: {r.status} {data[:200]!r}")
+        def send(k):
+            for _ in range(k):
+                c.request("POST", path, body, h); r = c.getresponse(); data = r.read()
+                if r.status != 200 or b'"result"' not in data:
+                    p.terminate(); sys.exit(f"{case}: {r.status} {data[:200]!r}")
+        control = lambda flag: subprocess.run(["callgrind_control", flag, str(p.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        send(100)
+        control("-z")
+        send(n)
+        control("-d")
         c.close(); p.terminate(); p.wait()
+        dump = f"{out}.1"
         if os.environ.get("KEEP"):
-            import shutil; shutil.copy(out, os.path.join(os.environ["KEEP"], f"{'A' if binary == A else 'B'}-{case}-{n}.out"))
-        return int(re.search(r"^(?:summary|totals): (\d+)", open(out).read(), re.M).group(1))
+            import shutil; shutil.copy(dump, os.path.join(os.environ["KEEP"], f"{'A' if binary == A else 'B'}-{case}-{n}.out"))
+        return int(re.search(r"^(?:summary|totals): (\d+)", open(dump).read(), re.M).group(1)) / n
     try:
         for case in CASES:
-            lo, hi = (100, 500) if case == "list" else (500, 2500)
+            n = 400 if case == "list" else 2000
             per = {}
             for name, binary, port, admin in (("A", A, 18701, 18711), ("B", B, 18702, 18712)):
                 path = f"{work}/{name}.toml"; open(path, "w").write(conf(port, admin))
-                per[name] = (counted(binary, path, port, case, hi) - counted(binary, path, port, case, lo)) / (hi - lo)
+                per[name] = counted(binary, path, port, case, n)
             print(f"{case}: A {per['A']:.0f}  B {per['B']:.0f} instructions a request  B/A {per['B'] / per['A']:.3f}")
     finally:
         for p in procs: p.terminate()

@@ -47,18 +47,18 @@ const MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-sess
 pub async fn send(
     live: &Live,
     upstream: &Upstream,
-    mut out: Outgoing<'_>,
+    out: &mut Outgoing<'_>,
 ) -> Result<Answer, GateError> {
     // One reading of the clock for the deadline and the upstream's time.
     let started = tokio::time::Instant::now();
     let mut deadline = Deadline::at(started + out.timeout);
     let state = live.upstream(upstream);
-    authorize(live, upstream, state, &mut out).await?;
+    authorize(live, upstream, state, out).await?;
     if let Some(stdio) = &state.stdio {
         // A stdio server: the bridge answers as its HTTP server would.
         let response = tokio::select! {
             biased;
-            r = stdio.send(&out) => r?,
+            r = stdio.send(out) => r?,
             _ = &mut deadline => return Err(GateError::UpstreamTimeout),
         };
         return Ok(Answer {
@@ -80,7 +80,8 @@ pub async fn send(
     // The endpoint being tried, so a passed deadline counts against it.
     let trying = AtomicUsize::new(usize::MAX);
     // Waiting for the session's earlier requests counts in the deadline.
-    let sent = try_endpoints(upstream, state, &out, session, &trying);
+    // Pinned where it is: `select!` then holds a pointer to it, not a copy of the whole.
+    let sent = std::pin::pin!(try_endpoints(upstream, state, out, session, &trying));
     // The answer first: once it is in, the deadline is not looked at again (nor a random
     // branch order drawn), and an answer that comes as the deadline passes is used.
     let (mut response, i) = tokio::select! {

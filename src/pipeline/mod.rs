@@ -165,8 +165,11 @@ pub async fn handle(
     // Every log line of the request carries its id (`observe::log` explains how).
     let id = ctx.request_id.clone();
     let span = log::request_span(&id);
-    let run = run(gw, &live, listener, &peer, req, &mut ctx);
-    let result = log::in_request(id.clone(), span.clone(), run).await;
+    let result = {
+        // Pinned where it is: the wrapper holds a pointer to it, not a copy of the whole.
+        let run = std::pin::pin!(run(gw, &live, listener, &peer, req, &mut ctx));
+        log::in_request(id.clone(), span.clone(), run).await
+    };
     let _entered = span.enter();
     let _in = log::enter_request(&id);
     finish::finish(gw, &live, &ctx, &method, result)
@@ -307,21 +310,33 @@ async fn read<'s>(
         }
     }
     let way = back::Way::open(x, &payload, ctx).await?;
-    judge(x, stages, way, bytes, payload, want, ctx).await
+    match judge(x, stages, way, bytes, &payload, want, ctx).await? {
+        // Boxed once here: the stages' futures above it then move a pointer, not the whole
+        // of the send and its answer's shaping (measured: docs/benchmarks.md).
+        Judged::Go(granted) => Box::pin(granted.send(x, bytes, payload, want, ctx)).await,
+        Judged::Answered(answer) => Ok(*answer),
+    }
+}
+
+/// What the `judge` stages made of a request: it goes on to its back with what they
+/// granted it, or it is answered already (a notification swallowed, a question asked).
+enum Judged {
+    Go(Granted),
+    Answered(Box<Response<GateBody>>),
 }
 
 /// The route's `judge` stages, with the back's `way` open: what the payload may do (a
 /// notification the policy does not pass is answered 202 and goes nowhere), how much, and
-/// who says yes to it; then the back.
+/// who says yes to it.
 async fn judge<'s>(
     x: Exchange<'_, 's>,
     stages: &Stages,
     way: back::Way,
     bytes: &Bytes,
-    payload: Payload<'_>,
+    payload: &Payload<'_>,
     want: Want,
     ctx: &mut Ctx<'s>,
-) -> Result<Response<GateBody>, GateError> {
+) -> Result<Judged, GateError> {
     let (live, profile) = (x.live, x.profile);
     let mut granted = Granted {
         way,
@@ -331,31 +346,30 @@ async fn judge<'s>(
         match stage {
             Judge::Policy => {
                 let says = granted.way.says(x);
-                if let policy::Admit::Swallow = policy::admit(live, profile, &says, &payload)? {
-                    return Ok(respond::empty(StatusCode::ACCEPTED, &ctx.request_id));
+                if let policy::Admit::Swallow = policy::admit(live, profile, &says, payload)? {
+                    let swallowed = respond::empty(StatusCode::ACCEPTED, &ctx.request_id);
+                    return Ok(Judged::Answered(Box::new(swallowed)));
                 }
             }
-            Judge::Deprecated => count_deprecated(x.gw, live, &payload, ctx),
+            Judge::Deprecated => count_deprecated(x.gw, live, payload, ctx),
             Judge::Limits => {
-                granted.admitted = limits::admit(live, profile, x.peer, ctx, &payload).await?;
+                granted.admitted = limits::admit(live, profile, x.peer, ctx, payload).await?;
             }
             // Only a call a rule holds is asked about (`approvals::find`).
             Judge::Ask if ctx.approval.is_some() => {
-                granted = match Box::pin(approvals::ask(x, &payload, ctx, granted)).await? {
+                granted = match Box::pin(approvals::ask(x, payload, ctx, granted)).await? {
                     approvals::Asked::GoOn(granted) => granted,
                     // The front that holds the client asks it.
                     approvals::Asked::Ask(question, granted) => {
-                        let asking = front::ask(x, bytes, &payload, want, ctx, question, granted);
-                        return Box::pin(asking).await;
+                        let asking = front::ask(x, bytes, payload, want, ctx, question, granted);
+                        return Ok(Judged::Answered(Box::new(Box::pin(asking).await?)));
                     }
                 };
             }
             Judge::Ask => {}
         }
     }
-    // Boxed once here: the stages' futures above it then move a pointer, not the whole of
-    // the send and its answer's shaping, each time one is built (measured: docs/benchmarks.md).
-    Box::pin(granted.send(x, bytes, payload, want, ctx)).await
+    Ok(Judged::Go(granted))
 }
 
 /// What the stages granted a call: its back's way, and what the limits admitted. A call

@@ -108,7 +108,7 @@ impl Ready {
 /// upstream as `Ready` says, or on a federated profile's way to its members.
 pub(super) enum Way {
     One(Box<Ready>),
-    Federated(federated::Way),
+    Federated(Box<federated::Way>),
 }
 
 impl Way {
@@ -123,7 +123,7 @@ impl Way {
             // Boxed, as are the other paths only some routes take: a boxed path costs its
             // routes one allocation, the others nothing (docs/benchmarks.md).
             let way = Box::pin(federated::open(x, fed, payload, ctx)).await?;
-            return Ok(Way::Federated(way));
+            return Ok(Way::Federated(Box::new(way)));
         }
         let mut ready = Ready::open(x, payload, ctx)?;
         ready.turn(x, payload, ctx)?;
@@ -152,7 +152,7 @@ impl Way {
         match self {
             Way::One(ready) => send(x, *ready, bytes, payload, want, admitted, ctx).await,
             Way::Federated(way) => {
-                federated::send(x, way, bytes, payload, want, admitted, ctx).await
+                federated::send(x, *way, bytes, payload, want, admitted, ctx).await
             }
         }
     }
@@ -307,7 +307,7 @@ impl Direct {
         if live.upstream(upstream).stdio.is_some() {
             out.caller = Some(rounds::caller(ctx));
         }
-        let answer = forward::send(live, upstream, out).await?;
+        let answer = forward::send(live, upstream, &mut out).await?;
         if let (Some(down), Some((body, timeout))) = (self.maybe_legacy, &again)
             && legacy::refused_as_modern(live, upstream, &answer).await
         {
@@ -414,7 +414,7 @@ pub(super) async fn without_body<'s>(
     if live.upstream(upstream).stdio.is_some() {
         out.caller = Some(rounds::caller(ctx));
     }
-    let answer = forward::send(live, upstream, out).await?;
+    let answer = forward::send(live, upstream, &mut out).await?;
     let mut shaping = respond::Shaping::plain(want, live, upstream, ctx.token);
     if req.method == Method::GET {
         shaping.notices = Some(profile.name.clone());

@@ -149,7 +149,7 @@ pub(super) async fn tell(
     session: &Session,
     json: &str,
 ) -> Result<(), GateError> {
-    let out = own_request(
+    let mut out = own_request(
         live,
         fields,
         forwarded_for,
@@ -157,7 +157,7 @@ pub(super) async fn tell(
         Method::POST,
         Bytes::from(json.to_string()),
     );
-    let answer = forward::send(live, upstream, out).await?;
+    let answer = forward::send(live, upstream, &mut out).await?;
     let status = answer.response.status();
     drain(answer).await;
     if !status.is_success() {
@@ -190,7 +190,7 @@ impl Drop for Call {
             "the 2026-07-28 client left, or did not retry in time",
         ));
         rt.spawn(async move {
-            let out = own_request(
+            let mut out = own_request(
                 &live,
                 &fields,
                 &forwarded_for,
@@ -198,7 +198,7 @@ impl Drop for Call {
                 Method::POST,
                 cancel,
             );
-            if let Ok(answer) = forward::send(&live, &profile.upstream, out).await {
+            if let Ok(answer) = forward::send(&live, &profile.upstream, &mut out).await {
                 drain(answer).await;
             }
         });

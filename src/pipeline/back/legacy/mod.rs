@@ -281,7 +281,7 @@ async fn initialize(
         version: msg::LEGACY_VERSION,
     };
     let body = Bytes::from(msg::initialize_request(meta));
-    let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+    let answer = forward::send(s.live, upstream, &mut s.in_session(to, Method::POST, body)).await?;
     let id = answer
         .response
         .headers()
@@ -296,7 +296,7 @@ async fn initialize(
         version: &opened.init.version,
     };
     let body = Bytes::from_static(msg::INITIALIZED.as_bytes());
-    let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+    let answer = forward::send(s.live, upstream, &mut s.in_session(to, Method::POST, body)).await?;
     drain(answer).await;
     if msg::declares_logging(&opened.init.result) {
         // Each 2026-07-28 request names its own level, which mcpgate applies to what the
@@ -308,7 +308,8 @@ async fn initialize(
             version: &opened.init.version,
         };
         let body = Bytes::from_static(msg::SET_LEVEL.as_bytes());
-        let answer = forward::send(s.live, upstream, s.in_session(to, Method::POST, body)).await?;
+        let answer =
+            forward::send(s.live, upstream, &mut s.in_session(to, Method::POST, body)).await?;
         drain(answer).await;
     }
     Ok(Arc::new(opened))
@@ -331,7 +332,7 @@ fn end_session(
     tokio::spawn(async move {
         let fields = Fields::default();
         let forwarded_for = HeaderValue::from_static("-");
-        let out = own_request(
+        let mut out = own_request(
             &live,
             &fields,
             &forwarded_for,
@@ -343,7 +344,7 @@ fn end_session(
             Method::DELETE,
             Bytes::new(),
         );
-        if let Ok(answer) = forward::send(&live, &profile.upstream, out).await {
+        if let Ok(answer) = forward::send(&live, &profile.upstream, &mut out).await {
             drain(answer).await;
         }
     });
@@ -403,7 +404,7 @@ async fn send(
         let sent = forward::send(
             s.live,
             upstream,
-            s.in_session(session.to(), method.clone(), body.clone()),
+            &mut s.in_session(session.to(), method.clone(), body.clone()),
         )
         .await;
         let gone = match &sent {

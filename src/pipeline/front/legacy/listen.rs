@@ -32,7 +32,7 @@ pub(in crate::pipeline) async fn stream(
     let answer = forward::send(
         s.live,
         upstream,
-        s.out(bridge.session.caller, "subscriptions/listen", body, None),
+        &mut s.out(bridge.session.caller, "subscriptions/listen", body, None),
     )
     .await?;
     let listening = answer.response.status() == StatusCode::OK

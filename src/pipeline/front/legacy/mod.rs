@@ -311,7 +311,7 @@ pub(in crate::pipeline) async fn post(
     let answer = forward::send(
         s.live,
         upstream,
-        s.out(bridge.session.caller, method, modern.clone(), name.clone()),
+        &mut s.out(bridge.session.caller, method, modern.clone(), name.clone()),
     )
     .await?;
     if !may_ask(method) {
@@ -441,7 +441,7 @@ async fn initialize(
     let answer = forward::send(
         s.live,
         &s.profile.upstream,
-        s.out(session.caller, "server/discover", body, None),
+        &mut s.out(session.caller, "server/discover", body, None),
     )
     .await?;
     ctx.upstream_ms = Some(answer.took.as_secs_f64() * 1000.0);
@@ -540,7 +540,7 @@ impl Parts {
         name: Option<String>,
         long_lived: bool,
     ) -> Result<Answer, GateError> {
-        let out = Outgoing {
+        let mut out = Outgoing {
             method: Method::POST,
             timeout: self.timeout,
             body_deadline: !long_lived,
@@ -561,7 +561,7 @@ impl Parts {
             who: self.who.clone(),
             authorization: None,
         };
-        forward::send(&self.live, &self.profile.upstream, out).await
+        forward::send(&self.live, &self.profile.upstream, &mut out).await
     }
 }
 

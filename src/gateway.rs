@@ -22,6 +22,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+mod federation;
 mod pins;
 mod status;
 use std::cell::RefCell;
@@ -134,10 +135,9 @@ pub struct Gateway {
     pub held: Arc<crate::runtime::held::Held>,
     /// The log levels and subscriptions of bridged legacy sessions.
     pub legacy_sessions: Arc<crate::runtime::legacy_sessions::LegacySessions>,
-    /// What each federated profile knows of its members' names (docs/federation.md).
-    pub directories: crate::mcp::federation::directory::Directories,
-    /// The member sessions of federated legacy sessions, per replica.
-    pub fed_sessions: crate::mcp::federation::sessions::MemberSessions,
+    /// Federation's room: its profiles' directories of names and legacy clients' member
+    /// sessions (docs/federation.md).
+    pub federation: federation::Federating,
     /// Server certificate of each TLS listener, by listener name.
     pub certs: HashMap<String, Arc<CertStore>>,
     config_path: Option<PathBuf>,
@@ -175,8 +175,7 @@ impl Gateway {
         let mut metrics = Metrics::new();
         let series = Series::register(metrics.registry());
         let streams = StreamRegistry::registered(metrics.registry());
-        let directories =
-            crate::mcp::federation::directory::Directories::registered(metrics.registry());
+        let federation = federation::Federating::registered(metrics.registry());
         let audit_dropped = Audit::register(metrics.registry());
         let pinning = pins::Pinning::registered(metrics.registry());
         let approvals = Arc::new(crate::runtime::approvals::Approvals::registered(
@@ -228,8 +227,7 @@ impl Gateway {
             held: Default::default(),
             approvals,
             legacy_sessions: Default::default(),
-            directories,
-            fed_sessions: Default::default(),
+            federation,
             certs,
             config_path,
             audit,

@@ -108,6 +108,7 @@ impl Gateway {
                 })
                 .collect(),
             federation: self
+                .federation
                 .directories
                 .members()
                 .into_iter()

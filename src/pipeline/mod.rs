@@ -406,7 +406,7 @@ fn held<'s>(
     let Some(fed) = &x.profile.federation else {
         return approvals::find(x.profile, &one_upstream(x), payload, ctx);
     };
-    let dir = x.gw.directories.of(&x.profile.name, fed);
+    let dir = x.gw.federation.directories.of(&x.profile.name, fed);
     let says = back::federated::MemberHints {
         live: x.live,
         fed,

@@ -83,7 +83,10 @@ impl<'s> Fan<'_, 's> {
         let merged = streams::merged(
             Some(crate::mcp::transport::sse::encode_json(&ack, None)),
             streams,
-            self.gw.directories.shared(&self.profile.name, self.fed),
+            self.gw
+                .federation
+                .directories
+                .shared(&self.profile.name, self.fed),
             false,
         );
         let mut shaping =

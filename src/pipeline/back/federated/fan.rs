@@ -50,7 +50,7 @@ impl<'s> Fan<'_, 's> {
             .await?;
         if let (Some(s), true) = (self.session, answer.status() == StatusCode::NOT_FOUND) {
             // The member ended its session: the next request opens another.
-            self.gw.fed_sessions.forget(&s.key, m);
+            self.gw.federation.sessions.forget(&s.key, m);
         }
         Ok(answer)
     }
@@ -235,7 +235,7 @@ impl<'s> Fan<'_, 's> {
         let answer =
             back::forward(self.to_member(m, &sub), &body, payload, want, admitted, ctx).await?;
         if let (Some(s), true) = (self.session, answer.status() == StatusCode::NOT_FOUND) {
-            self.gw.fed_sessions.forget(&s.key, m);
+            self.gw.federation.sessions.forget(&s.key, m);
         }
         Ok(match self.session {
             Some(_) => streams::with_questions_mapped(m, in_session(answer)),

@@ -190,12 +190,13 @@ impl<'s> Fan<'_, 's> {
         m: usize,
         ctx: &Ctx<'s>,
     ) -> Result<Arc<str>, String> {
-        if let Some(id) = self.gw.fed_sessions.get(&s.key, m) {
+        if let Some(id) = self.gw.federation.sessions.get(&s.key, m) {
             return Ok(id);
         }
         self.open_member(&s.key, &s.client, m, true, ctx).await?;
         self.gw
-            .fed_sessions
+            .federation
+            .sessions
             .get(&s.key, m)
             .ok_or_else(|| "the session was forgotten as it opened".into())
     }
@@ -252,7 +253,8 @@ impl<'s> Fan<'_, 's> {
                 drop(told);
             }
             self.gw
-                .fed_sessions
+                .federation
+                .sessions
                 .set(key, self.fed.members.len(), m, Arc::from(id));
             Ok(result.clone())
         };
@@ -295,7 +297,7 @@ impl<'s> Fan<'_, 's> {
     /// has opened on this replica; what they answer is not waited for past
     /// `fanout_timeout`.
     pub(super) async fn tell(&self, s: &Session, bytes: &Bytes, ctx: &Ctx<'s>) {
-        let opened = self.gw.fed_sessions.opened(&s.key);
+        let opened = self.gw.federation.sessions.opened(&s.key);
         let tells = opened.iter().map(|(m, id)| async move {
             let sent = self.send_with(*m, None, bytes.clone(), Want::Json, Some(id), ctx);
             if let Ok(Ok(answer)) =
@@ -309,7 +311,7 @@ impl<'s> Fan<'_, 's> {
 
     /// `DELETE`: ends every member session this replica holds for `s`.
     pub(super) async fn end(&self, s: &Session, ctx: &Ctx<'s>) -> Response<GateBody> {
-        let ended = self.gw.fed_sessions.end(&s.key);
+        let ended = self.gw.federation.sessions.end(&s.key);
         let ends = ended.iter().map(|(m, id)| async move {
             let member = &self.fed.members[*m];
             let mut sub = super::fan::sub_request(self.req, &Bytes::new(), None, None, Some(id));
@@ -372,7 +374,10 @@ impl<'s> Fan<'_, 's> {
         let merged = streams::merged(
             None,
             members,
-            self.gw.directories.shared(&self.profile.name, self.fed),
+            self.gw
+                .federation
+                .directories
+                .shared(&self.profile.name, self.fed),
             true,
         );
         let mut shaping =

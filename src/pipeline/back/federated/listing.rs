@@ -71,6 +71,7 @@ impl<'s> Fan<'_, 's> {
             };
             let member = &self.fed.members[*m].name;
             self.gw
+                .federation
                 .directories
                 .answered(&self.profile.name, member, Ok(()));
             let last = page.next.is_none();
@@ -208,6 +209,7 @@ impl<'s> Fan<'_, 's> {
     pub(super) fn unavailable(&self, member: &Arc<str>, why: &str) {
         tracing::warn!(%member, why, "a federated member did not answer; listed as unavailable");
         self.gw
+            .federation
             .directories
             .answered(&self.profile.name, member, Err(why));
     }

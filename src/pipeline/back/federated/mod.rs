@@ -67,7 +67,7 @@ pub(in crate::pipeline) async fn open<'s>(
         Era::Legacy => legacy::open(live, profile, fed, &x.req.fields, ctx)?,
         Era::Modern => None,
     };
-    let dir = x.gw.directories.of(&profile.name, fed);
+    let dir = x.gw.federation.directories.of(&profile.name, fed);
     let pinned = fed
         .members
         .iter()
@@ -438,7 +438,7 @@ pub(in crate::pipeline) async fn without_body<'s>(
     let Some(session) = legacy::open(live, profile, fed, &req.fields, ctx)? else {
         return Err(GateError::MethodNotAllowed);
     };
-    let dir = gw.directories.of(&profile.name, fed);
+    let dir = gw.federation.directories.of(&profile.name, fed);
     let at = At {
         fed,
         dir: &dir,

@@ -48,11 +48,7 @@ pub(super) struct Ready {
 impl Ready {
     /// The generations' edges of `payload` to the exchange's upstream: the revision a
     /// legacy request names checked, and which bridge (if any) it needs.
-    pub(super) fn open(
-        x: Exchange<'_, '_>,
-        payload: &Payload<'_>,
-        ctx: &Ctx<'_>,
-    ) -> Result<Ready, GateError> {
+    fn open(x: Exchange<'_, '_>, payload: &Payload<'_>, ctx: &Ctx<'_>) -> Result<Ready, GateError> {
         let (live, profile) = (x.live, x.profile);
         let mut ready = Ready {
             bridged: None,
@@ -84,9 +80,21 @@ impl Ready {
         Ok(ready)
     }
 
+    /// [`Ready::open`], then [`Ready::turn`]: how `payload` crosses to the exchange's
+    /// upstream, all of it.
+    fn opened(
+        x: Exchange<'_, '_>,
+        payload: &Payload<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<Ready, GateError> {
+        let mut ready = Ready::open(x, payload, ctx)?;
+        ready.turn(x, payload, ctx)?;
+        Ok(ready)
+    }
+
     /// A 2026-07-28 retry's round or task opened (its state sealed for this caller and
     /// upstream); a task request is recorded under the tool that made the task.
-    pub(super) fn turn(
+    fn turn(
         &mut self,
         x: Exchange<'_, '_>,
         payload: &Payload<'_>,
@@ -125,9 +133,7 @@ impl Way {
             let way = Box::pin(federated::open(x, fed, payload, ctx)).await?;
             return Ok(Way::Federated(Box::new(way)));
         }
-        let mut ready = Ready::open(x, payload, ctx)?;
-        ready.turn(x, payload, ctx)?;
-        Ok(Way::One(Box::new(ready)))
+        Ok(Way::One(Box::new(Ready::opened(x, payload, ctx)?)))
     }
 
     /// What the back says of its tools (annotations, pins), by the names the client sees:
@@ -190,8 +196,7 @@ pub(super) async fn forward<'s>(
     admitted: limits::Admitted,
     ctx: &mut Ctx<'s>,
 ) -> Result<Response<GateBody>, GateError> {
-    let mut ready = Ready::open(x, &payload, ctx)?;
-    ready.turn(x, &payload, ctx)?;
+    let ready = Ready::opened(x, &payload, ctx)?;
     Box::pin(send(x, ready, bytes, payload, want, admitted, ctx)).await
 }
 

@@ -169,3 +169,39 @@ pub fn sealed_session(data: &[u8]) {
         );
     }
 }
+
+/// The guardrails' built-in detectors over any text: no panic, findings in order, none
+/// overlapping, each on character boundaries and of a kind asked for; a text scanned
+/// with fewer kinds finds no kind it was not asked for.
+pub fn guard_scan(data: &[u8]) {
+    use mcpgate::mcp::guard::{Detectors, KINDS};
+    // Built once: the detectors of the first n kinds, for every n.
+    static SETS: std::sync::OnceLock<Vec<Detectors>> = std::sync::OnceLock::new();
+    let sets = SETS.get_or_init(|| {
+        (0..=KINDS.len())
+            .map(|n| Detectors::new(&KINDS[..n]))
+            .collect()
+    });
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut out = Vec::new();
+    sets[KINDS.len()].scan(text, &mut out);
+    for w in out.windows(2) {
+        assert!(w[0].end <= w[1].start, "findings overlap: {out:?}");
+    }
+    for f in &out {
+        assert!(f.start < f.end && f.end <= text.len(), "{f:?}");
+        assert!(
+            text.is_char_boundary(f.start) && text.is_char_boundary(f.end),
+            "{f:?}"
+        );
+    }
+    let n = data.first().map_or(0, |b| *b as usize % KINDS.len());
+    let mut fewer = Vec::new();
+    sets[n].scan(text, &mut fewer);
+    assert!(
+        fewer.iter().all(|f| KINDS[..n].contains(&f.kind)),
+        "{fewer:?}"
+    );
+}

@@ -19,6 +19,7 @@ const TARGETS: &[Target] = &[
     ("config_text", checks::config_text),
     ("stdio_lines", checks::stdio_lines),
     ("sealed_session", checks::sealed_session),
+    ("guard_scan", checks::guard_scan),
 ];
 
 fn fuzz() -> std::path::PathBuf {

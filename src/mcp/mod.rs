@@ -8,6 +8,7 @@ pub mod bridge;
 pub mod discover;
 pub mod era;
 pub mod federation;
+pub mod guard;
 pub mod jsonrpc;
 pub mod list_changes;
 pub mod listen;

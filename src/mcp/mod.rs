@@ -1,7 +1,7 @@
 //! The protocol without sockets: JSON-RPC classification (`jsonrpc`) over the strict JSON
 //! reader of the `wire` crate (`wire::json`, which also writes JSON text), the list filters
-//! (`tools_list`), JSON pointers into arguments (`pointer`), and the Streamable HTTP
-//! transport's formats (`transport`).
+//! (`tools_list`), JSON pointers into arguments (`pointer`), the guardrails' detectors
+//! (`guard`), and the Streamable HTTP transport's formats (`transport`).
 
 pub mod approvals;
 pub mod bridge;

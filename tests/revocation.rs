@@ -86,6 +86,23 @@ fn approval_steps(audit: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The approval steps once a `revoked` one is among them: its record is queued as the
+/// wait is withdrawn, and the trail's writer writes it a moment later.
+async fn revoked_steps(audit: &Path) -> Vec<String> {
+    support::eventually(
+        Duration::from_secs(10),
+        "the revoked step's record",
+        || async {
+            let steps = approval_steps(audit);
+            steps
+                .iter()
+                .any(|s| s.starts_with("revoked "))
+                .then_some(steps)
+        },
+    )
+    .await
+}
+
 async fn status(gw: &Gateway) -> Value {
     let s = support::send(Method::GET, &gw.admin_url("/status"), &[], "").await;
     serde_json::from_str(&s.body).unwrap()
@@ -193,19 +210,7 @@ async fn a_revoked_callers_call_waiting_for_an_operator_never_runs() {
     let ran_text = std::fs::read_to_string(&ran).unwrap_or_default();
     assert!(ran_text.contains("bob-plans"), "{ran_text}");
     assert!(!ran_text.contains("alice-plans"), "{ran_text}");
-    // Written by the trail's writer a moment after the step is queued.
-    support::eventually(
-        Duration::from_secs(10),
-        "the revoked step's record",
-        || async {
-            let steps = approval_steps(&audit);
-            steps
-                .iter()
-                .any(|s| s.starts_with("revoked ") && s.contains("revoked"))
-                .then_some(steps)
-        },
-    )
-    .await;
+    revoked_steps(&audit).await;
     let revoked = records(&audit)
         .into_iter()
         .find(|r| r["decision"] == "revoked")
@@ -284,20 +289,7 @@ async fn a_revoked_legacy_clients_question_is_withdrawn() {
     .await;
     assert_eq!(late.status, 401);
     assert!(std::fs::read_to_string(&ran).unwrap_or_default().is_empty());
-    // The record is queued as the question is withdrawn, and written by the trail's
-    // writer a moment later.
-    let steps = support::eventually(
-        Duration::from_secs(10),
-        "the revoked step's record",
-        || async {
-            let steps = approval_steps(&audit);
-            steps
-                .iter()
-                .any(|s| s.starts_with("revoked "))
-                .then_some(steps)
-        },
-    )
-    .await;
+    let steps = revoked_steps(&audit).await;
     assert!(
         !steps.iter().any(|s| s.starts_with("cancelled ")),
         "{steps:?}"

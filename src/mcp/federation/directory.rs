@@ -321,6 +321,19 @@ pub struct Answered {
     pub error: Option<String>,
 }
 
+/// A thread's handle on a directory ([`Directories::of`]): cloning and dropping it writes
+/// the count of this thread's handle, not that of the directory the workers share.
+#[derive(Clone)]
+pub struct Handle(Arc<Arc<Directory>>);
+
+impl std::ops::Deref for Handle {
+    type Target = Directory;
+
+    fn deref(&self) -> &Directory {
+        &self.0
+    }
+}
+
 impl Directories {
     /// Notes how `member` of `profile` answered a fan-out (`Err`: why it did not), for the
     /// status page and the member's series.
@@ -360,7 +373,7 @@ impl Directories {
     /// The directory of the federated `profile` (of `fed`), through this thread's own
     /// handle on it, so that taking and dropping it per request writes no count the
     /// other worker threads share (as `Gateway::live_here`).
-    pub fn of(&self, profile: &str, fed: &Arc<Federation>) -> Arc<Arc<Directory>> {
+    pub fn of(&self, profile: &str, fed: &Arc<Federation>) -> Handle {
         thread_local! {
             /// Per thread: which directories (of which `Directories`, for which
             /// federation) it last handed out.
@@ -375,7 +388,7 @@ impl Directories {
                 .map(|(_, _, d)| d.clone())
         });
         if let Ok(Some(d)) = near {
-            return d;
+            return Handle(d);
         }
         let d = Arc::new(self.shared(profile, fed));
         let _ = NEAR.try_with(|near| {
@@ -386,7 +399,7 @@ impl Directories {
             }
             near.push((me, Arc::downgrade(fed), d.clone()));
         });
-        d
+        Handle(d)
     }
 
     /// The directory of the federated `profile` (of `fed`), for what outlives a request

@@ -38,7 +38,7 @@ use crate::gateway::{Gateway, Live};
 use crate::http::body::GateBody;
 use crate::http::request::{ClientRequest, Peer};
 use crate::mcp::era::Era;
-use crate::mcp::federation::directory::Directory;
+use crate::mcp::federation::directory::{self, Directory};
 use crate::mcp::jsonrpc::{self, ListKind, MessageKind, Payload, ToolName};
 use crate::mcp::transport::accept::Want;
 use crate::pipeline::{Ctx, Exchange, back, limits, respond};
@@ -94,17 +94,14 @@ pub(in crate::pipeline) async fn open<'s>(
     // Its refusal or approval records name the member it would go to, as every record of
     // a federated call does (docs/federation.md).
     note_member(fed, &dir, payload, ctx);
-    Ok(Way {
-        dir: (*dir).clone(),
-        session,
-    })
+    Ok(Way { dir, session })
 }
 
 /// A federated POST's way to its members, opened before the stages judged it (and kept
 /// while its call is held for an approval: `front::legacy::resume`): the directory its name is
 /// routed by, a legacy client's session over the members.
 pub(in crate::pipeline) struct Way {
-    dir: Arc<Directory>,
+    dir: directory::Handle,
     session: Option<legacy::Session>,
 }
 

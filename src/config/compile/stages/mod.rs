@@ -130,3 +130,6 @@ impl Stages {
         all.join(" → ")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -324,6 +324,7 @@ pub struct Answered {
 /// A thread's handle on a directory ([`Directories::of`]): cloning and dropping it writes
 /// the count of this thread's handle, not that of the directory the workers share.
 #[derive(Clone)]
+#[allow(clippy::redundant_allocation)] // The second allocation is the point: its own count.
 pub struct Handle(Arc<Arc<Directory>>);
 
 impl std::ops::Deref for Handle {
